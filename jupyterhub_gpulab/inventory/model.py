@@ -1,0 +1,170 @@
+"""The shapes every part of gpulab shares: devices, slices, inventories and slice requests.
+
+Pure data, no I/O. An :class:`Inventory` comes either from NVML (:mod:`.nvml`) or from
+configuration (:mod:`.declared`); the ledger, spawner and service consume both the same way.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ..units import format_bytes
+
+
+class SliceKind(str, enum.Enum):
+    """What a slice gives a container."""
+
+    GPU = "gpu"  #: a whole device (a physical GPU or a vGPU guest such as ``GRID P40-1Q``)
+    MIG = "mig"  #: one MIG device (``MIG-<uuid>``) with a profile such as ``1g.10gb``
+    SHARED = "shared"  #: one of N seats on a device, with a memory cap and a compute share
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU as NVML reports it.
+
+    ``memory_bytes`` is the total framebuffer memory in bytes (``nvmlDeviceGetMemoryInfo().total``).
+    ``compute_capability`` is ``(major, minor)`` or ``None`` when unknown (declared devices).
+    ``vgpu_type`` is the vGPU profile (``"P40-1Q"``) for a vGPU guest, else ``None``.
+    """
+
+    uuid: str
+    index: int
+    name: str
+    memory_bytes: int
+    compute_capability: tuple[int, int] | None = None
+    mig_enabled: bool = False
+    node: str = "local"
+    vgpu_type: str | None = None
+
+    def describe(self) -> str:
+        """``"GPU 0 (NVIDIA A100-SXM4-40GB)"``."""
+        return f"GPU {self.index} ({self.name})"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The unit gpulab allocates; ``id`` is stable across restarts and rescans.
+
+    - ``gpu``: ``id`` is the device UUID (``GPU-…``).
+    - ``mig``: ``id`` is the MIG device UUID (``MIG-…``), ``mig_profile`` e.g. ``"1g.10gb"``.
+    - ``shared``: ``id`` is ``"<GPU uuid>/seat-<n>"``; ``seat`` is n (0-based) of ``seats``.
+
+    ``visible_id`` is what the container receives in ``NVIDIA_VISIBLE_DEVICES`` and in the Docker
+    device request (the GPU UUID, or the MIG UUID). ``memory_bytes`` is the memory the slice gives
+    (a seat's cap). ``share`` is the fraction of the device it represents (1.0 for a whole GPU,
+    ``g/7`` for an ``Ng`` MIG slice of an A100/H100 per its compute slices, the seat's compute share
+    for a shared seat); usage accounting weighs GPU-seconds by it. ``rank`` orders slices of one kind
+    for placement (lower first).
+    """
+
+    id: str
+    kind: SliceKind
+    device_uuid: str
+    device_index: int
+    device_name: str
+    memory_bytes: int
+    visible_id: str
+    share: float = 1.0
+    node: str = "local"
+    mig_profile: str | None = None
+    seat: int | None = None
+    seats: int | None = None
+    rank: int = 0
+
+    def describe(self) -> str:
+        """A user-facing one-liner: ``"MIG 1g.10gb on GPU 0 (NVIDIA A100-SXM4-40GB)"``."""
+        where = f"GPU {self.device_index} ({self.device_name})"
+        if self.kind is SliceKind.MIG:
+            return f"MIG {self.mig_profile} on {where}"
+        if self.kind is SliceKind.SHARED:
+            return (
+                f"shared seat {self.seat + 1 if self.seat is not None else '?'} of {self.seats} "
+                f"({format_bytes(self.memory_bytes)}, {self.share:.0%} compute) on {where}"
+            )
+        return f"whole {where}, {format_bytes(self.memory_bytes)}"
+
+    @property
+    def isolation(self) -> str:
+        """``"hard"`` for whole GPUs and MIG (hardware-isolated), ``"soft"`` for shared seats."""
+        return "soft" if self.kind is SliceKind.SHARED else "hard"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Devices and their slices, with where they came from.
+
+    ``source`` is ``"nvml"``, ``"declared"`` or ``"none"`` (no driver: zero devices).
+    ``warnings`` are human-readable lines for the log and ``gpulab inventory``.
+    ``shared_settings`` maps a device UUID to its shared-seat settings, for devices split in seats.
+    """
+
+    devices: tuple[Device, ...] = ()
+    slices: tuple[Slice, ...] = ()
+    source: str = "none"
+    warnings: tuple[str, ...] = ()
+
+    def slice_by_id(self) -> dict[str, Slice]:
+        return {s.id: s for s in self.slices}
+
+    def device_by_uuid(self) -> dict[str, Device]:
+        return {d.uuid: d for d in self.devices}
+
+
+@dataclass(frozen=True)
+class SliceRequest:
+    """What a profile asks for. ``kind=None`` means no GPU (a CPU-only profile).
+
+    - ``gpu``: optional ``min_memory_bytes`` and ``model`` (case-insensitive substring of the
+      device name, e.g. ``"A100"``).
+    - ``mig``: ``mig_profile`` is required (``"1g.10gb"``).
+    - ``shared``: optional ``min_memory_bytes`` (the seat's cap must be at least this).
+    """
+
+    kind: SliceKind | None = None
+    min_memory_bytes: int = 0
+    model: str | None = None
+    mig_profile: str | None = None
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.kind is not None
+
+    def matches(self, s: Slice) -> bool:
+        """Whether slice ``s`` satisfies this request (drain and holders are the ledger's job)."""
+        if self.kind is None or s.kind is not self.kind:
+            return False
+        if s.memory_bytes < self.min_memory_bytes:
+            return False
+        if self.model and self.model.lower() not in s.device_name.lower():
+            return False
+        return not (self.kind is SliceKind.MIG and s.mig_profile != self.mig_profile)
+
+    def describe(self) -> str:
+        """``"MIG 1g.10gb"``, ``"whole GPU (A100, >= 40 GiB)"``, ``"shared GPU seat"``, ``"no GPU"``."""
+        if self.kind is None:
+            return "no GPU"
+        if self.kind is SliceKind.MIG:
+            return f"MIG {self.mig_profile}"
+        details = []
+        if self.model:
+            details.append(self.model)
+        if self.min_memory_bytes:
+            details.append(f">= {format_bytes(self.min_memory_bytes)}")
+        base = "whole GPU" if self.kind is SliceKind.GPU else "shared GPU seat"
+        return f"{base} ({', '.join(details)})" if details else base
+
+
+@dataclass(frozen=True)
+class SharedSettings:
+    """How a device is split into seats: ``seats`` seats of ``memory_bytes`` each, each with
+    ``compute_share`` (0 < share <= 1) of the SMs (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``)."""
+
+    seats: int
+    memory_bytes: int
+    compute_share: float
+    extra: dict = field(default_factory=dict)
