@@ -64,7 +64,9 @@ _SECOND_UNITS = {
 _NUMBER_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([A-Za-z]*)\s*$")
 
 BYTES_FORMS = "an integer number of bytes, or a number with a unit: '512M', '10GiB', '1.5 GB', '1T'"
-SECONDS_FORMS = "an integer number of seconds, or a number with a unit: '90s', '30m', '2h', '1.5d', '1w'"
+SECONDS_FORMS = (
+    "an integer number of seconds, or a number with a unit: '90s', '30m', '2h', '1.5d', '1w'"
+)
 
 
 def _parse(value: object, units: dict[str, int], what: str, forms: str) -> int:
@@ -117,7 +119,11 @@ def format_bytes(n: int) -> str:
     for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= factor:
             value = n / factor
-            return f"{value:.0f} {unit}" if value == int(value) or value >= 100 else f"{value:.1f} {unit}"
+            return (
+                f"{value:.0f} {unit}"
+                if value == int(value) or value >= 100
+                else f"{value:.1f} {unit}"
+            )
     return f"{n} B"
 
 

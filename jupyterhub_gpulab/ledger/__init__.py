@@ -1,0 +1,26 @@
+"""The slice ledger: SQLAlchemy tables, Alembic migrations, and atomic claim / release."""
+
+from .db import SchemaOutOfDate, make_engine
+from .ledger import Ledger
+from .models import (
+    Allocation,
+    Claim,
+    LedgerRefusal,
+    NoFreeSlice,
+    QuotaExceeded,
+    ReconcileReport,
+    SyncReport,
+)
+
+__all__ = [
+    "Allocation",
+    "Claim",
+    "Ledger",
+    "LedgerRefusal",
+    "NoFreeSlice",
+    "QuotaExceeded",
+    "ReconcileReport",
+    "SchemaOutOfDate",
+    "SyncReport",
+    "make_engine",
+]

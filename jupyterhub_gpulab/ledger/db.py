@@ -1,0 +1,176 @@
+"""Engines and schema versions for the ledger database.
+
+SQLite (the default, a file next to the hub's database) is opened in WAL mode with a busy timeout,
+and every write transaction starts with ``BEGIN IMMEDIATE`` so that two processes serialise on the
+write lock up front instead of failing at commit. PostgreSQL is used by URL
+(``postgresql+psycopg://user:pass@host/db``); there the claim path locks candidate rows with
+``FOR UPDATE SKIP LOCKED`` and the partial unique index settles any remaining race.
+
+The schema is managed by Alembic (``migrations/``). A fresh database is created at the newest
+revision; an older one is refused with the command that upgrades it, as JupyterHub does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+#: WAL size (pages of 4 KiB) at which a commit checkpoints by itself if no Checkpointer runs.
+SAFETY_CHECKPOINT_PAGES = 20000
+
+#: Option on a connection that asks for a read-only (deferred) SQLite transaction.
+READ = {"gpulab_read": True}
+
+
+class SchemaOutOfDate(ConfigError):
+    """The database has an older schema; the message gives the upgrade command."""
+
+
+def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> sa.Engine:
+    """Return an engine for ``url``, configured for concurrent use by several processes.
+
+    ``busy_timeout_s`` (seconds) is how long a SQLite writer waits for the lock before failing.
+    """
+    u = sa.make_url(url)
+    if u.get_backend_name() == "sqlite":
+        database = u.database or ""
+        if database and database != ":memory:":
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(
+            u, connect_args={"timeout": busy_timeout_s, "check_same_thread": False}
+        )
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record):
+            # Let us issue BEGIN ourselves (pysqlite's implicit BEGIN is DEFERRED).
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            # NORMAL is safe from corruption in WAL mode; a power loss may drop the last commits.
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            # Checkpoints (the fsync that moves the WAL into the database) run on a background
+            # thread (Checkpointer) instead of inside whichever commit crosses the threshold;
+            # the high threshold is only a safety net should that thread not run.
+            cur.execute(f"PRAGMA wal_autocheckpoint={SAFETY_CHECKPOINT_PAGES}")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn):
+            if conn.get_execution_options().get("gpulab_read"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(u, pool_pre_ping=True, pool_size=5, max_overflow=10)
+
+
+def alembic_config(engine: sa.Engine | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    if engine is not None:
+        cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+        cfg.attributes["engine"] = engine
+    return cfg
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: sa.Engine) -> str | None:
+    with engine.connect().execution_options(**READ) as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: sa.Engine, revision: str = "head") -> None:
+    """Apply migrations up to ``revision``."""
+    command.upgrade(alembic_config(engine), revision)
+
+
+def ensure_schema(engine: sa.Engine, *, auto_upgrade: bool = False) -> None:
+    """Create a fresh database at the newest schema; refuse an older one unless ``auto_upgrade``.
+
+    Raises :class:`SchemaOutOfDate` naming ``gpulab upgrade-db`` when the schema is behind.
+    """
+    current = current_revision(engine)
+    head = head_revision()
+    if current == head:
+        return
+    if current is None:
+        inspector = sa.inspect(engine)
+        if inspector.has_table("allocations"):
+            raise SchemaOutOfDate(
+                [
+                    f"The ledger database at {engine.url.render_as_string(hide_password=True)} has "
+                    "gpulab tables but no schema version; back it up and run `gpulab upgrade-db`."
+                ]
+            )
+        log.info("Creating the gpulab ledger schema (revision %s)", head)
+        upgrade(engine)
+        return
+    if auto_upgrade:
+        log.warning("Upgrading the gpulab ledger schema from %s to %s", current, head)
+        upgrade(engine)
+        return
+    raise SchemaOutOfDate(
+        [
+            f"The ledger database is at schema {current}, this gpulab needs {head}. Back up the "
+            "database, then run `gpulab upgrade-db -f jupyterhub_config.py` "
+            "(or set c.GPULab.db_auto_upgrade = True)."
+        ]
+    )
+
+
+class Checkpointer:
+    """Moves a SQLite WAL into the database every ``interval_s`` seconds on a daemon thread.
+
+    SQLite's automatic checkpoint runs inside the commit that crosses its threshold and costs that
+    commit an fsync (~3 ms here, measured by ``benchmarks/ledger.py``); done here, claims and
+    releases never pay it. PASSIVE checkpoints never block readers or writers.
+    """
+
+    def __init__(self, engine: sa.Engine, interval_s: float = 1.0):
+        self.engine = engine
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpulab-wal-checkpoint", daemon=True)
+
+    @staticmethod
+    def wanted(engine: sa.Engine) -> bool:
+        return engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:")
+
+    def start(self) -> Checkpointer:
+        self._thread.start()
+        return self
+
+    def checkpoint(self) -> None:
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.checkpoint()
+            except Exception:  # a locked or closed database must not kill the thread
+                log.debug("WAL checkpoint failed; retrying later", exc_info=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

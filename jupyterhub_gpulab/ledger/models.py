@@ -1,0 +1,134 @@
+"""Plain records the ledger returns and the refusals it raises (no SQLAlchemy objects leak out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..inventory.model import Slice, SliceKind
+
+
+def _aware(dt: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; everything we write is UTC.
+    if dt is not None and dt.tzinfo is None:
+        return dt.replace(tzinfo=timezone.utc)
+    return dt
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One ledger row: slice ``slice_id`` held by ``user``'s server ``server_name`` since
+    ``started_at``; closed when ``ended_at`` is set, with ``end_reason`` (``stopped``, ``failed``,
+    ``culled:<rule>``, ``reconciled``, ``admin`` …)."""
+
+    id: int
+    slice_id: str
+    user: str
+    server_name: str
+    profile: str
+    node: str
+    charge_group: str | None
+    share: float
+    container_id: str | None
+    container_name: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    end_reason: str | None
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None
+
+    @classmethod
+    def from_row(cls, row) -> Allocation:
+        m = row._mapping
+        return cls(
+            id=m["id"],
+            slice_id=m["slice_id"],
+            user=m["user"],
+            server_name=m["server_name"],
+            profile=m["profile"],
+            node=m["node"],
+            charge_group=m["charge_group"],
+            share=m["share"],
+            container_id=m["container_id"],
+            container_name=m["container_name"],
+            started_at=_aware(m["started_at"]),
+            ended_at=_aware(m["ended_at"]),
+            end_reason=m["end_reason"],
+        )
+
+
+def slice_from_row(row) -> Slice:
+    m = row._mapping
+    return Slice(
+        id=m["id"],
+        kind=SliceKind(m["kind"]),
+        device_uuid=m["device_uuid"],
+        device_index=m["device_index"],
+        device_name=m["device_name"],
+        memory_bytes=m["memory_bytes"],
+        visible_id=m["visible_id"],
+        share=m["share"],
+        node=m["node"],
+        mig_profile=m["mig_profile"],
+        seat=m["seat"],
+        seats=m["seats"],
+        rank=m["rank"],
+    )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :meth:`Ledger.claim` hands back: the open allocation and the slice it holds."""
+
+    allocation: Allocation
+    slice: Slice
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What :meth:`Ledger.sync_inventory` changed. ``vanished_held`` lists open allocations whose
+    slice is no longer in the inventory (a MIG layout changed, a GPU fell off the bus)."""
+
+    added: tuple[str, ...]
+    updated: tuple[str, ...]
+    vanished: tuple[str, ...]
+    vanished_held: tuple[Allocation, ...]
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What :meth:`Ledger.reconcile` found: allocations closed because their container is gone,
+    and live containers (ids) that hold no open allocation."""
+
+    closed: tuple[Allocation, ...]
+    orphan_containers: tuple[str, ...]
+
+
+class LedgerRefusal(Exception):
+    """A claim the ledger cannot grant. ``reason`` is a stable machine word; ``message`` is
+    written for the user (what happened and what to do)."""
+
+    reason = "refused"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class NoFreeSlice(LedgerRefusal):
+    """No free slice satisfies the request; ``free``/``total`` count slices of that request."""
+
+    reason = "no-free-slice"
+
+    def __init__(self, message: str, *, free: int = 0, total: int = 0):
+        super().__init__(message)
+        self.free = free
+        self.total = total
+
+
+class QuotaExceeded(LedgerRefusal):
+    """The user, or every group the allocation could be charged to, is at its slice limit."""
+
+    reason = "quota"

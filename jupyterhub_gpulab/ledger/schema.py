@@ -1,0 +1,132 @@
+"""The ledger's tables (SQLAlchemy Core), shared by the hub's spawner and the gpulab service.
+
+Invariant 1 of the design lives here, in the database itself: the partial unique index
+``uq_allocations_open_slice`` allows at most one *open* allocation (``ended_at IS NULL``) per slice,
+whatever process, thread or hub replica writes. ``slices.held_by`` mirrors the open allocation so
+the search for a free slice walks an index of free slices only (``ix_slices_free``) and stays
+O(log n) in a nearly full lab; it is written in the same transaction as the allocation row.
+
+Migrations live in ``migrations/`` (Alembic); change a table there and here together.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+# Deterministic constraint names keep Alembic migrations clean (as jupyterhub/orm.py does).
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+UTC_DATETIME = sa.DateTime(timezone=True)
+
+devices = sa.Table(
+    "devices",
+    metadata,
+    sa.Column("uuid", sa.String(96), primary_key=True),
+    sa.Column("node", sa.String(255), nullable=False, default="local"),
+    sa.Column("index", sa.Integer, nullable=False),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("memory_bytes", sa.BigInteger, nullable=False),
+    sa.Column("compute_capability", sa.String(16), nullable=True),
+    sa.Column("mig_enabled", sa.Boolean, nullable=False, default=False),
+    sa.Column("vgpu_type", sa.String(64), nullable=True),
+    # present: seen in the latest inventory read; drained: an admin took it out of service.
+    sa.Column("present", sa.Boolean, nullable=False, default=True),
+    sa.Column("drained", sa.Boolean, nullable=False, default=False),
+    sa.Column("drain_reason", sa.String(255), nullable=True),
+    sa.Column("updated_at", UTC_DATETIME, nullable=False),
+)
+
+slices = sa.Table(
+    "slices",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("device_uuid", sa.String(96), sa.ForeignKey("devices.uuid"), nullable=False),
+    sa.Column("node", sa.String(255), nullable=False, default="local"),
+    sa.Column("device_index", sa.Integer, nullable=False),
+    sa.Column("device_name", sa.String(255), nullable=False),
+    sa.Column("memory_bytes", sa.BigInteger, nullable=False),
+    sa.Column("visible_id", sa.String(128), nullable=False),
+    sa.Column("share", sa.Float, nullable=False, default=1.0),
+    sa.Column("mig_profile", sa.String(32), nullable=True),
+    sa.Column("seat", sa.Integer, nullable=True),
+    sa.Column("seats", sa.Integer, nullable=True),
+    sa.Column("rank", sa.Integer, nullable=False, default=0),
+    # available = present and its device not drained; kept in step by the ledger.
+    sa.Column("available", sa.Boolean, nullable=False, default=True),
+    # The open allocation holding this slice (mirror of allocations; see module docstring).
+    sa.Column("held_by", sa.Integer, nullable=True),
+)
+
+sa.Index(
+    "ix_slices_free",
+    slices.c.kind,
+    slices.c.available,
+    slices.c.mig_profile,
+    slices.c.rank,
+    slices.c.id,
+    sqlite_where=slices.c.held_by.is_(None),
+    postgresql_where=slices.c.held_by.is_(None),
+)
+sa.Index("ix_slices_device_uuid", slices.c.device_uuid)
+
+allocations = sa.Table(
+    "allocations",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("slice_id", sa.String(128), sa.ForeignKey("slices.id"), nullable=False),
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("server_name", sa.String(255), nullable=False, default=""),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("node", sa.String(255), nullable=False, default="local"),
+    # The group whose group-wide cap this allocation counts against (None: no group cap).
+    sa.Column("charge_group", sa.String(255), nullable=True),
+    sa.Column("share", sa.Float, nullable=False, default=1.0),
+    sa.Column("container_id", sa.String(128), nullable=True),
+    sa.Column("container_name", sa.String(255), nullable=True),
+    sa.Column("started_at", UTC_DATETIME, nullable=False),
+    sa.Column("ended_at", UTC_DATETIME, nullable=True),
+    sa.Column("end_reason", sa.String(64), nullable=True),
+)
+
+sa.Index(
+    "uq_allocations_open_slice",
+    allocations.c.slice_id,
+    unique=True,
+    sqlite_where=allocations.c.ended_at.is_(None),
+    postgresql_where=allocations.c.ended_at.is_(None),
+)
+sa.Index(
+    "ix_allocations_open_user",
+    allocations.c.user,
+    sqlite_where=allocations.c.ended_at.is_(None),
+    postgresql_where=allocations.c.ended_at.is_(None),
+)
+sa.Index(
+    "ix_allocations_open_group",
+    allocations.c.charge_group,
+    sqlite_where=allocations.c.ended_at.is_(None),
+    postgresql_where=allocations.c.ended_at.is_(None),
+)
+sa.Index("ix_allocations_started_at", allocations.c.started_at)
+
+# Spawns refused for policy or capacity, for the admin page ("refusals in the last 24 hours").
+refusals = sa.Table(
+    "refusals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", UTC_DATETIME, nullable=False),
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=True),
+    sa.Column("reason", sa.String(64), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+)
+sa.Index("ix_refusals_at", refusals.c.at)

@@ -1,0 +1,82 @@
+"""Shared helpers for ledger tests: a small lab inventory and per-backend empty databases."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import sqlalchemy as sa
+
+from jupyterhub_gpulab.inventory import load_declared
+from jupyterhub_gpulab.ledger import Ledger
+
+POSTGRES_URL = os.environ.get("GPULAB_TEST_POSTGRES_URL")
+
+#: A100-40GB in MIG mode (3g.20gb + 2g.10gb + 2 × 1g.5gb), an A40, a 16 GiB T4 and a 24 GiB P40
+#: as whole GPUs, and a T4 split into 4 seats of 4 GiB.
+LAB = [
+    {
+        "uuid": "GPU-a100-0000",
+        "index": 0,
+        "name": "NVIDIA A100-SXM4-40GB",
+        "memory": "40GiB",
+        "mig": [
+            {"uuid": "MIG-a100-3g-0", "profile": "3g.20gb"},
+            {"uuid": "MIG-a100-2g-0", "profile": "2g.10gb"},
+            {"uuid": "MIG-a100-1g-0", "profile": "1g.5gb"},
+            {"uuid": "MIG-a100-1g-1", "profile": "1g.5gb"},
+        ],
+    },
+    {"uuid": "GPU-a40-0001", "index": 1, "name": "NVIDIA A40", "memory": "48GiB"},
+    {"uuid": "GPU-t4-0002", "index": 2, "name": "Tesla T4", "memory": "16GiB"},
+    {"uuid": "GPU-p40-0003", "index": 3, "name": "Tesla P40", "memory": "24GiB"},
+    {
+        "uuid": "GPU-t4s-0004",
+        "index": 4,
+        "name": "Tesla T4",
+        "memory": "16GiB",
+        "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
+    },
+]
+
+
+def lab_inventory(spec=None):
+    return load_declared(spec or LAB)
+
+
+def reset_postgres(url: str) -> None:
+    """Drop every table of the test database so each test starts from an empty schema."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE")
+        conn.exec_driver_sql("CREATE SCHEMA public")
+    engine.dispose()
+
+
+def backends():
+    """The database backends to run ledger tests on: SQLite always, PostgreSQL when configured.
+    In CI (``CI=true``) PostgreSQL is required, so a missing server fails instead of skipping."""
+    params = [pytest.param("sqlite", id="sqlite")]
+    marks = [pytest.mark.postgres]
+    if not POSTGRES_URL and not os.environ.get("CI"):
+        marks.append(
+            pytest.mark.skip(
+                reason="GPULAB_TEST_POSTGRES_URL not set (scripts/ensure-postgres.sh prints one)"
+            )
+        )
+    params.append(pytest.param("postgresql", id="postgresql", marks=marks))
+    return params
+
+
+def make_url(backend: str, tmp_path) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'gpulab.sqlite'}"
+    assert POSTGRES_URL, "CI needs GPULAB_TEST_POSTGRES_URL: .ci/run starts PostgreSQL and sets it"
+    reset_postgres(POSTGRES_URL)
+    return POSTGRES_URL
+
+
+def new_ledger(backend: str, tmp_path, inventory=None) -> Ledger:
+    ledger = Ledger(make_url(backend, tmp_path))
+    ledger.sync_inventory(inventory or lab_inventory())
+    return ledger
