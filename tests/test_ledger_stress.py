@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from collections import defaultdict
+from datetime import datetime, timezone
 
 import pytest
 from ledger_support import backends, lab_inventory, make_url
@@ -94,17 +95,18 @@ def test_two_processes_never_double_allocate(backend, tmp_path):
 
     # The whole history: per slice, allocation intervals never overlap.
     history = defaultdict(list)
-    for a in setup.allocations_between(
-        __import__("datetime").datetime(2000, 1, 1, tzinfo=__import__("datetime").timezone.utc),
-        __import__("datetime").datetime(2100, 1, 1, tzinfo=__import__("datetime").timezone.utc),
-    ):
+    everything = (
+        datetime(2000, 1, 1, tzinfo=timezone.utc),
+        datetime(2100, 1, 1, tzinfo=timezone.utc),
+    )
+    for a in setup.allocations_between(*everything):
         assert a.ended_at is not None, f"allocation {a.id} left open"
         history[a.slice_id].append((a.started_at, a.ended_at, a.id))
     claims = sum(len(v) for v in history.values())
     assert claims > 1000, "the workers should have claimed many times"
     for slice_id, spans in history.items():
         spans.sort()
-        for (s1, e1, a1), (s2, _e2, a2) in zip(spans, spans[1:]):
+        for (_s1, e1, a1), (s2, _e2, a2) in zip(spans, spans[1:]):
             assert e1 <= s2, f"slice {slice_id}: allocation {a2} started before {a1} ended"
     assert setup.double_allocations() == []
     assert all(s["held_by"] is None for s in setup.slices())
