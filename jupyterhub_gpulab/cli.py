@@ -1,0 +1,208 @@
+"""The ``gpulab`` command: look at the inventory, check a config, list allocations, upgrade the db.
+
+    gpulab inventory [--json] [-f jupyterhub_config.py]
+    gpulab check-config -f jupyterhub_config.py
+    gpulab allocations [--json] [-f jupyterhub_config.py]
+    gpulab upgrade-db [-f jupyterhub_config.py]
+
+Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
+usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from traitlets.config import Config
+
+from .config import GPULab, Lab, load_config_file
+from .errors import ConfigError
+from .units import format_bytes
+
+DEFAULT_CONFIG = "jupyterhub_config.py"
+
+
+def _config(path: str | None) -> Config:
+    if path is None:
+        return load_config_file(DEFAULT_CONFIG) if Path(DEFAULT_CONFIG).is_file() else Config()
+    return load_config_file(path)
+
+
+def _lab(args) -> Lab:
+    return GPULab(config=_config(args.config)).load()
+
+
+def cmd_inventory(args) -> int:
+    gl = GPULab(config=_config(args.config))
+    inv = gl.read_inventory()
+    node = gl.node_name
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "source": inv.source,
+                    "node": node,
+                    "warnings": list(inv.warnings),
+                    "devices": [asdict(d) for d in inv.devices],
+                    "slices": [
+                        {**asdict(s), "kind": s.kind.value, "isolation": s.isolation}
+                        for s in inv.slices
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"source: {inv.source}   node: {node}")
+    for w in inv.warnings:
+        print(f"warning: {w}")
+    if not inv.devices:
+        print("no GPUs: only CPU-only profiles can be spawned")
+    by_device: dict[str, list] = {}
+    for s in inv.slices:
+        by_device.setdefault(s.device_uuid, []).append(s)
+    for d in inv.devices:
+        extra = " (MIG mode)" if d.mig_enabled else ""
+        if d.vgpu_type:
+            extra += f" (vGPU {d.vgpu_type})"
+        cc = (
+            f" cc {d.compute_capability[0]}.{d.compute_capability[1]}"
+            if d.compute_capability
+            else ""
+        )
+        print(f"GPU {d.index}: {d.name}{extra}, {format_bytes(d.memory_bytes)}{cc}  {d.uuid}")
+        for s in by_device.get(d.uuid, []):
+            print(f"    {s.kind.value:<6} {s.id}  {s.describe()}")
+    return 0
+
+
+def cmd_check_config(args) -> int:
+    try:
+        lab = _lab(args)
+    except ConfigError as e:
+        print(f"{args.config or DEFAULT_CONFIG}: {len(e.errors)} error(s):", file=sys.stderr)
+        for m in e.errors:
+            print(f"  - {m}", file=sys.stderr)
+        return 1
+    for w in lab.warnings:
+        print(f"warning: {w}")
+    kinds: dict[str, int] = {}
+    for s in lab.inventory.slices:
+        kinds[s.kind.value] = kinds.get(s.kind.value, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no GPU slices"
+    print(
+        f"OK: {len(lab.inventory.devices)} GPU(s) ({summary}) from {lab.inventory.source}, "
+        f"{len(lab.profiles)} profile(s), {len(lab.policies)} group policy(ies)"
+    )
+    return 0
+
+
+def _ledger(args):
+    from .ledger import Ledger
+
+    gl = GPULab(config=_config(args.config))
+    return Ledger(gl.db_url, auto_upgrade=False)
+
+
+def cmd_allocations(args) -> int:
+    ledger = _ledger(args)
+    rows = ledger.open_allocations()
+    slices = {s["id"]: s for s in ledger.slices()}
+    ledger.close()
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        **asdict(a),
+                        "started_at": a.started_at.isoformat(),
+                        "ended_at": None,
+                        "device_name": slices.get(a.slice_id, {}).get("device_name"),
+                        "kind": slices.get(a.slice_id, {}).get("kind"),
+                    }
+                    for a in rows
+                ],
+                indent=2,
+            )
+        )
+        return 0
+    if not rows:
+        print("no open allocations")
+        return 0
+    print(f"{'id':>5}  {'user':<16} {'server':<10} {'profile':<16} {'since (UTC)':<20} slice")
+    for a in rows:
+        s = slices.get(a.slice_id, {})
+        print(
+            f"{a.id:>5}  {a.user:<16} {a.server_name or '-':<10} {a.profile:<16} "
+            f"{a.started_at:%Y-%m-%d %H:%M:%S}  {a.slice_id} ({s.get('device_name', '?')})"
+        )
+    return 0
+
+
+def cmd_upgrade_db(args) -> int:
+    from .ledger import db
+
+    gl = GPULab(config=_config(args.config))
+    engine = db.make_engine(gl.db_url)
+    before = db.current_revision(engine)
+    db.upgrade(engine)
+    print(f"ledger schema: {before or 'empty'} -> {db.head_revision()}")
+    engine.dispose()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gpulab", description="jupyterhub-gpulab administration")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help, json_flag=False, config_required=False):
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument(
+            "-f",
+            "--config",
+            required=config_required,
+            default=None,
+            help=f"a jupyterhub_config.py (default: ./{DEFAULT_CONFIG} if present)",
+        )
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=func)
+        return p
+
+    add(
+        "inventory",
+        cmd_inventory,
+        "show the GPUs and slices NVML or the configuration provides",
+        True,
+    )
+    add(
+        "check-config",
+        cmd_check_config,
+        "validate inventory, profiles and policies; exit 1 listing every error",
+        config_required=True,
+    )
+    add("allocations", cmd_allocations, "list open allocations", True)
+    add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FileNotFoundError as e:
+        print(f"gpulab: {e}", file=sys.stderr)
+        return 2
+    except ConfigError as e:
+        print(f"gpulab: configuration has {len(e.errors)} error(s):", file=sys.stderr)
+        for m in e.errors:
+            print(f"  - {m}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

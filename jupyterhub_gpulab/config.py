@@ -1,0 +1,192 @@
+"""``c.GPULab``: the lab's configuration, shared by the spawner (in the hub), the service and the CLI.
+
+Everything here is read from ``jupyterhub_config.py``; :meth:`GPULab.load` validates it all at once
+and raises :class:`~.errors.ConfigError` listing every problem (``gpulab check-config`` prints
+them). Example::
+
+    c.GPULab.db_url = "sqlite:////srv/jupyterhub/gpulab.sqlite"
+    c.GPULab.inventory = [{"uuid": "GPU-…", "index": 0, "name": "NVIDIA A40", "memory": "48GiB"}]
+    c.GPULab.profiles = [{"slug": "cpu", "display_name": "CPU only", "image": "…"}]
+    c.GPULab.group_policies = {"students": {"max_slices_per_user": 1}}
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traitlets import Bool, Dict, List, Unicode, default
+from traitlets.config import Config, LoggingConfigurable, PyFileConfigLoader
+
+from .errors import ConfigError
+from .inventory import Inventory, InventoryError, load_inventory, load_shared
+from .policy import GroupPolicy, load_policies, load_policy
+from .profiles import Profile, load_profiles
+
+
+@dataclass(frozen=True)
+class Lab:
+    """The validated lab: what :meth:`GPULab.load` returns."""
+
+    inventory: Inventory
+    profiles: tuple[Profile, ...]
+    policies: dict[str, GroupPolicy]
+    default_policy: GroupPolicy | None
+    node: str
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def profile(self, slug: str) -> Profile | None:
+        return next((p for p in self.profiles if p.slug == slug), None)
+
+
+class GPULab(LoggingConfigurable):
+    """Configuration of the GPU lab (inventory, profiles, group policies, ledger database)."""
+
+    db_url = Unicode(
+        config=True,
+        help="""SQLAlchemy URL of the ledger database, shared by the hub and the gpulab service.
+
+        Default: ``sqlite:///gpulab.sqlite`` in the hub's working directory (WAL mode, a 30 s busy
+        timeout). For several hub replicas use PostgreSQL:
+        ``c.GPULab.db_url = "postgresql+psycopg://gpulab:secret@db/gpulab"``
+        (install the ``postgres`` extra).
+        """,
+    )
+
+    @default("db_url")
+    def _default_db_url(self):
+        return "sqlite:///" + str(Path(os.getcwd()) / "gpulab.sqlite")
+
+    db_auto_upgrade = Bool(
+        False,
+        config=True,
+        help="""Upgrade an older ledger schema at start instead of refusing to start.
+
+        Off by default, as in JupyterHub: back up, then run ``gpulab upgrade-db``.
+        """,
+    )
+
+    node_name = Unicode(
+        config=True,
+        help="""Name of this Docker host in the ledger (one node today). Default: the hostname.""",
+    )
+
+    @default("node_name")
+    def _default_node_name(self):
+        return socket.gethostname()
+
+    inventory_source = Unicode(
+        "auto",
+        config=True,
+        help="""Where devices come from: ``"auto"`` (``inventory`` if declared, else NVML),
+        ``"nvml"`` (ask the driver) or ``"declared"`` (``inventory`` only).
+        """,
+    )
+
+    inventory = List(
+        Dict(),
+        config=True,
+        help="""Devices declared by hand (vGPU hosts, hosts the hub cannot probe, demos, tests).
+
+        One dict per GPU: ``uuid`` (``GPU-…`` as ``nvidia-smi -L`` prints), ``index``, ``name``,
+        ``memory`` (``"48GiB"``), and either ``mig`` (a list of ``{"uuid": "MIG-…", "profile":
+        "1g.10gb"}``) or ``shared`` (``{"seats": 4, "memory_per_seat": "4GiB", "compute_share":
+        0.25}``) or neither (a whole GPU). See :mod:`jupyterhub_gpulab.inventory.declared`.
+        """,
+    )
+
+    shared_devices = Dict(
+        config=True,
+        help="""Split NVML-discovered GPUs into seats: ``{"GPU-uuid": {"seats": 4,
+        "memory_per_seat": "4GiB", "compute_share": 0.25}}``. Memory caps are enforced with MPS
+        where the host runs an MPS daemon, else soft.
+        """,
+    )
+
+    profiles = List(
+        Dict(),
+        config=True,
+        help="""What users pick: a list of dicts with ``slug``, ``display_name``, ``description``,
+        ``image``, ``slice`` (``None``; ``{"kind": "gpu", "min_memory": "24GiB", "model":
+        "A100"}``; ``{"kind": "mig", "mig_profile": "1g.10gb"}``; ``{"kind": "shared"}``),
+        ``cpu_limit`` (cores), ``mem_limit`` (``"16G"``), ``env``, ``groups`` (empty: everyone),
+        ``default``. See :mod:`jupyterhub_gpulab.profiles`.
+        """,
+    )
+
+    group_policies = Dict(
+        config=True,
+        help="""Per JupyterHub group: ``profiles`` allowed, ``max_slices_per_user`` (all named
+        servers count), ``max_slices`` (the whole group), ``priority``. How several groups
+        combine: :mod:`jupyterhub_gpulab.policy`. The key ``admin`` applies to JupyterHub admins.
+        """,
+    )
+
+    default_policy = Dict(
+        None,
+        allow_none=True,
+        config=True,
+        help="""The policy of users in none of ``group_policies``' groups (same keys as one
+        group's policy). ``None``: no limits.""",
+    )
+
+    def read_inventory(self, nvml=None) -> Inventory:
+        """The inventory alone (NVML or declared); raises :class:`ConfigError` for a bad one."""
+        try:
+            shared = load_shared(self.shared_devices) if self.shared_devices else None
+            return load_inventory(
+                self.inventory_source, self.inventory, node=self.node_name, nvml=nvml, shared=shared
+            )
+        except InventoryError as e:
+            raise ConfigError([f"c.GPULab.{m}" for m in e.errors]) from None
+
+    def load(self, nvml=None) -> Lab:
+        """Validate everything and read the inventory; raise :class:`ConfigError` listing every
+        problem (inventory, profiles and policies together)."""
+        errors: list[str] = []
+        inventory = Inventory()
+        try:
+            inventory = self.read_inventory(nvml)
+        except ConfigError as e:
+            errors.extend(e.errors)
+        profiles: tuple[Profile, ...] = ()
+        try:
+            profiles = load_profiles(self.profiles)
+        except ConfigError as e:
+            errors.extend(f"c.GPULab.{m}" for m in e.errors)
+        slugs = [p.slug for p in profiles]
+        policies: dict[str, GroupPolicy] = {}
+        try:
+            policies = load_policies(self.group_policies, slugs)
+        except ConfigError as e:
+            errors.extend(f"c.GPULab.{m}" for m in e.errors)
+        default_policy = None
+        if self.default_policy is not None:
+            try:
+                default_policy = load_policy(
+                    "(default)", self.default_policy, slugs, where="default_policy"
+                )
+            except ConfigError as e:
+                errors.extend(f"c.GPULab.{m}" for m in e.errors)
+        if errors:
+            raise ConfigError(errors)
+        return Lab(
+            inventory=inventory,
+            profiles=profiles,
+            policies=policies,
+            default_policy=default_policy,
+            node=self.node_name,
+            warnings=inventory.warnings,
+        )
+
+
+def load_config_file(path: str | os.PathLike) -> Config:
+    """Load a ``jupyterhub_config.py`` the way JupyterHub does (``c = get_config()``), without
+    starting anything. Raises ``FileNotFoundError`` for a missing file."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no config file at {path}")
+    loader = PyFileConfigLoader(path.name, str(path.parent))
+    return loader.load_config()
