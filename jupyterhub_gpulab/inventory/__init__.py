@@ -1,5 +1,67 @@
-"""GPU inventory: devices and slices, from NVML or from configuration."""
+"""GPU inventory: devices and slices, from NVML or from configuration.
 
+Importing this package is cheap: ``pynvml`` is imported only when NVML is actually read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .declared import load_declared, load_shared
+from .errors import InventoryError
 from .model import Device, Inventory, SharedSettings, Slice, SliceKind, SliceRequest
+from .nvml import Utilization, discover, sample_utilization
 
-__all__ = ["Device", "Inventory", "SharedSettings", "Slice", "SliceKind", "SliceRequest"]
+__all__ = [
+    "Device",
+    "Inventory",
+    "InventoryError",
+    "SharedSettings",
+    "Slice",
+    "SliceKind",
+    "SliceRequest",
+    "Utilization",
+    "discover",
+    "load_declared",
+    "load_inventory",
+    "load_shared",
+    "sample_utilization",
+]
+
+SOURCES = ("auto", "nvml", "declared")
+
+
+def load_inventory(
+    source: str,
+    declared: list[dict] | None,
+    node: str = "local",
+    nvml: Any = None,
+    shared: dict[str, SharedSettings] | None = None,
+) -> Inventory:
+    """The inventory for ``node`` from the configured ``source``.
+
+    - ``"auto"``: the declared inventory when ``declared`` is non-empty, else NVML;
+    - ``"nvml"``: NVML only (``declared`` is ignored); ``shared`` maps GPU UUIDs to seat settings
+      (see :func:`load_shared`);
+    - ``"declared"``: ``declared`` only; an empty or missing one is an error.
+
+    Raises :class:`InventoryError` for an unknown ``source``, a missing declared inventory with
+    ``"declared"``, or a bad declared inventory. A host without NVML is not an error: it gives an
+    empty inventory with a warning.
+    """
+    if source not in SOURCES:
+        raise InventoryError(
+            [f"inventory source {source!r} is unknown; use one of {', '.join(SOURCES)}"],
+            header="invalid inventory source",
+        )
+    if source == "declared" or (source == "auto" and declared):
+        if not declared:
+            raise InventoryError(
+                [
+                    "the inventory source is 'declared' but c.GPULab.inventory is empty; "
+                    "declare the GPUs there, or use the source 'auto' or 'nvml'"
+                ],
+                header="invalid inventory source",
+            )
+        return load_declared(declared, node=node)
+    return discover(node=node, nvml=nvml, shared=shared)

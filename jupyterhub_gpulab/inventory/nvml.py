@@ -1,0 +1,367 @@
+"""Read the GPU inventory and utilisation from NVML: the only module in gpulab that uses pynvml.
+
+``pynvml`` (the ``nvidia-ml-py`` package) is imported lazily, inside the functions, so importing
+this module costs nothing on a host without it. Every function takes ``nvml=``, a module-like
+object with pynvml's functions, constants and exception classes: the real ``pynvml`` by default,
+the fake in ``tests/fake_nvml.py`` in tests.
+
+A host without the driver (no ``libnvidia-ml.so.1``, driver not loaded, no ``pynvml``) yields an
+empty inventory (``source="none"``) with one warning; CPU profiles keep working. A device that
+vanishes or fails mid-scan is skipped with a warning and the others are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .model import Device, Inventory, SharedSettings, Slice
+from .slices import (
+    DEFAULT_MIG_COMPUTE_SLICES,
+    assemble,
+    mig_profile_name,
+    mig_slice,
+    seat_problem,
+    seat_slices,
+    vgpu_type_from_name,
+    whole_slice,
+)
+
+__all__ = ["Utilization", "discover", "sample_utilization"]
+
+T = TypeVar("T")
+
+_CPU_STILL_WORKS = "no GPUs in the inventory; CPU profiles still work"
+
+# GPU instance profiles whose names carry attributes, as nvidia-smi and NVIDIA/go-nvlib spell them.
+_PROFILE_SUFFIXES = {
+    "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1": "+me",
+    "NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1": "+me",
+    "NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME": "+me.all",
+    "NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME": "+me.all",
+    "NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX": "+gfx",
+    "NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX": "+gfx",
+    "NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX": "+gfx",
+    "NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME": "-me",
+    "NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME": "-me",
+}
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """One sample for a slice: ``gpu_percent`` (0–100, the share of the last sample period a
+    kernel ran, from ``nvmlDeviceGetUtilizationRates``) and ``memory_used_bytes`` (bytes, from
+    ``nvmlDeviceGetMemoryInfo``). ``None`` where NVML cannot tell (MIG devices report no
+    utilisation rate; a vanished device reports nothing)."""
+
+    gpu_percent: float | None = None
+    memory_used_bytes: int | None = None
+
+
+def discover(
+    node: str = "local",
+    nvml: Any = None,
+    shared: dict[str, SharedSettings] | None = None,
+) -> Inventory:
+    """Every device NVML reports on this host, with its slices.
+
+    - A device not in MIG mode gives one ``gpu`` slice, or, when its UUID is a key of ``shared``,
+      ``shared`` seats (if the seats do not fit in its memory: a warning and a whole slice).
+    - A MIG-enabled device gives only its MIG devices, each a ``mig`` slice with its
+      ``MIG-<uuid>``, memory (bytes, ``nvmlDeviceGetMemoryInfo(mig).total``) and canonical profile
+      name (see :func:`.slices.mig_profile_name`); ``share`` is ``g`` over the parent's largest
+      GPU instance (7 on A100/H100/H200, 4 on A30).
+    - A vGPU guest (``GRID P40-1Q``) is a device like any other, with ``vgpu_type`` set.
+
+    ``node`` is stamped on devices and slices. ``nvml`` defaults to the real ``pynvml``.
+    Never raises for a missing driver: returns ``Inventory(source="none")`` with one warning.
+    """
+    shared = shared or {}
+    nvml, missing = _load(nvml)
+    if nvml is None:
+        return Inventory(source="none", warnings=(missing,))
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        return Inventory(source="none", warnings=(_unavailable(nvml, exc),))
+    try:
+        return _scan(nvml, node, shared)
+    except nvml.NVMLError as exc:  # NVML as a whole failed (per-device errors are handled)
+        return Inventory(source="none", warnings=(_unavailable(nvml, exc),))
+    finally:
+        _shutdown(nvml)
+
+
+def sample_utilization(inventory: Inventory, nvml: Any = None) -> dict[str, Utilization]:
+    """Current utilisation of every slice of ``inventory``, keyed by slice id.
+
+    Whole GPUs and MIG devices are looked up by UUID (``nvmlDeviceGetHandleByUUID`` accepts both);
+    shared seats report their device's figures (per-process attribution is later work). One
+    ``nvmlInit``/``nvmlShutdown`` per call. Never raises: a slice NVML cannot read, or every slice
+    on a host without NVML, gets ``Utilization(None, None)``.
+    """
+    result = {s.id: Utilization() for s in inventory.slices}
+    nvml, _missing = _load(nvml)
+    if nvml is None or not inventory.slices:
+        return result
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return result
+    try:
+        by_visible: dict[str, Utilization] = {}
+        for s in inventory.slices:
+            if s.visible_id not in by_visible:
+                by_visible[s.visible_id] = _sample(nvml, s.visible_id)
+            result[s.id] = by_visible[s.visible_id]
+        return result
+    finally:
+        _shutdown(nvml)
+
+
+# -- scanning -------------------------------------------------------------------------------------
+
+
+def _scan(nvml: Any, node: str, shared: dict[str, SharedSettings]) -> Inventory:
+    devices: list[Device] = []
+    slices: list[Slice] = []
+    warnings: list[str] = []
+    fatal = _fatal_errors(nvml)
+    for index in range(nvml.nvmlDeviceGetCount()):
+        label = f"GPU {index}"
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            label = f"GPU {index} ({uuid})"
+            device, device_slices, device_warnings = _read_device(
+                nvml, handle, index, uuid, node, shared.get(uuid)
+            )
+        except fatal:
+            raise
+        except nvml.NVMLError as exc:
+            warnings.append(
+                f"{label} vanished or failed while being read ({_err(exc)}); skipped it, "
+                "the other GPUs are in the inventory. Check `nvidia-smi` and the kernel log."
+            )
+            continue
+        devices.append(device)
+        slices.extend(device_slices)
+        warnings.extend(device_warnings)
+    found = {d.uuid for d in devices}
+    for uuid in sorted(set(shared) - found):
+        warnings.append(
+            f"shared settings name {uuid}, which NVML does not report on this host; "
+            "check the UUID with `nvidia-smi -L`"
+        )
+    return assemble(devices, slices, "nvml", warnings)
+
+
+def _read_device(
+    nvml: Any, handle: Any, index: int, uuid: str, node: str, settings: SharedSettings | None
+) -> tuple[Device, list[Slice], list[str]]:
+    name = _text(nvml.nvmlDeviceGetName(handle))
+    memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+    cc = _optional(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle))
+    warnings: list[str] = []
+    mig_enabled = _mig_enabled(nvml, handle, index, warnings)
+    device = Device(
+        uuid=uuid,
+        index=index,
+        name=name,
+        memory_bytes=memory,
+        compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
+        mig_enabled=mig_enabled,
+        node=node,
+        vgpu_type=vgpu_type_from_name(name),
+    )
+    where = f"{device.describe()} ({uuid})"
+    if mig_enabled:
+        if settings is not None:
+            warnings.append(
+                f"{where} is in MIG mode, so its shared-seat settings are ignored and its MIG "
+                "devices are offered; disable MIG mode to share it in seats"
+            )
+        slices = _mig_slices(nvml, handle, device, warnings)
+        return device, slices, warnings
+    if settings is not None:
+        problem = seat_problem(device, settings)
+        if problem is None:
+            return device, seat_slices(device, settings), warnings
+        warnings.append(f"{where} cannot be shared as configured: {problem}; offered whole")
+    return device, [whole_slice(device)], warnings
+
+
+def _mig_enabled(nvml: Any, handle: Any, index: int, warnings: list[str]) -> bool:
+    modes = _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
+    if modes is None:  # pre-Ampere GPUs and vGPU guests: NVMLError_NotSupported
+        return False
+    current, pending = int(modes[0]), int(modes[1])
+    enabled = current == nvml.NVML_DEVICE_MIG_ENABLE
+    if pending != current:
+        will = "enabled" if pending == nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+        warnings.append(
+            f"GPU {index}: MIG mode will be {will} after a GPU reset; the inventory shows the "
+            f"current mode until then (`nvidia-smi -r -i {index}` applies it)"
+        )
+    return enabled
+
+
+def _mig_slices(nvml: Any, parent: Any, device: Device, warnings: list[str]) -> list[Slice]:
+    profiles = _gi_profiles(nvml, parent)
+    compute_slices = max(
+        (int(info.sliceCount) for _, info in profiles.values()), default=DEFAULT_MIG_COMPUTE_SLICES
+    )
+    slices: list[Slice] = []
+    for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, i)
+        except nvml.NVMLError_NotFound:
+            continue  # an empty position
+        try:
+            mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
+            g, memory_mb, suffix = _mig_geometry(nvml, parent, mig, profiles)
+            profile = mig_profile_name(g, memory_mb, device.memory_bytes, suffix)
+            memory = int(nvml.nvmlDeviceGetMemoryInfo(mig).total)
+        except (nvml.NVMLError_GpuIsLost, *_fatal_errors(nvml)):
+            raise  # the parent is gone: skip the whole device
+        except nvml.NVMLError as exc:
+            warnings.append(
+                f"MIG device {i} on {device.describe()} could not be read ({_err(exc)}); skipped it"
+            )
+            continue
+        slices.append(mig_slice(device, mig_uuid, profile, memory, len(slices), compute_slices))
+    if not slices:
+        warnings.append(
+            f"{device.describe()} is in MIG mode but has no MIG devices, so it offers no slice; "
+            "create them (`nvidia-smi mig -cgi 1g.10gb,… -C`) or disable MIG mode"
+        )
+    return slices
+
+
+def _gi_profiles(nvml: Any, parent: Any) -> dict[int, tuple[int, Any]]:
+    """``{profile id: (NVML_GPU_INSTANCE_PROFILE_* constant, profile info)}`` for the parent.
+
+    The id a GPU instance reports (``nvmlGpuInstanceGetInfo(gi).profileId``, e.g. 19 for
+    ``1g.5gb`` on A100) is the info's ``id``, not the constant used to ask for it.
+    """
+    found: dict[int, tuple[int, Any]] = {}
+    for constant in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0))):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, constant)
+        except (nvml.NVMLError_GpuIsLost, *_fatal_errors(nvml)):
+            raise
+        except nvml.NVMLError:
+            continue  # a profile this GPU (or driver) does not have
+        found[int(info.id)] = (constant, info)
+    return found
+
+
+def _mig_geometry(
+    nvml: Any, parent: Any, mig: Any, profiles: dict[int, tuple[int, Any]]
+) -> tuple[int, int, str]:
+    """``(compute slices, memory MiB, name suffix)`` of the GPU instance behind ``mig``.
+
+    From the GPU instance's profile when NVML lets us read it; where it does not (no access to
+    the MIG monitor capability, e.g. inside a container), from ``nvmlDeviceGetAttributes`` of the
+    MIG device, which gives the same figures but no ``+me`` attribute.
+    """
+    try:
+        gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
+        gi_info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(parent, gi_id))
+        constant, info = profiles[int(gi_info.profileId)]
+        return int(info.sliceCount), int(info.memorySizeMB), _suffix(nvml, constant)
+    except (nvml.NVMLError_GpuIsLost, *_fatal_errors(nvml)):
+        raise
+    except (nvml.NVMLError, KeyError):
+        attrs = nvml.nvmlDeviceGetAttributes(mig)
+        return int(attrs.gpuInstanceSliceCount), int(attrs.memorySizeMB), ""
+
+
+def _sample(nvml: Any, uuid: str) -> Utilization:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+    except nvml.NVMLError:
+        return Utilization()
+    gpu = _quiet(nvml, lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    used = _quiet(nvml, lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).used))
+    return Utilization(gpu_percent=gpu, memory_used_bytes=used)
+
+
+# -- small helpers ----------------------------------------------------------------------------------
+
+
+def _load(nvml: Any) -> tuple[Any, str]:
+    if nvml is not None:
+        return nvml, ""
+    try:
+        import pynvml
+    except ImportError:
+        return None, (
+            f"the nvidia-ml-py package (pynvml) is not installed, so NVML cannot be read: "
+            f"{_CPU_STILL_WORKS}. Install it (`pip install nvidia-ml-py`) or declare the GPUs "
+            "in c.GPULab.inventory."
+        )
+    return pynvml, ""
+
+
+def _fatal_errors(nvml: Any) -> tuple[type[BaseException], ...]:
+    """Errors that mean NVML as a whole is unusable, not one device."""
+    return (
+        nvml.NVMLError_LibraryNotFound,
+        nvml.NVMLError_DriverNotLoaded,
+        nvml.NVMLError_Uninitialized,
+    )
+
+
+def _unavailable(nvml: Any, exc: BaseException) -> str:
+    if isinstance(exc, nvml.NVMLError_LibraryNotFound):
+        what = (
+            "the NVIDIA driver library libnvidia-ml.so.1 was not found (no driver on this host, "
+            "or the hub's container was started without the NVIDIA runtime)"
+        )
+    elif isinstance(exc, nvml.NVMLError_DriverNotLoaded):
+        what = "the NVIDIA kernel driver is not loaded (`nvidia-smi` fails the same way)"
+    else:
+        what = f"NVML could not be used ({_err(exc)})"
+    return (
+        f"{what}: {_CPU_STILL_WORKS}. Install or load the driver, or declare the GPUs in "
+        "c.GPULab.inventory."
+    )
+
+
+def _optional(nvml: Any, read: Callable[[], T]) -> T | None:
+    """``read()``, or ``None`` where NVML says the query is not supported on this device."""
+    try:
+        return read()
+    except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+        return None
+
+
+def _quiet(nvml: Any, read: Callable[[], T]) -> T | None:
+    try:
+        return read()
+    except nvml.NVMLError:
+        return None
+
+
+def _suffix(nvml: Any, constant: int) -> str:
+    for name, suffix in _PROFILE_SUFFIXES.items():
+        if getattr(nvml, name, None) == constant:
+            return suffix
+    return ""
+
+
+def _shutdown(nvml: Any) -> None:
+    with contextlib.suppress(nvml.NVMLError):
+        nvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    """pynvml < 11.515 returns ``bytes`` for names and UUIDs, newer ones ``str``."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

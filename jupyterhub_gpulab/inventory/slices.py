@@ -1,0 +1,240 @@
+"""Turn devices into slices: the one place both inventory sources build :class:`Slice` objects.
+
+Pure logic, no I/O. :mod:`.nvml` (what the driver reports) and :mod:`.declared` (what an admin
+writes) both call these helpers, so identical hardware yields identical slices whichever way it
+was described.
+
+Placement order (``Slice.rank``, lower first, compared only among slices of one kind):
+
+- whole GPU: best fit, the smallest memory first, then the device index:
+  ``memory in MiB * 1000 + index``;
+- MIG: device index, then the MIG device's position on it: ``index * 1000 + position``;
+- shared seat: first-fit packing, device index then seat: ``index * 1000 + seat``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ..units import format_bytes
+from .model import Device, Inventory, SharedSettings, Slice, SliceKind
+
+__all__ = [
+    "DEFAULT_MIG_COMPUTE_SLICES",
+    "MIG_MEMORY_SLICES",
+    "MIG_PROFILE_PATTERN",
+    "assemble",
+    "mig_memory_eighths",
+    "mig_profile_memory_bytes",
+    "mig_profile_name",
+    "mig_slice",
+    "parse_mig_profile",
+    "seat_problem",
+    "seat_slices",
+    "vgpu_type_from_name",
+    "whole_slice",
+]
+
+#: A declared MIG profile: ``<g>g.<memory>gb`` such as ``1g.10gb`` (no ``+me`` attributes).
+MIG_PROFILE_PATTERN = re.compile(r"^(\d+)g\.(\d+)gb$")
+#: Compute slices of the MIG GPUs in use today (A100, A30 has 4; H100, H200 and B200 have 7).
+DEFAULT_MIG_COMPUTE_SLICES = 7
+#: MIG splits a GPU's memory in eighths (memory slices); a profile takes whole eighths.
+MIG_MEMORY_SLICES = 8
+
+_GIB = 2**30
+_MIB = 2**20
+_G_PREFIX = re.compile(r"^(\d+)g\.")
+# A vGPU guest names itself "GRID P40-1Q" (older) or "NVIDIA A40-48Q" (newer drivers); a
+# MIG-backed vGPU adds the slice count ("GRID A100-1-5C"). The type is <board>-[<g>-]<GB><series>
+# where the series letter is A, B, C or Q, as in NVIDIA's vGPU type names.
+_VGPU_NAME = re.compile(r"^(?:GRID|NVIDIA)\s+([A-Z0-9]+(?:-[A-Za-z]+)*-(?:\d+-)?\d+[ABCQ])$")
+
+
+def mig_profile_name(
+    compute_slices: int, memory_size_mb: int, device_memory_bytes: int, suffix: str = ""
+) -> str:
+    """The canonical MIG profile name, ``"<g>g.<GB>gb"`` plus ``suffix`` (``"+me"`` …).
+
+    ``compute_slices`` is the GPU instance's slice count (``sliceCount``), ``memory_size_mb`` its
+    memory in MiB (``memorySizeMB`` of the GPU instance profile) and ``device_memory_bytes`` the
+    parent GPU's total memory in bytes (``nvmlDeviceGetMemoryInfo(parent).total``).
+
+    The rule is NVIDIA's (``getMigMemorySizeGB`` in NVIDIA/go-nvlib ``pkg/nvlib/device/
+    mig_profile.go``, used by the k8s device plugin and mig-parted, and matching the names
+    ``nvidia-smi mig -lgip`` prints): take the profile's fraction of the device memory, round it
+    *up* to whole eighths (memory slices), multiply by the device memory in GiB rounded *up*, and
+    round half up to an integer. So A100-SXM4-40GB ``1g``: 4864 MiB of 40960 MiB → 1/8 × 40 →
+    ``1g.5gb``; A100-80GB ``1g``: 9856 MiB of 81920 MiB → ``1g.10gb``; H200 (140.4 GiB → 141)
+    ``3g`` at 4/8 → 70.5 → ``3g.71gb``. Integer arithmetic throughout (no float drift).
+    Raises ``ValueError`` when ``device_memory_bytes`` is not positive.
+    """
+    if device_memory_bytes <= 0:
+        raise ValueError(f"device memory must be positive, got {device_memory_bytes}")
+    eighths = -(-(memory_size_mb * _MIB * MIG_MEMORY_SLICES) // device_memory_bytes)
+    device_gib = -(-device_memory_bytes // _GIB)
+    gb = (eighths * device_gib + MIG_MEMORY_SLICES // 2) // MIG_MEMORY_SLICES
+    return f"{compute_slices}g.{gb}gb{suffix}"
+
+
+def parse_mig_profile(profile: str) -> tuple[int, int] | None:
+    """``"3g.20gb"`` → ``(3, 20)`` (compute slices, GB); ``None`` if it is not of that form."""
+    m = MIG_PROFILE_PATTERN.match(profile)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def mig_profile_memory_bytes(profile: str) -> int:
+    """The memory a declared profile names, in bytes: ``"1g.10gb"`` → ``10 * 2**30``.
+
+    NVIDIA's "gb" in profile names is a rounded GiB figure (see :func:`mig_profile_name`), so a
+    declared ``1g.5gb`` slice is counted as 5 GiB although the hardware gives 4864 MiB; declare
+    ``"memory"`` on the MIG entry to state the exact figure. Raises ``ValueError`` on a name not
+    of the ``<g>g.<GB>gb`` form.
+    """
+    parsed = parse_mig_profile(profile)
+    if parsed is None:
+        raise ValueError(f"not a MIG profile name: {profile!r}")
+    return parsed[1] * _GIB
+
+
+def mig_memory_eighths(gb: int, device_memory_bytes: int) -> int:
+    """How many of the device's eight memory slices a ``<gb>gb`` profile takes (at least one).
+
+    The inverse of :func:`mig_profile_name`: ``gb * 8 / ceil(device GiB)``, rounded half up.
+    A100-40GB: ``5gb`` → 1, ``20gb`` → 4; H200 (141): ``71gb`` → 4. Used to check that
+    declared MIG slices fit in the device's memory without tripping over the names' rounding.
+    """
+    device_gib = max(1, -(-device_memory_bytes // _GIB))
+    return max(1, (2 * gb * MIG_MEMORY_SLICES + device_gib) // (2 * device_gib))
+
+
+def vgpu_type_from_name(name: str) -> str | None:
+    """The vGPU type of a vGPU guest from its device name, else ``None``.
+
+    ``"GRID P40-1Q"`` → ``"P40-1Q"``, ``"NVIDIA A40-48Q"`` → ``"A40-48Q"``,
+    ``"GRID A100-1-5C"`` → ``"A100-1-5C"``; physical boards (``"Tesla P40"``,
+    ``"NVIDIA A100-SXM4-40GB"``) → ``None``.
+    """
+    m = _VGPU_NAME.match(name.strip())
+    return m.group(1) if m else None
+
+
+def whole_slice(device: Device) -> Slice:
+    """The ``gpu`` slice for a whole device; rank = best fit (memory in MiB, then index)."""
+    return Slice(
+        id=device.uuid,
+        kind=SliceKind.GPU,
+        device_uuid=device.uuid,
+        device_index=device.index,
+        device_name=device.name,
+        memory_bytes=device.memory_bytes,
+        visible_id=device.uuid,
+        share=1.0,
+        node=device.node,
+        rank=(device.memory_bytes // _MIB) * 1000 + device.index,
+    )
+
+
+def mig_slice(
+    device: Device,
+    mig_uuid: str,
+    profile: str,
+    memory_bytes: int,
+    position: int,
+    compute_slices: int = DEFAULT_MIG_COMPUTE_SLICES,
+) -> Slice:
+    """The ``mig`` slice for MIG device ``mig_uuid`` (``MIG-…``) at ``position`` on ``device``.
+
+    ``profile`` is the canonical name (``"1g.10gb"``, possibly with ``"+me"``); its leading
+    ``<g>g`` over ``compute_slices`` (the parent's largest GPU instance, 7 on A100/H100/H200)
+    gives ``share``. ``memory_bytes`` is what the MIG device offers, in bytes. Raises
+    ``ValueError`` when ``profile`` does not start with ``<g>g.``.
+    """
+    m = _G_PREFIX.match(profile)
+    if m is None:
+        raise ValueError(f"not a MIG profile name: {profile!r}")
+    return Slice(
+        id=mig_uuid,
+        kind=SliceKind.MIG,
+        device_uuid=device.uuid,
+        device_index=device.index,
+        device_name=device.name,
+        memory_bytes=memory_bytes,
+        visible_id=mig_uuid,
+        share=int(m.group(1)) / compute_slices,
+        node=device.node,
+        mig_profile=profile,
+        rank=device.index * 1000 + position,
+    )
+
+
+def seat_problem(device: Device, settings: SharedSettings) -> str | None:
+    """Why ``device`` cannot be split as ``settings`` say, as one sentence with the fix, or
+    ``None`` when it can (seats >= 1, 0 < compute share <= 1, seats × memory <= device memory)."""
+    if (
+        isinstance(settings.seats, bool)
+        or not isinstance(settings.seats, int)
+        or settings.seats < 1
+    ):
+        return f"seats must be a whole number >= 1, got {settings.seats!r}"
+    if not 0 < settings.compute_share <= 1:
+        return (
+            f"compute_share must be in (0, 1], got {settings.compute_share!r}; "
+            "write e.g. 0.25 for a quarter of the SMs"
+        )
+    if settings.memory_bytes <= 0:
+        return "memory_per_seat must be positive, e.g. '4GiB'"
+    total = settings.seats * settings.memory_bytes
+    if total > device.memory_bytes:
+        fitting = device.memory_bytes // settings.memory_bytes
+        return (
+            f"{settings.seats} seats × {format_bytes(settings.memory_bytes)} = {format_bytes(total)} "
+            f"exceeds the device's {format_bytes(device.memory_bytes)}; use at most {fitting} seats "
+            f"or at most {format_bytes(device.memory_bytes // settings.seats)} per seat"
+        )
+    return None
+
+
+def seat_slices(device: Device, settings: SharedSettings) -> list[Slice]:
+    """The ``shared`` slices ``<uuid>/seat-0`` … for ``device`` split as ``settings`` say.
+
+    Each seat gives ``settings.memory_bytes`` and ``settings.compute_share``; all see the whole
+    device (``visible_id`` is its UUID). Raises ``ValueError`` with :func:`seat_problem`'s text
+    when the split does not fit.
+    """
+    problem = seat_problem(device, settings)
+    if problem:
+        raise ValueError(problem)
+    return [
+        Slice(
+            id=f"{device.uuid}/seat-{n}",
+            kind=SliceKind.SHARED,
+            device_uuid=device.uuid,
+            device_index=device.index,
+            device_name=device.name,
+            memory_bytes=settings.memory_bytes,
+            visible_id=device.uuid,
+            share=settings.compute_share,
+            node=device.node,
+            seat=n,
+            seats=settings.seats,
+            rank=device.index * 1000 + n,
+        )
+        for n in range(settings.seats)
+    ]
+
+
+def assemble(
+    devices: Iterable[Device],
+    slices: Iterable[Slice],
+    source: str,
+    warnings: Iterable[str] = (),
+) -> Inventory:
+    """An :class:`Inventory` in canonical order: devices by index, slices by device then rank."""
+    return Inventory(
+        devices=tuple(sorted(devices, key=lambda d: (d.index, d.uuid))),
+        slices=tuple(sorted(slices, key=lambda s: (s.device_index, s.kind.value, s.rank, s.id))),
+        source=source,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,15 @@
+"""Shared pytest fixtures. Add yours in a clearly separated block."""
+
+from __future__ import annotations
+
+import pytest
+from fake_nvml import FakeNVML
+
+# -- inventory: a fake pynvml (tests/fake_nvml.py) --------------------------------------------------
+
+
+@pytest.fixture
+def fake_nvml() -> FakeNVML:
+    """A fresh fake ``pynvml`` over a mixed lab: GPU 0 Tesla P40, GPU 1 A40, GPU 2 A100-40GB in
+    MIG mode (3g.20gb, 2g.10gb, 1g.5gb, 1g.5gb), GPU 3 H100 80GB (MIG capable, disabled)."""
+    return FakeNVML.mixed_lab()

@@ -1,0 +1,114 @@
+"""Sizes and durations as admins write them: properties of ``parse_bytes`` / ``parse_seconds``."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jupyterhub_gpulab.units import (
+    UnitError,
+    format_bytes,
+    parse_bytes,
+    parse_seconds,
+)
+
+BYTE_UNITS = {
+    "": 1, "B": 1,
+    "K": 2**10, "KB": 2**10, "KiB": 2**10,
+    "M": 2**20, "MB": 2**20, "MiB": 2**20,
+    "G": 2**30, "GB": 2**30, "GiB": 2**30,
+    "T": 2**40, "TB": 2**40, "TiB": 2**40,
+}  # fmt: skip
+SECOND_UNITS = {
+    "": 1, "s": 1, "sec": 1, "seconds": 1,
+    "m": 60, "min": 60, "minutes": 60,
+    "h": 3600, "hr": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+    "w": 604800, "week": 604800, "weeks": 604800,
+}  # fmt: skip
+
+spaces = st.sampled_from(["", " ", "  "])
+
+
+def cased(unit: str) -> st.SearchStrategy[str]:
+    return st.sampled_from([unit, unit.lower(), unit.upper()])
+
+
+@given(st.integers(min_value=0, max_value=2**62))
+def test_an_int_is_already_bytes_and_seconds(n):
+    assert parse_bytes(n) == n
+    assert parse_seconds(n) == n
+
+
+@given(st.integers(min_value=0, max_value=2**53))
+def test_a_plain_number_string_is_bytes(n):
+    assert parse_bytes(str(n)) == n
+
+
+@given(
+    st.integers(min_value=0, max_value=10**6),
+    st.sampled_from(sorted(BYTE_UNITS)).flatmap(lambda u: st.tuples(st.just(u), cased(u))),
+    spaces,
+    spaces,
+)
+def test_number_with_a_byte_unit_round_trips(n, unit, gap, pad):
+    canonical, written = unit
+    assert parse_bytes(f"{pad}{n}{gap}{written}{pad}") == n * BYTE_UNITS[canonical]
+
+
+@given(
+    st.integers(min_value=0, max_value=10**9),
+    st.sampled_from(sorted(SECOND_UNITS)).flatmap(lambda u: st.tuples(st.just(u), cased(u))),
+    spaces,
+)
+def test_number_with_a_time_unit_round_trips(n, unit, gap):
+    canonical, written = unit
+    assert parse_seconds(f"{n}{gap}{written}") == n * SECOND_UNITS[canonical]
+
+
+@given(st.integers(min_value=1, max_value=1023), st.sampled_from(["KiB", "MiB", "GiB", "TiB"]))
+def test_format_bytes_of_a_whole_unit_parses_back_exactly(k, unit):
+    n = k * BYTE_UNITS[unit]
+    assert format_bytes(n) == f"{k} {unit}"
+    assert parse_bytes(format_bytes(n)) == n
+
+
+@given(st.integers(min_value=0, max_value=2**50))
+def test_format_bytes_parses_back_within_its_rounding(n):
+    # one decimal below 100 units, none above: at most 5 % off, exact below 1 KiB
+    back = parse_bytes(format_bytes(n))
+    assert abs(back - n) <= 0.05 * n
+    if n < 1024:
+        assert back == n
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [("1.5 GB", 3 * 2**29), ("0.5GiB", 2**29), ("1e9", 10**9), ("512M", 512 * 2**20)],
+)
+def test_decimal_sizes(written, expected):
+    assert parse_bytes(written) == expected
+
+
+@pytest.mark.parametrize(("written", "expected"), [("1.5h", 5400), ("90s", 90), ("2 days", 172800)])
+def test_decimal_durations(written, expected):
+    assert parse_seconds(written) == expected
+
+
+@given(st.one_of(st.text(max_size=20), st.none(), st.booleans(), st.lists(st.integers())))
+def test_anything_either_parses_or_says_which_forms_are_accepted(value):
+    for parse, forms in ((parse_bytes, "'10GiB'"), (parse_seconds, "'30m'")):
+        try:
+            result = parse(value, what="limit")
+        except UnitError as exc:
+            assert "limit" in str(exc)
+            assert forms in str(exc)
+        else:
+            assert isinstance(result, int) and result >= 0
+
+
+@pytest.mark.parametrize("bad", [-1, "-1G", "ten GB", "10 gigs", True, None, [10], "1e999"])
+def test_bad_values_raise_a_value_error_naming_the_setting(bad):
+    with pytest.raises(ValueError, match="mem_limit"):
+        parse_bytes(bad, what="mem_limit")
