@@ -1,0 +1,321 @@
+"""Group policies: which profiles a group may use, how many slices, at what priority.
+
+Pure logic, no I/O. Configured as a dict keyed by JupyterHub group name::
+
+    c.GPUDockerSpawner.group_policies = {
+        "students": {
+            "profiles": ["cpu", "pytorch-1g"],  # omit (or null) = every profile open to them
+            "max_slices_per_user": 1,           # over all the user's servers, named ones too
+            "max_slices": 40,                   # the whole group at once
+            "priority": 0,
+            "gpu_hours": 20, "period": "week",  # later: fair-use accounting
+            "max_session": "8h",
+        },
+        "researchers": {"max_slices_per_user": 4, "priority": 10},
+        "admin": {"max_slices_per_user": 8},    # JupyterHub admins (see below)
+    }
+
+How several groups combine (:func:`resolve`), the product's rule:
+
+- A user's *policies* are the policies of their JupyterHub groups. A user whose groups have none
+  falls under ``default_policy`` (``None``: no limits). A JupyterHub **admin** falls under the
+  ``admin`` policy alone when one is configured, else has no limits (a non-admin member of a
+  JupyterHub group called ``admin`` gets that policy as an ordinary group policy).
+- **Per-user limit**: the most generous of the user's policies; a policy without
+  ``max_slices_per_user`` (unlimited) beats any number. It is a property of the person, the same
+  whichever profile they pick, and counts every slice they hold over all their servers.
+- **Priority**: the highest of the user's policies (0 when they have none).
+- **Group-wide caps**: an allocation is charged to exactly one group: the first, in *charge
+  order* (priority high to low, then group name), of the user's policies that *allow* the profile
+  (its ``profiles`` is unset or lists it) and whose ``max_slices`` has room. :func:`resolve` gives
+  the ordered candidates; the ledger checks room atomically. ``None`` as a cap means no cap.
+- **CPU-only profiles** (no slice) are never counted against any slice limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError, ProfileChoiceError, plain
+from .units import UnitError, parse_seconds
+
+if TYPE_CHECKING:
+    from .profiles import Profile
+
+__all__ = [
+    "ADMIN_POLICY",
+    "PERIODS",
+    "POLICY_KEYS",
+    "GroupPolicy",
+    "Entitlement",
+    "load_policy",
+    "load_policies",
+    "applicable_policies",
+    "resolve",
+]
+
+#: The policy key that applies to JupyterHub admins.
+ADMIN_POLICY = "admin"
+#: Accounting periods for ``gpu_hours``.
+PERIODS = ("day", "week", "term")
+#: Every key a policy may have.
+POLICY_KEYS = (
+    "profiles",
+    "max_slices_per_user",
+    "max_slices",
+    "priority",
+    "gpu_hours",
+    "period",
+    "max_session",
+)
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """One group's policy.
+
+    - ``profiles``: slugs the group's members may use (they may pick them even where the profile
+      itself names other groups); ``None`` allows every profile open to them.
+    - ``max_slices_per_user``: most slices one member may hold at once, all servers together;
+      ``None`` is unlimited.
+    - ``max_slices``: most slices the whole group may be charged for at once; ``None`` is no cap.
+    - ``priority``: higher wins (used by later placement/preemption work).
+    - ``gpu_hours`` per ``period`` (``"day"``, ``"week"``, ``"term"``) and ``max_session``
+      (seconds): validated now, enforced by later fair-use work; ``None`` is unset.
+    """
+
+    group: str
+    profiles: tuple[str, ...] | None = None
+    max_slices_per_user: int | None = None
+    max_slices: int | None = None
+    priority: int = 0
+    gpu_hours: float | None = None
+    period: str = "week"
+    max_session: int | None = None
+
+    def allows(self, slug: str) -> bool:
+        """Whether this policy lets its members use profile ``slug``."""
+        return self.profiles is None or slug in self.profiles
+
+
+@dataclass(frozen=True)
+class Entitlement:
+    """What a user's policies say about one allocation.
+
+    - ``user_limit``: most slices the user may hold at once over all servers (``None``: no limit).
+    - ``charge_groups``: ``(group, max_slices)`` pairs, in the order to try; the allocation is
+      charged to the first with room (``max_slices`` ``None``: always room). Empty: no group cap
+      applies.
+    - ``priority``: the user's priority.
+    - ``counted``: ``False`` for CPU-only profiles, which never count against slice limits.
+    """
+
+    user_limit: int | None
+    charge_groups: tuple[tuple[str, int | None], ...]
+    priority: int = 0
+    counted: bool = True
+
+
+def _count(value: object, key: str, where: str, errors: list[str]) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        errors.append(
+            f"{where}: {key} {value!r} is not a whole number >= 0; "
+            f"write e.g. {key}: 2, or null for no limit"
+        )
+        return None
+    return value
+
+
+def _check(group: object, spec: object, known: frozenset[str], where: str) -> tuple:
+    """Return ``(policy or None, errors)`` for one policy."""
+    errors: list[str] = []
+    if not isinstance(group, str) or not group:
+        errors.append(f"{where}: the group name must be a non-empty string, got {group!r}")
+        return None, errors
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        errors.append(
+            f"{where}: must be a dict such as {{'max_slices_per_user': 1}}, "
+            f"got {type(spec).__name__}"
+        )
+        return None, errors
+    for key in spec:
+        if key not in POLICY_KEYS:
+            errors.append(
+                f"{where}: unknown key {key!r}; allowed keys are {', '.join(POLICY_KEYS)}"
+            )
+
+    profiles = spec.get("profiles")
+    if profiles is not None:
+        if isinstance(profiles, str) or not isinstance(profiles, (list, tuple)):
+            errors.append(
+                f"{where}: profiles must be a list of profile slugs such as ['cpu'], "
+                f"got {profiles!r}; omit it to allow every profile open to the group"
+            )
+            profiles = None
+        elif not profiles:
+            errors.append(
+                f"{where}: profiles is empty, which would allow nothing; list slugs, "
+                "or omit it to allow every profile open to the group"
+            )
+            profiles = None
+        else:
+            unknown = [s for s in profiles if s not in known]
+            if unknown:
+                errors.append(
+                    f"{where}: profiles names unknown profile(s) "
+                    f"{', '.join(repr(s) for s in unknown)}; known slugs are "
+                    f"{', '.join(sorted(known)) or '(none)'}"
+                )
+            profiles = tuple(dict.fromkeys(profiles))
+
+    per_user = _count(spec.get("max_slices_per_user"), "max_slices_per_user", where, errors)
+    group_cap = _count(spec.get("max_slices"), "max_slices", where, errors)
+
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        errors.append(f"{where}: priority {priority!r} is not a whole number; write e.g. 10")
+        priority = 0
+
+    gpu_hours = spec.get("gpu_hours")
+    if gpu_hours is not None and (
+        isinstance(gpu_hours, bool)
+        or not isinstance(gpu_hours, (int, float))
+        or not math.isfinite(gpu_hours)
+        or gpu_hours < 0
+    ):
+        errors.append(
+            f"{where}: gpu_hours {gpu_hours!r} is not a number of hours >= 0; write e.g. 20"
+        )
+        gpu_hours = None
+
+    period = spec.get("period", "week")
+    if period not in PERIODS:
+        errors.append(f"{where}: period {period!r} is not one of {', '.join(PERIODS)}")
+        period = "week"
+
+    max_session = spec.get("max_session")
+    if max_session is not None:
+        try:
+            max_session = parse_seconds(max_session, "max_session")
+            if max_session == 0:
+                raise UnitError("max_session 0 would end every session at once")
+        except UnitError as e:
+            errors.append(f"{where}: {e}; or null for no limit")
+            max_session = None
+
+    if errors:
+        return None, errors
+    policy = GroupPolicy(
+        group=group,
+        profiles=profiles,
+        max_slices_per_user=per_user,
+        max_slices=group_cap,
+        priority=priority,
+        gpu_hours=float(gpu_hours) if gpu_hours is not None else None,
+        period=period,
+        max_session=max_session,
+    )
+    return policy, []
+
+
+def load_policy(
+    group: str, spec: Mapping | None, known_slugs: Iterable[str], *, where: str | None = None
+) -> GroupPolicy:
+    """Validate one policy (e.g. ``default_policy``) for group ``group``.
+
+    ``known_slugs`` are the configured profile slugs. Raises :class:`ConfigError` listing every
+    problem, each prefixed with ``where`` (default ``group_policies['<group>']``).
+    """
+    where = where or f"group_policies[{group!r}]"
+    policy, errors = _check(group, spec, frozenset(known_slugs), where)
+    if errors:
+        raise ConfigError(errors)
+    return policy
+
+
+def load_policies(spec: Mapping | None, known_slugs: Iterable[str]) -> dict[str, GroupPolicy]:
+    """Validate the ``group_policies`` dict ``{group: {key: value}}``; see :data:`POLICY_KEYS`.
+
+    Returns ``{group: GroupPolicy}`` in config order. Raises :class:`ConfigError` with every
+    problem: not a dict, unknown keys, bad numbers or units, ``profiles`` naming unknown slugs.
+    """
+    if spec is None:
+        return {}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(
+            "group_policies must be a dict keyed by group name, such as "
+            f"{{'students': {{'max_slices_per_user': 1}}}}, got {type(spec).__name__}"
+        )
+    known = frozenset(known_slugs)
+    policies: dict[str, GroupPolicy] = {}
+    errors: list[str] = []
+    for group, entry in spec.items():
+        policy, problems = _check(group, entry, known, f"group_policies[{group!r}]")
+        errors.extend(problems)
+        if policy is not None:
+            policies[group] = policy
+    if errors:
+        raise ConfigError(errors)
+    return policies
+
+
+def applicable_policies(
+    groups: Iterable[str],
+    is_admin: bool,
+    policies: Mapping[str, GroupPolicy],
+    default_policy: GroupPolicy | None = None,
+) -> tuple[GroupPolicy, ...]:
+    """The policies a user falls under, sorted by group name (see the module docstring).
+
+    Admins: ``(policies['admin'],)`` if configured, else ``()``. Others: their groups' policies,
+    else ``(default_policy,)``, else ``()``. ``()`` means no limits.
+    """
+    if is_admin:
+        return (policies[ADMIN_POLICY],) if ADMIN_POLICY in policies else ()
+    found = tuple(policies[g] for g in sorted(set(groups)) if g in policies)
+    if found:
+        return found
+    return (default_policy,) if default_policy is not None else ()
+
+
+def resolve(
+    groups: Iterable[str],
+    is_admin: bool,
+    profile: Profile,
+    policies: Mapping[str, GroupPolicy],
+    default_policy: GroupPolicy | None = None,
+) -> Entitlement:
+    """Combine the user's policies for one allocation of ``profile`` (rule: module docstring).
+
+    Call it for a profile the user is entitled to (:func:`~.profiles.entitled_profiles`); for a
+    non-admin none of whose policies allows ``profile`` it raises
+    :class:`~.errors.ProfileChoiceError` (``not-entitled``, HTTP 400) rather than leave the
+    allocation outside every group cap.
+    """
+    mine = applicable_policies(groups, is_admin, policies, default_policy)
+    priority = max((p.priority for p in mine), default=0)
+    if not profile.slice.wants_gpu:
+        return Entitlement(user_limit=None, charge_groups=(), priority=priority, counted=False)
+    limits = [p.max_slices_per_user for p in mine]
+    user_limit = None if not limits or None in limits else max(limits)
+    covering = sorted(
+        (p for p in mine if p.allows(profile.slug)), key=lambda p: (-p.priority, p.group)
+    )
+    if mine and not covering and not is_admin:
+        raise ProfileChoiceError(
+            f"'{profile.slug}' is not allowed by the policies of your groups "
+            f"({', '.join(plain(p.group) for p in mine)})",
+            reason="not-entitled",
+        )
+    return Entitlement(
+        user_limit=user_limit,
+        charge_groups=tuple((p.group, p.max_slices) for p in covering),
+        priority=priority,
+    )

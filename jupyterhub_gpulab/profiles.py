@@ -1,0 +1,504 @@
+"""Profiles: what a user picks, who may pick it, and turning their choice into one.
+
+Pure logic, no I/O. Configured as a list of dicts::
+
+    c.GPUDockerSpawner.profiles = [
+        {"slug": "cpu", "display_name": "CPU only", "image": "quay.io/jupyter/scipy-notebook",
+         "cpu_limit": 2, "mem_limit": "4G", "default": True},
+        {"slug": "pytorch-1g", "display_name": "PyTorch (1g.10gb MIG slice)",
+         "image": "quay.io/jupyter/pytorch-notebook:cuda12-latest",
+         "slice": {"kind": "mig", "mig_profile": "1g.10gb"}, "mem_limit": "16G"},
+        {"slug": "pytorch-a100", "display_name": "PyTorch (full A100)", "image": "…",
+         "slice": {"kind": "gpu", "model": "A100", "min_memory": "40GiB"},
+         "groups": ["researchers"], "idle_timeout": "1h", "max_age": "3d"},
+        {"slug": "tf-shared", "display_name": "TensorFlow (shared seat)", "image": "…",
+         "slice": {"kind": "shared", "min_memory": "2GiB"},
+         "env": {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}},
+    ]
+
+Who may pick a profile (:func:`entitled_profiles`), the product's rule:
+
+1. Admins may pick every profile.
+2. A profile is *open* to a user when its ``groups`` is empty, names one of the user's groups, or
+   one of the user's group policies lists it in ``profiles``.
+3. The user may pick an open profile that one of their policies allows (a policy without
+   ``profiles`` allows every open profile). A user under no policy may pick every open profile.
+   Their policies are their groups' policies, else ``default_policy`` (see :mod:`.policy`).
+
+So a profile's ``groups`` and a policy's ``profiles`` both *grant*, and a policy with ``profiles``
+also *restricts* its members to that list, unless another of their groups allows more.
+
+Choices (:func:`choose_profile`) arrive from the spawn form (``{"profile": ["<slug>"]}``, values
+are lists of strings; :func:`options_from_form` turns it into ``user_options``) or from the REST API
+(``user_options = {"profile": "<slug>"}``, KubeSpawner's convention; ``{}`` picks the default).
+Every refusal is a :class:`~.errors.ProfileChoiceError` (HTTP 400) listing what the user may pick.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NoReturn
+
+from .errors import ConfigError, ProfileChoiceError, plain, quoted
+from .inventory.model import SliceKind, SliceRequest
+from .policy import GroupPolicy, applicable_policies
+from .units import UnitError, parse_bytes, parse_seconds
+
+__all__ = [
+    "PROFILE_KEYS",
+    "Profile",
+    "load_profiles",
+    "entitled_profiles",
+    "default_profile",
+    "options_from_form",
+    "choose_profile",
+]
+
+SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+MIG_PROFILE_RE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z]+)*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+PROFILE_KEYS = (
+    "slug", "display_name", "description", "image", "slice", "cpu_limit", "mem_limit", "env",
+    "groups", "default", "idle_timeout", "gpu_idle_timeout", "max_age",
+)  # fmt: skip
+SLICE_KEYS = {
+    "gpu": ("kind", "min_memory", "model"),
+    "mig": ("kind", "mig_profile"),
+    "shared": ("kind", "min_memory"),
+}
+#: Container options a profile may never carry, whatever their value.
+DANGEROUS_KEYS = frozenset(
+    {
+        "privileged", "devices", "device_requests", "device_cgroup_rules", "cap_add",
+        "security_opt", "extra_host_config", "extra_create_kwargs", "host_config", "pid_mode",
+        "ipc_mode", "network_mode", "userns_mode", "runtime",
+    }
+)  # fmt: skip
+#: Mount options, refused with the same reason when they reach the Docker socket or /dev.
+MOUNT_KEYS = frozenset({"volumes", "mounts", "binds", "read_only_volumes"})
+DANGER = (
+    "privileged containers / host devices / the Docker socket are never allowed: "
+    "a user could escape their slice"
+)
+#: Environment the spawner owns: the GPU a container sees, and MPS seat limits.
+RESERVED_ENV = frozenset(
+    {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"}
+)  # fmt: skip
+RESERVED_ENV_PREFIXES = ("CUDA_MPS_",)
+SLUG_FIX = "use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. 'pytorch-a100'"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One configured profile.
+
+    ``slice`` is what it asks for (``SliceRequest()``: no GPU). ``cpu_limit`` is in cores,
+    ``mem_limit`` in bytes, ``idle_timeout`` / ``gpu_idle_timeout`` / ``max_age`` in seconds
+    (``None``: unset; enforced by later work). ``groups`` empty means open to every user.
+    ``env`` is a read-only mapping (excluded from the hash).
+    """
+
+    slug: str
+    display_name: str
+    image: str
+    description: str = ""
+    slice: SliceRequest = SliceRequest()
+    cpu_limit: float | None = None
+    mem_limit: int | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    groups: tuple[str, ...] = ()
+    default: bool = False
+    idle_timeout: int | None = None
+    gpu_idle_timeout: int | None = None
+    max_age: int | None = None
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.slice.wants_gpu
+
+
+def _mentions_host(value: object) -> bool:
+    """Whether a mount spec anywhere names the Docker socket or a host device."""
+    if isinstance(value, str):
+        return "docker.sock" in value or value.startswith("/dev") or ":/dev" in value
+    if isinstance(value, Mapping):
+        return any(_mentions_host(k) or _mentions_host(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_mentions_host(v) for v in value)
+    return False
+
+
+def _key_problems(entry: Mapping, where: str) -> list[str]:
+    problems = []
+    for key in entry:
+        if key in PROFILE_KEYS:
+            continue
+        if key in DANGEROUS_KEYS or (key in MOUNT_KEYS and _mentions_host(entry[key])):
+            problems.append(f"{where}: key {key!r} is refused: {DANGER}; remove it")
+            continue
+        hint = difflib.get_close_matches(str(key), PROFILE_KEYS, n=1)
+        problems.append(
+            f"{where}: unknown key {key!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; allowed keys are {', '.join(PROFILE_KEYS)}"
+        )
+    return problems
+
+
+def _slice(value: object, where: str, errors: list[str]) -> SliceRequest:
+    if value is None:
+        return SliceRequest()
+    kinds = ", ".join(SLICE_KEYS)
+    if not isinstance(value, Mapping):
+        errors.append(
+            f"{where}: slice must be null (no GPU) or a dict such as "
+            f"{{'kind': 'mig', 'mig_profile': '1g.10gb'}}, got {value!r}"
+        )
+        return SliceRequest()
+    kind = value.get("kind")
+    if kind not in SLICE_KEYS:
+        errors.append(f"{where}: slice kind {kind!r} is not one of {kinds}")
+        return SliceRequest()
+    extra = [k for k in value if k not in SLICE_KEYS[kind]]
+    if extra:
+        errors.append(
+            f"{where}: slice keys {', '.join(map(repr, extra))} do not apply to kind "
+            f"{kind!r}; it takes {', '.join(SLICE_KEYS[kind])}"
+        )
+    min_memory = 0
+    if value.get("min_memory") is not None:
+        try:
+            min_memory = parse_bytes(value["min_memory"], "slice min_memory")
+        except UnitError as e:
+            errors.append(f"{where}: {e}")
+    model = value.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        errors.append(
+            f"{where}: slice model must be part of a GPU name such as 'A100', got {model!r}"
+        )
+        model = None
+    mig_profile = value.get("mig_profile")
+    if kind == "mig" and (
+        not isinstance(mig_profile, str) or not MIG_PROFILE_RE.match(mig_profile)
+    ):
+        errors.append(
+            f"{where}: a mig slice needs mig_profile as NVML names it, e.g. '1g.10gb' or "
+            f"'3g.40gb', got {mig_profile!r}"
+        )
+        mig_profile = None
+    return SliceRequest(
+        kind=SliceKind(kind), min_memory_bytes=min_memory, model=model, mig_profile=mig_profile
+    )
+
+
+def _env(value: object, where: str, errors: list[str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        errors.append(f"{where}: env must be a dict of strings such as {{'OMP_NUM_THREADS': '4'}}")
+        return {}
+    env = {}
+    for name, val in value.items():
+        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+            errors.append(
+                f"{where}: env name {name!r} is not a valid variable name; use letters, digits and '_'"
+            )
+        elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+            errors.append(
+                f"{where}: env {name} is set by gpulab to the allocated slice and may not be "
+                "overridden; remove it (choose the GPU with the profile's slice instead)"
+            )
+        elif not isinstance(val, str):
+            errors.append(f"{where}: env {name} must be a string; write {str(val)!r}")
+        else:
+            env[name] = val
+    return env
+
+
+def _duration(entry: Mapping, key: str, where: str, errors: list[str]) -> int | None:
+    if entry.get(key) is None:
+        return None
+    try:
+        seconds = parse_seconds(entry[key], key)
+    except UnitError as e:
+        errors.append(f"{where}: {e}; or null to leave it unset")
+        return None
+    if seconds == 0:
+        errors.append(f"{where}: {key} 0 would end sessions at once; use null to leave it unset")
+    return seconds or None
+
+
+def _profile(entry: Mapping, where: str, errors: list[str]) -> Profile:
+    errors.extend(_key_problems(entry, where))
+    slug = entry.get("slug")
+    if slug is None:
+        errors.append(f"{where}: 'slug' is missing; add one: {SLUG_FIX}")
+    elif not isinstance(slug, str) or not SLUG_RE.match(slug):
+        errors.append(f"{where}: slug {slug!r} is not DNS-safe; {SLUG_FIX}")
+    display_name = entry.get("display_name")
+    if not isinstance(display_name, str) or not display_name.strip():
+        what = (
+            "is missing"
+            if display_name is None
+            else f"must be a non-empty string, got {display_name!r}"
+        )
+        errors.append(
+            f"{where}: 'display_name' {what}; add e.g. display_name: 'PyTorch (1 GB GPU slice)'"
+        )
+        display_name = ""
+    description = entry.get("description") or ""
+    if not isinstance(description, str):
+        errors.append(f"{where}: description must be a string, got {description!r}")
+    image = entry.get("image")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        errors.append(
+            f"{where}: 'image' {'is missing' if image is None else f'{image!r} is not an image name'}; "
+            "add e.g. image: 'quay.io/jupyter/pytorch-notebook:cuda12-latest'"
+        )
+    request = _slice(entry.get("slice"), where, errors)
+    cpu = entry.get("cpu_limit")
+    if cpu is not None and (
+        isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not 0 < cpu < 1e6
+    ):
+        errors.append(
+            f"{where}: cpu_limit {cpu!r} is not a number of cores > 0; write e.g. 2 or 0.5"
+        )
+        cpu = None
+    mem = entry.get("mem_limit")
+    if mem is not None:
+        try:
+            mem = parse_bytes(mem, "mem_limit") or None
+            if mem is None:
+                errors.append(f"{where}: mem_limit 0 leaves no memory; write e.g. '16G' or null")
+        except UnitError as e:
+            errors.append(f"{where}: {e}")
+            mem = None
+    groups = entry.get("groups") or ()
+    if (
+        isinstance(groups, str)
+        or not isinstance(groups, (list, tuple))
+        or not all(isinstance(g, str) and g for g in groups)
+    ):
+        errors.append(
+            f"{where}: groups must be a list of group names such as ['researchers'], got {groups!r}"
+        )
+        groups = ()
+    default = entry.get("default", False)
+    if not isinstance(default, bool):
+        errors.append(f"{where}: default must be true or false, got {default!r}")
+    env = _env(entry.get("env"), where, errors)
+    timeouts = {
+        k: _duration(entry, k, where, errors)
+        for k in ("idle_timeout", "gpu_idle_timeout", "max_age")
+    }
+    return Profile(
+        slug=slug if isinstance(slug, str) else "",
+        display_name=display_name,
+        image=image if isinstance(image, str) else "",
+        description=description if isinstance(description, str) else "",
+        slice=request,
+        cpu_limit=float(cpu) if cpu is not None else None,
+        mem_limit=mem,
+        env=MappingProxyType(env),
+        groups=tuple(dict.fromkeys(groups)),
+        default=default is True,
+        **timeouts,
+    )
+
+
+def load_profiles(spec: Sequence[Mapping]) -> tuple[Profile, ...]:
+    """Validate the ``profiles`` list (keys: :data:`PROFILE_KEYS`) into profiles, config order.
+
+    Raises :class:`~.errors.ConfigError` listing every problem, each naming
+    ``profiles[i] ('slug')`` and the fix: not a list or empty, unknown keys, container options
+    (``privileged``, ``devices``, the Docker socket …), missing slug / display_name / image, a slug
+    that is not DNS-safe, duplicate slugs, more than one default, bad units, bad slice kinds or
+    keys, a mig slice without a valid ``mig_profile``, env that is not str -> str or that sets
+    ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ``NVIDIA_MIG_*_DEVICES`` or ``CUDA_MPS_*``.
+    """
+    if isinstance(spec, (str, bytes, Mapping)) or not isinstance(spec, Sequence):
+        raise ConfigError(f"profiles must be a list of dicts, got {type(spec).__name__}")
+    if not spec:
+        raise ConfigError("profiles is empty; configure at least one, e.g. a CPU-only profile")
+    errors: list[str] = []
+    profiles: list[Profile] = []
+    first_where: dict[str, str] = {}
+    default_where = None
+    for i, entry in enumerate(spec):
+        slug = entry.get("slug") if isinstance(entry, Mapping) else None
+        where = f"profiles[{i}]" + (f" ({slug[:64]!r})" if isinstance(slug, str) else "")
+        if not isinstance(entry, Mapping):
+            errors.append(
+                f"{where}: must be a dict with slug, display_name and image, got {type(entry).__name__}"
+            )
+            continue
+        profile = _profile(entry, where, errors)
+        if profile.slug in first_where:
+            errors.append(
+                f"{where}: slug {profile.slug!r} is already used by {first_where[profile.slug]}; slugs must be unique"
+            )
+        elif profile.slug:
+            first_where[profile.slug] = where
+        if profile.default:
+            if default_where:
+                errors.append(
+                    f"{where}: only one profile may be the default and {default_where} is already; remove one 'default: true'"
+                )
+            else:
+                default_where = where
+        profiles.append(profile)
+    if errors:
+        raise ConfigError(errors)
+    return tuple(profiles)
+
+
+def entitled_profiles(
+    profiles: Iterable[Profile],
+    policies: Mapping[str, GroupPolicy],
+    groups: Iterable[str],
+    is_admin: bool,
+    *,
+    default_policy: GroupPolicy | None = None,
+) -> tuple[Profile, ...]:
+    """The profiles this user may pick, in config order (rule: module docstring)."""
+    if is_admin:
+        return tuple(profiles)
+    groups = frozenset(groups)
+    mine = applicable_policies(groups, False, policies, default_policy)
+    listed = {slug for p in mine for slug in (p.profiles or ())}
+
+    def may_pick(p: Profile) -> bool:
+        is_open = not p.groups or not groups.isdisjoint(p.groups) or p.slug in listed
+        return is_open and (not mine or any(pol.allows(p.slug) for pol in mine))
+
+    return tuple(p for p in profiles if may_pick(p))
+
+
+def default_profile(entitled: Sequence[Profile]) -> Profile | None:
+    """The entitled profile marked ``default``, else the first entitled one, else ``None``."""
+    return next((p for p in entitled if p.default), entitled[0] if entitled else None)
+
+
+def _menu(entitled: Sequence[Profile] | None) -> str:
+    if entitled is None:
+        return ""
+    if not entitled:
+        return " You may not pick any profile: ask an administrator to add you to a group that may."
+    items = ", ".join(f"'{p.slug}' ({plain(p.display_name)})" for p in entitled)
+    return f" You may pick: {items}."
+
+
+def _refuse(
+    problem: str, entitled: Sequence[Profile] | None, reason: str = "bad-choice"
+) -> NoReturn:
+    raise ProfileChoiceError(f"{problem}.{_menu(entitled)}", reason=reason)
+
+
+def _kind(value: object) -> str:
+    """A user's value described without echoing it: ``'a list'``, ``'a number'`` …"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return f"the text {quoted(value)}"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def options_from_form(
+    formdata: Mapping[str, object], entitled: Sequence[Profile] | None = None
+) -> dict[str, str]:
+    """Form data (``{"profile": ["<slug>"], "_xsrf": […]}``) -> ``user_options`` (``{"profile": slug}``).
+
+    Checks the shape only: exactly one non-empty string. Other fields are ignored; no
+    ``profile`` field gives ``{}`` (the default profile). Raises
+    :class:`~.errors.ProfileChoiceError` (``bad-choice``), listing ``entitled`` when given.
+    """
+    if not isinstance(formdata, Mapping):
+        _refuse("The spawn form was not understood", entitled)
+    if "profile" not in formdata:
+        return {}
+    values = formdata["profile"]
+    if not isinstance(values, (list, tuple)):
+        _refuse(
+            f"The form field 'profile' should hold a list of values, got {_kind(values)}", entitled
+        )
+    if not values:
+        _refuse("No profile was chosen", entitled)
+    if len(values) > 1:
+        shown = ", ".join(quoted(v) if isinstance(v, str) else _kind(v) for v in values[:5])
+        _refuse(f"Pick exactly one profile; the form sent {len(values)} values ({shown})", entitled)
+    value = values[0]
+    if not isinstance(value, str):
+        _refuse(f"The chosen profile must be a slug, got {_kind(value)}", entitled)
+    if not value:
+        _refuse("No profile was chosen (the value is empty)", entitled)
+    return {"profile": value}
+
+
+def choose_profile(
+    choice: object,
+    entitled: Sequence[Profile],
+    all_profiles: Iterable[Profile],
+    *,
+    from_form: bool = False,
+) -> Profile:
+    """Turn a user's choice into one of ``entitled``; the server-side check for every spawn.
+
+    ``choice`` is ``user_options`` (``{"profile": "<slug>"}``; ``{}`` or ``None`` or a ``None``
+    profile: the default profile), or form data when ``from_form`` (see
+    :func:`options_from_form`). Raises :class:`~.errors.ProfileChoiceError` (HTTP 400), whose
+    message names the bad value (escaped, at most 64 characters) and lists what the user may
+    pick, for: not an object, an option other than ``profile``, a value that is not one string,
+    an empty value, no choice and no default (``no-profile``), an unknown slug
+    (``unknown-profile``), a profile of other groups (``not-entitled``).
+    """
+    if from_form:
+        choice = options_from_form(choice, entitled)
+    if choice is None:
+        choice = {}
+    if not isinstance(choice, Mapping):
+        _refuse(
+            f"Options must be an object with one key, 'profile', got {_kind(choice)}",
+            entitled,
+        )
+    unknown = [k for k in choice if k != "profile"]
+    if unknown:
+        key = unknown[0]
+        _refuse(
+            f"Unknown option {quoted(key) if isinstance(key, str) else _kind(key)}; the only option is 'profile'",
+            entitled,
+        )
+    value = choice.get("profile")
+    if value is None:
+        chosen = default_profile(entitled)
+        if chosen is None:
+            _refuse("No profile was chosen and there is none you may use", entitled, "no-profile")
+        return chosen
+    if not isinstance(value, str):
+        _refuse(f"'profile' must be one slug (a string), got {_kind(value)}", entitled)
+    if not value:
+        _refuse("No profile was chosen (the value is empty)", entitled)
+    for p in entitled:
+        if p.slug == value:
+            return p
+    for p in all_profiles:
+        if p.slug == value:
+            whose = (
+                f"is for groups {', '.join(map(plain, p.groups))}"
+                if p.groups
+                else "is not available to you"
+            )
+            _refuse(f"{quoted(value)} {whose}", entitled, "not-entitled")
+    _refuse(f"There is no profile {quoted(value)}", entitled, "unknown-profile")
