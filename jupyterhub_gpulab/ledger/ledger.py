@@ -265,6 +265,7 @@ class Ledger:
         node: str | None = None,
         user_limit: int | None = None,
         charge_groups: Sequence[tuple[str, int | None]] = (),
+        only_slice: str | None = None,
     ) -> Claim:
         """Hold a free slice satisfying ``request`` for ``user``'s server, atomically.
 
@@ -273,6 +274,7 @@ class Ledger:
         ``user_limit`` caps the user's open allocations (all named servers); ``charge_groups`` are
         ``(group, cap)`` pairs tried in order, the allocation counting against the first with room
         (``cap=None`` means no cap). Limits are checked in the same transaction as the claim.
+        ``only_slice`` restricts the search to one slice id (re-adopting a running container).
 
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
         """
@@ -308,11 +310,10 @@ class Ledger:
                     )
             tried: set[str] = set()
             while True:
-                rows = [
-                    r
-                    for r in conn.execute(self._free_query(request, CANDIDATES + len(tried)))
-                    if r.id not in tried
-                ]
+                q = self._free_query(request, CANDIDATES + len(tried))
+                if only_slice is not None:
+                    q = q.where(slices.c.id == only_slice)
+                rows = [r for r in conn.execute(q) if r.id not in tried]
                 if not rows:
                     break
                 for row in rows:
@@ -405,6 +406,7 @@ class Ledger:
         *,
         node: str | None = None,
         reason: str = "reconciled",
+        started_before: datetime | None = None,
     ) -> ReconcileReport:
         """Compare open allocations with the containers that exist.
 
@@ -412,15 +414,24 @@ class Ledger:
         ``None``). Open allocations (on ``node`` if given) whose container is not in ``live`` — and
         that have a container recorded, or are labelled on no live container — are closed with
         ``reason``. Live containers naming no open allocation are returned as orphans for the
-        caller to re-adopt or stop.
+        caller to re-adopt or stop. ``started_before`` spares younger allocations (spawns still
+        creating their container).
         """
         labelled = {aid for aid in live.values() if aid is not None}
         q = sa.select(allocations).where(allocations.c.ended_at.is_(None))
         if node is not None:
             q = q.where(allocations.c.node == node)
         with self._read() as conn:
+            all_open = {
+                r.id
+                for r in conn.execute(
+                    sa.select(allocations.c.id).where(allocations.c.ended_at.is_(None))
+                )
+            }
+            if started_before is not None:
+                q = q.where(allocations.c.started_at < started_before)
             open_rows = [Allocation.from_row(r) for r in conn.execute(q)]
-        open_ids = {a.id for a in open_rows}
+        open_ids = all_open
         closed = []
         for a in open_rows:
             alive = (a.container_id is not None and a.container_id in live) or a.id in labelled

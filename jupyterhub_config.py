@@ -1,0 +1,150 @@
+# jupyterhub-gpulab: a working default configuration.
+#
+# On a host WITH NVIDIA GPUs (driver + NVIDIA Container Toolkit) the lab is what NVML reports and
+# containers get their slice through a Docker device request. On a host WITHOUT GPUs it serves a
+# demo lab from a declared inventory (one A100 in MIG mode, one whole A40, one T4 split in seats)
+# and attaches nothing (attach mode "env"), so every page and rule can be tried on a laptop.
+#
+# Run it:  ./scripts/demo.sh    (installs what is missing, builds the image, starts the hub)
+# Check it: gpulab check-config -f jupyterhub_config.py
+#
+# Settings an admin changes are marked ADMIN. Environment variables override a few for the demo.
+import os
+
+import jupyterhub
+
+from jupyterhub_gpulab.inventory import discover
+
+c = get_config()  # noqa: F821 (provided by JupyterHub's config loader)
+here = os.path.dirname(os.path.abspath(__file__))
+state_dir = os.environ.get("GPULAB_STATE_DIR", os.path.join(here, ".state"))
+os.makedirs(state_dir, exist_ok=True)
+
+# --- The hub and its proxy -------------------------------------------------------------------
+# ADMIN: the public address. The proxy listens here; put TLS in front (or set ssl_cert/ssl_key).
+c.JupyterHub.ip = os.environ.get("GPULAB_IP", "127.0.0.1")
+c.JupyterHub.port = int(os.environ.get("GPULAB_PORT", "8000"))
+# Containers reach the hub through the docker0 bridge's gateway.
+c.JupyterHub.hub_ip = "0.0.0.0"
+c.JupyterHub.hub_connect_ip = os.environ.get("GPULAB_HUB_CONNECT_IP", "172.17.0.1")
+c.JupyterHub.db_url = f"sqlite:///{state_dir}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = f"{state_dir}/jupyterhub_cookie_secret"
+c.ConfigurableHTTPProxy.pid_file = f"{state_dir}/jupyterhub-proxy.pid"
+# A hub restart (upgrade, config change) keeps users' servers and their GPU slices running.
+c.JupyterHub.cleanup_servers = False
+c.JupyterHub.cleanup_proxy = False
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.named_server_limit_per_user = 3
+
+# --- Who logs in ---------------------------------------------------------------------------
+# ADMIN: use your campus SSO in production, e.g.
+#   c.JupyterHub.authenticator_class = "generic-oauth"   (oauthenticator)
+#   c.GenericOAuthenticator.manage_groups = True          (groups from the IdP's claims)
+# The demo accepts any username with any password; "admin" is a JupyterHub admin.
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {"admin"}
+# ADMIN: groups drive entitlement and quotas. With SSO, let the authenticator manage them.
+c.JupyterHub.load_groups = {
+    "students": {"users": ["student1", "student2", "student3"]},
+    "researchers": {"users": ["researcher1"]},
+    "instructors": {"users": ["instructor1"]},
+}
+
+# --- The spawner -----------------------------------------------------------------------------
+c.JupyterHub.spawner_class = "gpulab"  # jupyterhub_gpulab.GPUDockerSpawner
+# ADMIN: the single-user image(s). images/build-singleuser.sh builds this one without a registry.
+image = os.environ.get("GPULAB_IMAGE", f"gpulab/singleuser:{jupyterhub.__version__}")
+c.DockerSpawner.pull_policy = "never"  # no registry here; use "ifnotpresent" with one
+c.DockerSpawner.start_timeout = 120
+c.DockerSpawner.http_timeout = 60
+# ADMIN: persistent home directories (one Docker volume per user):
+# c.DockerSpawner.volumes = {"gpulab-home-{username}": "/home/jovyan"}
+
+# --- The GPU lab ---------------------------------------------------------------------------
+c.GPULab.db_url = os.environ.get("GPULAB_DB_URL", f"sqlite:///{state_dir}/gpulab.sqlite")
+
+found = discover()  # what NVML sees on this host (nothing, with a warning, without a driver)
+if found.devices and not os.environ.get("GPULAB_DEMO"):
+    c.GPULab.inventory_source = "nvml"
+    # ADMIN: "device_request" needs the NVIDIA Container Toolkit; "cdi" for Docker >= 25 with a
+    # CDI spec; "env" when the default Docker runtime is nvidia.
+    c.GPUDockerSpawner.attach_mode = os.environ.get("GPULAB_ATTACH_MODE", "device_request")
+    # ADMIN: split a GPU into seats (soft caps, or MPS caps with c.GPUDockerSpawner.mps = True):
+    # c.GPULab.shared_devices = {"GPU-...": {"seats": 4, "memory_per_seat": "4GiB"}}
+else:
+    # Demo lab: declared devices, no GPU attached (the engine has no NVIDIA runtime here).
+    c.GPULab.inventory_source = "declared"
+    c.GPUDockerSpawner.attach_mode = os.environ.get("GPULAB_ATTACH_MODE", "env")
+    c.GPULab.inventory = [
+        {
+            "uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-a10000000000",
+            "index": 0,
+            "name": "NVIDIA A100-SXM4-80GB",
+            "memory": "80GiB",
+            "mig": [
+                {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000001", "profile": "3g.40gb"},
+                {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000002", "profile": "2g.20gb"},
+                {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000003", "profile": "1g.10gb"},
+                {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000004", "profile": "1g.10gb"},
+            ],
+        },
+        {"uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-a40000000001", "index": 1, "name": "NVIDIA A40", "memory": "48GiB"},
+        {
+            "uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-740000000002",
+            "index": 2,
+            "name": "Tesla T4",
+            "memory": "16GiB",
+            "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
+        },
+    ]
+
+# ADMIN: what users pick. Every profile may set image, cpu_limit (cores), mem_limit, env, groups.
+c.GPULab.profiles = [
+    {
+        "slug": "pytorch-mig",
+        "display_name": "PyTorch (MIG 1g.10gb)",
+        "description": "A hardware-isolated slice of an A100: right for coursework.",
+        "image": image,
+        "slice": {"kind": "mig", "mig_profile": "1g.10gb"},
+        "cpu_limit": 2,
+        "mem_limit": "8G",
+        "default": True,
+    },
+    {
+        "slug": "tensorflow-seat",
+        "display_name": "TensorFlow (shared T4 seat, 4 GiB)",
+        "description": "A quarter of a T4, shared with three others; memory grows on demand.",
+        "image": image,
+        "slice": {"kind": "shared"},
+        "cpu_limit": 2,
+        "mem_limit": "8G",
+    },
+    {
+        "slug": "pytorch-a40",
+        "display_name": "PyTorch (full A40, 48 GiB)",
+        "description": "A whole GPU for research runs.",
+        "image": image,
+        "slice": {"kind": "gpu", "min_memory": "40GiB"},
+        "cpu_limit": 8,
+        "mem_limit": "64G",
+        "groups": ["researchers"],
+    },
+    {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "description": "No GPU: for reading, writing and small data.",
+        "image": image,
+        "cpu_limit": 1,
+        "mem_limit": "4G",
+    },
+]
+
+# ADMIN: quotas per group. How several groups combine: see jupyterhub_gpulab/policy.py.
+c.GPULab.group_policies = {
+    "students": {"profiles": ["pytorch-mig", "tensorflow-seat", "cpu"], "max_slices_per_user": 1, "max_slices": 6},
+    "instructors": {"max_slices_per_user": 2},
+    "researchers": {"max_slices_per_user": 2, "priority": 10},
+}
+# Users in none of those groups:
+c.GPULab.default_policy = {"profiles": ["tensorflow-seat", "cpu"], "max_slices_per_user": 1}

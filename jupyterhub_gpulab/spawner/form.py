@@ -1,0 +1,120 @@
+"""The spawn form: the profiles a user may pick, with live capacity. Plain HTML, no JavaScript.
+
+Pure rendering: :func:`form_rows` turns profiles, capacities and the user's quota into rows;
+:func:`render_form` makes the HTML (Jinja2, autoescaped) that JupyterHub places inside its own
+``<form>`` on ``/hub/spawn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from jinja2 import Environment, select_autoescape
+
+from ..inventory.model import SliceKind, SliceRequest
+from ..profiles import Profile
+from ..units import format_bytes
+
+_ISOLATION = {
+    SliceKind.GPU: "a whole GPU, yours alone",
+    SliceKind.MIG: "a MIG instance: hardware-isolated memory and compute",
+    SliceKind.SHARED: "a shared seat: memory and compute are capped, not isolated",
+}
+
+
+@dataclass(frozen=True)
+class FormRow:
+    slug: str
+    display_name: str
+    description: str
+    gives: str  # "MIG 1g.10gb — a MIG instance: …"
+    capacity: str  # "3 of 14 free", "CPU only"
+    limits: str  # "4 CPUs, 16 GiB memory"
+    checked: bool
+    disabled_reason: str | None  # why it cannot be picked now
+
+
+def _gives(req: SliceRequest) -> str:
+    if req.kind is None:
+        return "No GPU"
+    return f"{req.describe()} — {_ISOLATION[req.kind]}"
+
+
+def _limits(p: Profile) -> str:
+    parts = []
+    if p.cpu_limit:
+        parts.append(f"{p.cpu_limit:g} CPU{'s' if p.cpu_limit != 1 else ''}")
+    if p.mem_limit:
+        parts.append(f"{format_bytes(p.mem_limit)} memory")
+    return ", ".join(parts)
+
+
+def form_rows(
+    entitled: Sequence[Profile],
+    capacity: Callable[[SliceRequest], tuple[int, int]],
+    *,
+    preselect: str | None,
+    quota_reason: str | None = None,
+) -> list[FormRow]:
+    """One row per entitled profile. ``capacity(request)`` gives ``(free, total)``;
+    ``quota_reason`` (the user holds all the slices they may) disables every GPU profile."""
+    rows = []
+    for p in entitled:
+        reason = None
+        if p.slice.kind is None:
+            cap = "CPU only"
+        else:
+            free, total = capacity(p.slice)
+            cap = f"{free} of {total} free"
+            if total == 0:
+                reason = "This lab has no such GPU slice right now."
+            elif free == 0:
+                reason = "All taken right now; try again later."
+            elif quota_reason:
+                reason = quota_reason
+        rows.append(
+            FormRow(
+                slug=p.slug,
+                display_name=p.display_name,
+                description=p.description,
+                gives=_gives(p.slice),
+                capacity=cap,
+                limits=_limits(p),
+                checked=False,
+                disabled_reason=reason,
+            )
+        )
+    # preselect: the requested slug if pickable, else the first pickable row
+    pickable = [r for r in rows if r.disabled_reason is None]
+    target = next((r for r in pickable if r.slug == preselect), pickable[0] if pickable else None)
+    return [FormRow(**{**r.__dict__, "checked": r is target}) for r in rows]
+
+
+_env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+_TEMPLATE = _env.from_string(
+    """\
+<fieldset class="gpulab-profiles">
+  <legend>Choose what your server gets</legend>
+  {% if not rows %}<p class="alert alert-warning">There is no profile you may pick. Ask an administrator to add you to a group.</p>{% endif %}
+  {% for r in rows %}
+  <div class="form-check card mb-2 p-2 ps-5{% if r.disabled_reason %} text-muted{% endif %}">
+    <input class="form-check-input" type="radio" name="profile" id="profile-{{ r.slug }}" value="{{ r.slug }}"
+      {%- if r.checked %} checked{% endif %}{% if r.disabled_reason %} disabled aria-describedby="why-{{ r.slug }}"{% endif %}>
+    <label class="form-check-label w-100" for="profile-{{ r.slug }}">
+      <strong>{{ r.display_name }}</strong>
+      <span class="badge {% if r.disabled_reason %}bg-secondary{% else %}bg-success{% endif %} float-end">{{ r.capacity }}</span>
+      <br><small>{{ r.gives }}{% if r.limits %}; {{ r.limits }}{% endif %}</small>
+      {% if r.description %}<br><small>{{ r.description }}</small>{% endif %}
+      {% if r.disabled_reason %}<br><small id="why-{{ r.slug }}" class="text-danger">{{ r.disabled_reason }}</small>{% endif %}
+    </label>
+  </div>
+  {% endfor %}
+</fieldset>
+"""
+)
+
+
+def render_form(rows: Sequence[FormRow]) -> str:
+    """The form's HTML; every value is escaped."""
+    return _TEMPLATE.render(rows=rows)

@@ -1,0 +1,510 @@
+"""``GPUDockerSpawner``: a DockerSpawner whose containers each hold one GPU slice from the ledger.
+
+Contract, in JupyterHub's terms:
+
+- ``start()``: resolve the profile (server-side, from ``user_options``), check entitlement and
+  policy, claim a slice in the ledger, then create and start a container that holds exactly that
+  slice. Any failure after the claim releases it and re-raises. Refusals raise
+  :class:`~jupyterhub_gpulab.errors.SpawnRefused` within a second, with a message for the user.
+- ``stop()``: stop the container (DockerSpawner), then release the allocation (``stopped``).
+- ``poll()``: a container that is gone or exited releases its allocation; a running container
+  whose allocation was closed elsewhere is re-adopted if its slice is free, else stopped.
+- State (``get_state``) carries the allocation id, so a restarted hub keeps every allocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from dockerspawner import DockerSpawner
+from traitlets import Bool, Float, Integer, Unicode, default, validate
+
+from ..config import GPULab
+from ..errors import ConfigError, SpawnRefused
+from ..ledger import Claim, LedgerRefusal
+from ..policy import resolve
+from ..profiles import Profile, choose_profile, entitled_profiles, options_from_form
+from . import container as ct
+from .form import form_rows, render_form
+from .names import check_prefix, container_name
+from .runtime import LabRuntime, get_runtime
+
+_REASON_OF_REFUSAL = {"quota": "quota", "no-free-slice": "no-free-slice"}
+
+
+class GPUDockerSpawner(DockerSpawner):
+    """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
+    CPU profile). Profiles, inventory, policies and the ledger come from ``c.GPULab``."""
+
+    attach_mode = Unicode(
+        "device_request",
+        config=True,
+        help="""How a slice reaches the container.
+
+        - ``"device_request"`` (default): a Docker device request for the slice's UUID
+          (``--gpus device=<uuid>``); needs the NVIDIA Container Toolkit on the host.
+        - ``"cdi"``: a CDI device ``nvidia.com/gpu=<uuid>`` (Docker >= 25 with a CDI spec from
+          ``nvidia-ctk cdi generate --device-name-strategy=uuid``).
+        - ``"env"``: only ``NVIDIA_VISIBLE_DEVICES``; for hosts whose default Docker runtime is
+          ``nvidia``, and for demos on hosts without GPUs.
+
+        ``c.GPUDockerSpawner.attach_mode = "cdi"``
+        """,
+    )
+
+    @validate("attach_mode")
+    def _check_attach_mode(self, proposal):
+        if proposal.value not in ct.ATTACH_MODES:
+            raise ValueError(
+                f"c.GPUDockerSpawner.attach_mode {proposal.value!r} is unknown; use one of "
+                f"{', '.join(ct.ATTACH_MODES)}"
+            )
+        return proposal.value
+
+    mps = Bool(
+        False,
+        config=True,
+        help="""The host runs an NVIDIA MPS control daemon shared with the containers: shared seats
+        then get hard caps (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
+        ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``). Without it seats are soft (allow-growth only) and
+        the pages say so.""",
+    )
+
+    reconcile_grace = Float(
+        600,
+        config=True,
+        help="""Seconds a fresh allocation without a container is left alone by the reconcile
+        pass at hub start (its spawn may still be running). Default 600.""",
+    )
+
+    # -- state ----------------------------------------------------------------------------------
+    allocation_id = Integer(None, allow_none=True)
+    profile_slug = Unicode("")
+    last_profile = Unicode("")
+    slice_id = Unicode("")
+
+    @default("remove")
+    def _default_remove(self):
+        # A stopped container keeps the device request it was created with; restarting it could
+        # attach a slice the ledger has since given to someone else. Always create afresh
+        # (keep user data in volumes).
+        return True
+
+    @validate("remove")
+    def _check_remove(self, proposal):
+        if not proposal.value:
+            raise ValueError(
+                "c.GPUDockerSpawner.remove must stay True: a restarted container would keep the "
+                "GPU slice it was created with, which the ledger may have given to someone else. "
+                "Keep user files in volumes (c.DockerSpawner.volumes) instead."
+            )
+        return True
+
+    @default("prefix")
+    def _default_prefix(self):
+        return "jupyter"
+
+    @validate("prefix")
+    def _check_prefix(self, proposal):
+        return check_prefix(proposal.value)
+
+    def _object_name_default(self):
+        """Deterministic, DNS-safe, <= 63 characters, unique per (user, server): see names.py."""
+        return container_name(self.prefix, self.user.name, self.name or "")
+
+    @default("object_name")
+    def _default_object_name(self):
+        return self._object_name_default()
+
+    # -- lab ------------------------------------------------------------------------------------
+
+    _events: list[dict]
+    _start_done: bool = True
+    _current_profile: Profile | None = None
+    _current_slice = None
+
+    def runtime(self) -> LabRuntime:
+        try:
+            return get_runtime(GPULab(config=self.config))
+        except ConfigError as e:
+            self.log.error("gpulab configuration is invalid:\n%s", e)
+            raise SpawnRefused(
+                "The GPU lab is misconfigured, so no server can start. An administrator has "
+                "been told (hub log); please try again later.",
+                reason="bad-choice",
+                status_code=500,
+                log_message=str(e),
+            ) from None
+
+    def _groups(self) -> set[str]:
+        return {g.name for g in self.user.groups}
+
+    def entitled(self, rt: LabRuntime | None = None) -> tuple[Profile, ...]:
+        rt = rt or self.runtime()
+        return entitled_profiles(
+            rt.lab.profiles,
+            rt.lab.policies,
+            self._groups(),
+            bool(self.user.admin),
+            default_policy=rt.lab.default_policy,
+        )
+
+    # -- form -----------------------------------------------------------------------------------
+
+    @default("options_form")
+    def _default_options_form(self):
+        return self._render_options_form
+
+    def _quota_reason(self, rt: LabRuntime, entitled) -> str | None:
+        gpu = next((p for p in entitled if p.wants_gpu), None)
+        if gpu is None:
+            return None
+        try:
+            ent = resolve(
+                self._groups(), bool(self.user.admin), gpu, rt.lab.policies, rt.lab.default_policy
+            )
+        except SpawnRefused:
+            return None
+        if ent.user_limit is None:
+            return None
+        held = rt.ledger.count_open(user=self.user.name)
+        if held >= ent.user_limit:
+            return (
+                f"You hold {held} GPU slice{'s' if held != 1 else ''}, the most your groups allow "
+                "at once; stop a server first."
+            )
+        return None
+
+    async def _render_options_form(self, spawner=None) -> str:
+        rt = self.runtime()
+        entitled = self.entitled(rt)
+
+        def build():
+            rows = form_rows(
+                entitled,
+                rt.ledger.capacity,
+                preselect=self.last_profile or next((p.slug for p in entitled if p.default), None),
+                quota_reason=self._quota_reason(rt, entitled),
+            )
+            return render_form(rows)
+
+        return await asyncio.to_thread(build)
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self):
+        # user_options ({"profile": slug}) are validated and applied in start(), where a refusal
+        # keeps its own HTTP status and is recorded for the admin page.
+        return lambda spawner, user_options: None
+
+    @default("options_from_form")
+    def _default_options_from_form(self):
+        def _from_form(formdata):
+            return options_from_form(formdata, self.entitled())
+
+        return _from_form
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def load_state(self, state):
+        super().load_state(state)
+        self.allocation_id = state.get("gpulab_allocation")
+        self.profile_slug = state.get("gpulab_profile", "")
+        self.slice_id = state.get("gpulab_slice", "")
+        self.last_profile = state.get("gpulab_last_profile", "") or self.last_profile
+
+    def get_state(self):
+        state = super().get_state()
+        if self.allocation_id is not None:
+            state["gpulab_allocation"] = self.allocation_id
+        if self.profile_slug:
+            state["gpulab_profile"] = self.profile_slug
+        if self.slice_id:
+            state["gpulab_slice"] = self.slice_id
+        if self.last_profile:
+            # kept across stops: an admin starting this server later gets the same profile
+            state["gpulab_last_profile"] = self.last_profile
+        return state
+
+    def clear_state(self):
+        super().clear_state()
+        self.allocation_id = None
+        self.profile_slug = ""
+        self.slice_id = ""
+
+    # -- progress -------------------------------------------------------------------------------
+
+    def _emit(self, progress: int, message: str) -> None:
+        self._events.append({"progress": progress, "message": message})
+        self.log.info("%s: %s", self._log_name, message)
+
+    async def progress(self):
+        """Real steps of this start: profile, slice reserved, container created, started."""
+        i = 0
+        while True:
+            events = getattr(self, "_events", [])
+            while i < len(events):
+                yield events[i]
+                i += 1
+            if self._start_done:
+                return
+            await asyncio.sleep(0.2)
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def _pick_profile(self, rt: LabRuntime) -> Profile:
+        entitled = self.entitled(rt)
+        options = dict(self.user_options or {})
+        if "profile" not in options and self.last_profile in {p.slug for p in entitled}:
+            # an admin (or the API with no options) restarting this server: last valid profile
+            options["profile"] = self.last_profile
+        return choose_profile(options, entitled, rt.lab.profiles)
+
+    async def _refuse(self, rt: LabRuntime, profile: str | None, err: SpawnRefused) -> None:
+        self.log.info(
+            "Refused spawn of %s (%s): %s",
+            self._log_name,
+            err.reason,
+            err.log_message or err.message,
+        )
+        try:
+            await asyncio.to_thread(
+                rt.ledger.record_refusal, self.user.name, profile, err.reason, err.message
+            )
+        except Exception:
+            self.log.exception("Could not record a refused spawn")
+
+    async def start(self):
+        self._events = []
+        self._start_done = False
+        self._stopped_during_start = False
+        claim: Claim | None = None
+        try:
+            rt = self.runtime()
+            await self._reconcile_once(rt)
+            slug = None
+            try:
+                profile = self._pick_profile(rt)
+                slug = profile.slug
+                ent = resolve(
+                    self._groups(),
+                    bool(self.user.admin),
+                    profile,
+                    rt.lab.policies,
+                    rt.lab.default_policy,
+                )
+            except SpawnRefused as e:
+                await self._refuse(rt, slug, e)
+                raise
+            self._emit(10, f"Profile: {profile.display_name}")
+            if profile.wants_gpu:
+                try:
+                    claim = await asyncio.to_thread(
+                        rt.ledger.claim,
+                        profile.slice,
+                        user=self.user.name,
+                        profile=profile.slug,
+                        server_name=self.name or "",
+                        node=rt.lab.node,
+                        user_limit=ent.user_limit,
+                        charge_groups=ent.charge_groups,
+                    )
+                except LedgerRefusal as e:
+                    err = SpawnRefused(
+                        e.message, reason=_REASON_OF_REFUSAL.get(e.reason, "no-free-slice")
+                    )
+                    await self._refuse(rt, profile.slug, err)
+                    raise err from None
+                self.allocation_id = claim.allocation.id
+                self.slice_id = claim.slice.id
+                self._emit(30, f"Reserved {claim.slice.describe()}")
+            else:
+                self._emit(30, "No GPU for this profile (CPU only)")
+            return await self._start_container(rt, profile, claim)
+        finally:
+            self._start_done = True
+
+    async def _start_container(self, rt: LabRuntime, profile: Profile, claim: Claim | None):
+        self._current_profile = profile
+        self._current_slice = claim.slice if claim else None
+        self.profile_slug = profile.slug
+        self.last_profile = profile.slug
+        self.image = profile.image
+        base = self._base_limits()
+        self.mem_limit = profile.mem_limit if profile.mem_limit is not None else base["mem_limit"]
+        self.cpu_limit = profile.cpu_limit if profile.cpu_limit is not None else base["cpu_limit"]
+        try:
+            self._emit(50, f"Creating container {self.object_name}")
+            result = await super().start()
+            if claim is not None:
+                if self._stopped_during_start:
+                    raise RuntimeError("the server was stopped while it was starting")
+                await asyncio.to_thread(
+                    rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
+                )
+            self._emit(90, "Container started; waiting for the server to answer")
+            return result
+        except BaseException as e:
+            await self._release(rt, "failed")
+            if self.object_id:
+                try:
+                    await self.remove_object()
+                except Exception:
+                    self.log.warning(
+                        "Could not remove the container of a failed start", exc_info=True
+                    )
+                self.object_id = ""
+            if isinstance(e, Exception) and ct.is_gpu_runtime_missing(str(e)):
+                err = SpawnRefused(
+                    "This server's host cannot attach GPUs right now: its GPU runtime is missing. "
+                    "The administrators have been told; meanwhile you can pick a CPU-only profile.",
+                    reason="gpu-runtime-missing",
+                    log_message=(
+                        f"Docker refused the GPU for {self._log_name} ({self.attach_mode} mode): "
+                        f"{e}. Install the NVIDIA Container Toolkit and run `nvidia-ctk runtime "
+                        "configure --runtime=docker` then restart dockerd (device_request mode), "
+                        "generate a CDI spec (cdi mode), or set c.GPUDockerSpawner.attach_mode."
+                    ),
+                )
+                self.log.error(err.log_message)
+                await self._refuse(rt, profile.slug, err)
+                raise err from None
+            raise
+
+    def _base_limits(self) -> dict:
+        if not hasattr(self, "_base"):
+            self._base = {"mem_limit": self.mem_limit, "cpu_limit": self.cpu_limit}
+        return self._base
+
+    def get_env(self):
+        env = super().get_env()
+        profile_env = dict(self._current_profile.env) if self._current_profile else {}
+        return ct.merge_env(
+            env, profile_env, protected=ct.slice_env(self._current_slice, mps=self.mps)
+        )
+
+    def docker(self, method, *args, **kwargs):
+        # The one seam where gpulab's device request and labels join the container, after
+        # DockerSpawner has rendered its templates (so user-controlled names are never templated).
+        if method == "create_container":
+            s = self._current_slice
+            host_config = kwargs.setdefault("host_config", {})
+            requests = ct.device_requests(s, self.attach_mode)
+            host_config["DeviceRequests"] = requests or None
+            kwargs["labels"] = {
+                **(kwargs.get("labels") or {}),
+                **ct.labels(
+                    allocation_id=self.allocation_id,
+                    user=self.user.name,
+                    server_name=self.name or "",
+                    profile=self.profile_slug,
+                    slice_id=s.id if s else None,
+                    node=self.runtime().lab.node,
+                ),
+            }
+        return super().docker(method, *args, **kwargs)
+
+    # -- stop / poll ----------------------------------------------------------------------------
+
+    async def _release(self, rt: LabRuntime | None, reason: str, aid: int | None = None) -> None:
+        aid = self.allocation_id if aid is None else aid
+        if aid is None:
+            return
+        rt = rt or self.runtime()
+        closed = await asyncio.to_thread(rt.ledger.release, aid, reason)
+        if closed:
+            self.log.info("Released allocation %d of %s (%s)", aid, self._log_name, reason)
+        self.allocation_id = None
+        self.slice_id = ""
+
+    async def stop(self, now=False):
+        self._stopped_during_start = True
+        aid = self.allocation_id  # DockerSpawner.stop() clears the state
+        try:
+            await super().stop(now=now)
+        finally:
+            await self._release(None, "stopped", aid)
+
+    async def poll(self):
+        rt = self.runtime()
+        await self._reconcile_once(rt)
+        status = await super().poll()
+        if status is not None:
+            await self._release(rt, "container-gone" if status == 0 else "exited")
+            return status
+        if self.allocation_id is not None and self._start_done:
+            a = await asyncio.to_thread(rt.ledger.get, self.allocation_id)
+            if a is not None and not a.open:
+                return await self._readopt(rt)
+        return status
+
+    async def _readopt(self, rt: LabRuntime):
+        """The container runs but its allocation was closed (an admin released it, or a
+        reconcile ran without seeing it): hold the same slice again, or stop the container."""
+        profile = rt.lab.profile(self.profile_slug)
+        row = next(
+            (s for s in await asyncio.to_thread(rt.ledger.slices) if s["id"] == self.slice_id), None
+        )
+        if profile is not None and row is not None and profile.wants_gpu:
+            try:
+                claim = await asyncio.to_thread(
+                    rt.ledger.claim,
+                    profile.slice,
+                    user=self.user.name,
+                    profile=profile.slug,
+                    server_name=self.name or "",
+                    node=rt.lab.node,
+                    only_slice=self.slice_id,
+                )
+                self.allocation_id = claim.allocation.id
+                await asyncio.to_thread(
+                    rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
+                )
+                self.log.warning(
+                    "Re-adopted %s's running container on %s", self._log_name, self.slice_id
+                )
+                return None
+            except LedgerRefusal:
+                pass
+        self.log.warning(
+            "Stopping %s: its slice %s is held by another allocation", self._log_name, self.slice_id
+        )
+        self.allocation_id = None
+        await self.stop(now=True)
+        return "gpulab: slice no longer held"
+
+    async def _reconcile_once(self, rt: LabRuntime) -> None:
+        if rt.reconciled:
+            return
+        rt.reconciled = True
+        try:
+            report = await asyncio.to_thread(
+                rt.reconcile, self.client, grace_s=self.reconcile_grace
+            )
+        except Exception:
+            self.log.exception("gpulab reconcile failed; will not retry in this process")
+            return
+        known = self._hub_container_ids()
+        for cid in report.orphan_containers:
+            if cid in known:
+                continue  # its spawner's poll re-adopts it
+            self.log.warning(
+                "gpulab reconcile: removing container %s, which holds no allocation", cid[:12]
+            )
+            try:
+                await self.docker("remove_container", cid, force=True)
+            except Exception:
+                self.log.exception("Could not remove orphan container %s", cid[:12])
+
+    def _hub_container_ids(self) -> set[str]:
+        """Container ids of servers JupyterHub believes are running (from its database)."""
+        from jupyterhub import orm
+
+        ids = set()
+        for sp in self.db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)):
+            oid = (sp.state or {}).get("object_id")
+            if oid:
+                ids.add(oid)
+        return ids
+
+
+__all__ = ["GPUDockerSpawner"]

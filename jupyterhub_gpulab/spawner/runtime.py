@@ -1,0 +1,96 @@
+"""One lab per hub process: the validated configuration, the ledger, and the inventory sync.
+
+Every spawner of a hub shares one :class:`LabRuntime` (one database engine, one inventory read),
+built on first use from ``c.GPULab``. The first runtime also reconciles the ledger with the
+containers Docker reports (see :meth:`LabRuntime.reconcile`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from .. import clock
+from ..config import GPULab, Lab
+from ..ledger import Ledger, ReconcileReport
+from .container import LABEL_ALLOCATION, LABEL_NODE
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_runtimes: dict[str, LabRuntime] = {}
+
+
+class LabRuntime:
+    """The lab (:class:`~jupyterhub_gpulab.config.Lab`) and its :class:`Ledger`, for one process."""
+
+    def __init__(self, gpulab: GPULab):
+        self.gpulab = gpulab
+        self.lab: Lab = gpulab.load()
+        for w in self.lab.warnings:
+            log.warning("gpulab inventory: %s", w)
+        self.ledger = Ledger(gpulab.db_url, auto_upgrade=gpulab.db_auto_upgrade)
+        report = self.ledger.sync_inventory(self.lab.inventory, node=self.lab.node)
+        log.info(
+            "gpulab: %d device(s), %d slice(s) from %s (added %d, vanished %d)",
+            len(self.lab.inventory.devices),
+            len(self.lab.inventory.slices),
+            self.lab.inventory.source,
+            len(report.added),
+            len(report.vanished),
+        )
+        self.reconciled = False
+
+    def reconcile(self, docker_client, *, grace_s: float = 600) -> ReconcileReport:
+        """Close open allocations on this node whose container is gone, and return labelled
+        containers that hold no open allocation (the caller stops them).
+
+        Allocations younger than ``grace_s`` seconds are spared: their spawn may still be creating
+        the container. Runs the Docker call synchronously: call it in a thread.
+        """
+        containers = docker_client.containers(
+            all=False, filters={"label": [LABEL_ALLOCATION, f"{LABEL_NODE}={self.lab.node}"]}
+        )
+        live: dict[str, int | None] = {}
+        for c in containers:
+            raw = (c.get("Labels") or {}).get(LABEL_ALLOCATION)
+            try:
+                live[c["Id"]] = int(raw) if raw else None
+            except ValueError:
+                live[c["Id"]] = None
+        report = self.ledger.reconcile(
+            live,
+            node=self.lab.node,
+            reason="reconciled",
+            started_before=clock.utcnow() - timedelta(seconds=grace_s),
+        )
+        for a in report.closed:
+            log.warning(
+                "gpulab reconcile: closed allocation %d (%s's server %r on %s): container gone",
+                a.id,
+                a.user,
+                a.server_name,
+                a.slice_id,
+            )
+        self.reconciled = True
+        return report
+
+
+def get_runtime(gpulab: GPULab) -> LabRuntime:
+    """The process's runtime for ``gpulab.db_url``, built on first call (raises
+    :class:`~jupyterhub_gpulab.errors.ConfigError` if the configuration is invalid)."""
+    key = gpulab.db_url
+    with _lock:
+        rt = _runtimes.get(key)
+        if rt is None:
+            rt = _runtimes[key] = LabRuntime(gpulab)
+        return rt
+
+
+def forget_runtimes() -> None:
+    """Close and drop every runtime (tests that build several labs in one process)."""
+    with _lock:
+        for rt in _runtimes.values():
+            rt.ledger.close()
+        _runtimes.clear()

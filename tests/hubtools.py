@@ -1,0 +1,211 @@
+"""Run a real JupyterHub (with its real proxy) as a subprocess for end-to-end tests.
+
+``Hub(workdir, extra_config)`` writes a ``jupyterhub_config.py`` (a base that makes containers reach
+the hub through the docker0 gateway, a DummyAuthenticator, a service token with admin scopes,
+then ``extra_config``), starts ``jupyterhub`` and waits for its API. ``hub.api(...)`` talks to the
+REST API with the service token; ``hub.stop()`` sends SIGTERM and waits for the process (DockerSpawner
+removes containers one by one on shutdown).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import requests
+
+DOCKER_GATEWAY = "172.17.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+BASE_CONFIG = """
+c = get_config()  # noqa
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "0.0.0.0"
+c.JupyterHub.hub_port = {hub_port}
+c.JupyterHub.hub_connect_ip = "{gateway}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.JupyterHub.db_url = "sqlite:///{workdir}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{workdir}/jupyterhub_cookie_secret"
+c.ConfigurableHTTPProxy.pid_file = "{workdir}/proxy.pid"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.JupyterHub.last_activity_interval = 5
+c.JupyterHub.services = [{{"name": "tests", "api_token": "{token}"}}]
+c.JupyterHub.load_roles = [
+    {{
+        "name": "tests",
+        "services": ["tests"],
+        "scopes": ["admin:users", "admin:servers", "admin:server_state", "access:servers",
+                   "list:users", "read:users", "admin:groups", "read:groups"],
+    }}
+]
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.named_server_limit_per_user = 5
+c.GPULab.db_url = "sqlite:///{workdir}/gpulab.sqlite"
+"""
+
+
+class Hub:
+    """A JupyterHub subprocess in ``workdir``; see the module docstring."""
+
+    def __init__(self, workdir: Path, extra_config: str = "", *, log_name: str = "hub.log"):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.hub_port = free_port()
+        self.proxy_api_port = free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_config = extra_config
+        self.log_path = self.workdir / log_name
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "jupyterhub_config.py"
+
+    def write_config(self) -> None:
+        base = BASE_CONFIG.format(
+            port=self.port,
+            hub_port=self.hub_port,
+            proxy_api_port=self.proxy_api_port,
+            gateway=DOCKER_GATEWAY,
+            workdir=self.workdir,
+            token=self.token,
+        )
+        self.config_path.write_text(base + "\n" + textwrap.dedent(self.extra_config))
+
+    def start(self, timeout: float = 60) -> Hub:
+        self.write_config()
+        self._log = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(self.config_path)],
+            cwd=self.workdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"jupyterhub exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                if requests.get(self.url + "/hub/api/", timeout=2).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"jupyterhub did not answer within {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 120) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        # the proxy is started in its own process; make sure ours is gone
+        pid_file = self.workdir / "proxy.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+            except (ValueError, ProcessLookupError, PermissionError):
+                pass
+        if self._log:
+            self._log.close()
+        self.proc = None
+
+    # -- REST API ---------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, **kw) -> requests.Response:
+        headers = kw.pop("headers", {})
+        headers.setdefault("Authorization", f"token {self.token}")
+        kw.setdefault("timeout", 60)
+        return requests.request(method, f"{self.url}/hub/api{path}", headers=headers, **kw)
+
+    def create_user(self, name: str, groups: list[str] | None = None, admin: bool = False) -> None:
+        r = self.api("POST", f"/users/{name}", json={"admin": admin})
+        assert r.status_code in (201, 409), r.text
+        for g in groups or []:
+            r = self.api("POST", f"/groups/{g}")
+            assert r.status_code in (201, 409), r.text
+            r = self.api("POST", f"/groups/{g}/users", json={"users": [name]})
+            assert r.status_code == 200, r.text
+
+    def server_path(self, user: str, name: str = "") -> str:
+        return f"/users/{user}/servers/{name}" if name else f"/users/{user}/server"
+
+    def spawn(self, user: str, options: dict | None = None, name: str = "") -> requests.Response:
+        return self.api("POST", self.server_path(user, name), json=options or {})
+
+    def user_model(self, user: str) -> dict:
+        r = self.api("GET", f"/users/{user}")
+        r.raise_for_status()
+        return r.json()
+
+    def server(self, user: str, name: str = "") -> dict | None:
+        return self.user_model(user).get("servers", {}).get(name)
+
+    def wait_ready(self, user: str, name: str = "", timeout: float = 90) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = self.server(user, name)
+            if s and s.get("ready"):
+                return s
+            if s is None or not s.get("pending"):
+                # a failed spawn leaves no server
+                if s is None and time.monotonic() > deadline - timeout + 2:
+                    raise RuntimeError(f"{user}/{name} has no server:\n{self.log_tail()}")
+            time.sleep(0.3)
+        raise TimeoutError(f"{user}/{name} not ready in {timeout}s:\n{self.log_tail()}")
+
+    def stop_server(self, user: str, name: str = "", timeout: float = 60) -> None:
+        r = self.api("DELETE", self.server_path(user, name))
+        assert r.status_code in (202, 204), r.text
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.server(user, name) is None:
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"{user}/{name} did not stop in {timeout}s")
+
+
+def docker_available() -> str | None:
+    """``None`` when a Docker engine answers, else the reason it does not."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed (scripts/ensure-docker.sh installs it)"
+    r = subprocess.run(
+        ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        return f"no Docker engine answers: {r.stderr.strip()[:200]} (scripts/ensure-docker.sh starts one)"
+    return None
