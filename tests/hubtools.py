@@ -9,6 +9,7 @@ removes containers one by one on shutdown).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -93,7 +94,7 @@ class Hub:
 
     def start(self, timeout: float = 60) -> Hub:
         self.write_config()
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(self.config_path)],
@@ -136,10 +137,8 @@ class Hub:
         # the proxy is started in its own process; make sure ours is gone
         pid_file = self.workdir / "proxy.pid"
         if pid_file.exists():
-            try:
+            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
                 os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
-            except (ValueError, ProcessLookupError, PermissionError):
-                pass
         if self._log:
             self._log.close()
         self.proc = None
@@ -181,10 +180,9 @@ class Hub:
             s = self.server(user, name)
             if s and s.get("ready"):
                 return s
-            if s is None or not s.get("pending"):
+            if s is None and time.monotonic() > deadline - timeout + 2:
                 # a failed spawn leaves no server
-                if s is None and time.monotonic() > deadline - timeout + 2:
-                    raise RuntimeError(f"{user}/{name} has no server:\n{self.log_tail()}")
+                raise RuntimeError(f"{user}/{name} has no server:\n{self.log_tail()}")
             time.sleep(0.3)
         raise TimeoutError(f"{user}/{name} not ready in {timeout}s:\n{self.log_tail()}")
 
