@@ -6,7 +6,7 @@ digits kept, every other character, ``-`` included, written as ``-XX`` per UTF-8
 parts never contain ``--``, so a name that fits holds that separator at most once and splits back
 into exactly one (user, server) pair.
 
-A longer name is cut and given ``--h--`` and 12 hex digits of a SHA-256 over the full pair. It
+A longer name is cut and given ``--h--`` and 12 hex digits of a SHA-256 over the full name. It
 then contains ``--`` at least twice, so it can never equal a name that fits, whatever a user picks
 as their name; two long names share one only on a 48-bit hash collision.
 """
@@ -50,7 +50,8 @@ def container_name(prefix: str, user: str, server_name: str = "") -> str:
         full += f"--{escape_part(server_name)}"
     if len(full) <= MAX_LENGTH:
         return full
-    digest = hashlib.sha256(f"{user}\0{server_name}".encode()).hexdigest()[:12]
+    # over the escaped form, which is injective; "user\0server" was not (NUL may be in either)
+    digest = hashlib.sha256(full.encode()).hexdigest()[:12]
     tail = f"--h--{digest}"
     head = full[: MAX_LENGTH - len(tail)].rstrip("-")
     return head + tail
