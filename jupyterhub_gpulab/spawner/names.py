@@ -3,12 +3,15 @@
 Pure functions. ``container_name(prefix, user, server)`` is ``{prefix}-{user}`` or
 ``{prefix}-{user}--{server}`` with both parts escaped by :func:`escape_part` (lowercase letters and
 digits kept, every other character, ``-`` included, written as ``-XX`` per UTF-8 byte). Escaped
-parts never contain ``--``, so a name that fits holds that separator at most once and splits back
-into exactly one (user, server) pair.
+parts never contain ``--`` and never end in ``-``, so a name that fits splits back into exactly one
+(user, server) pair: the separator is the first ``--`` after ``{prefix}-``. (A part that starts
+with an escaped character puts a ``-`` next to the one before it: ``_alice`` on server ``lab`` is
+``jupyter--5falice--lab``: counting ``--`` does not tell a cut name from one that fits.)
 
-A longer name is cut and given ``--h--`` and 12 hex digits of a SHA-256 over the full name. It
-then contains ``--`` at least twice, so it can never equal a name that fits, whatever a user picks
-as their name; two long names share one only on a 48-bit hash collision.
+A longer name is cut and given ``--h--`` and 12 hex digits of a SHA-256 over the full name. No
+name that fits contains ``--h--`` (an escaped part would have to hold ``--`` or start with ``-h``,
+and every ``-`` in one starts ``-XX``), so a cut name never equals a name that fits, whatever a
+user picks as their name; two long names share one only on a 48-bit hash collision.
 """
 
 from __future__ import annotations
