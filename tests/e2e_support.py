@@ -1,0 +1,134 @@
+"""Helpers for end-to-end tests: a real hub running GPUDockerSpawner on a real Docker engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from pathlib import Path
+
+import jupyterhub
+import pytest
+from hubtools import Hub, docker_available
+
+IMAGE = os.environ.get("GPULAB_TEST_IMAGE", f"gpulab/singleuser:{jupyterhub.__version__}")
+
+#: A small lab: an A100 with two 1g.10gb and one 3g.40gb MIG instances, a T4 in 5 seats, an A40.
+LAB = [
+    {
+        "uuid": "GPU-e2e-a100",
+        "index": 0,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory": "80GiB",
+        "mig": [
+            {"uuid": "MIG-e2e-1g-0", "profile": "1g.10gb"},
+            {"uuid": "MIG-e2e-1g-1", "profile": "1g.10gb"},
+            {"uuid": "MIG-e2e-3g-0", "profile": "3g.40gb"},
+        ],
+    },
+    {
+        "uuid": "GPU-e2e-t4",
+        "index": 1,
+        "name": "Tesla T4",
+        "memory": "16GiB",
+        "shared": {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2},
+    },
+    {"uuid": "GPU-e2e-a40", "index": 2, "name": "NVIDIA A40", "memory": "48GiB"},
+]
+
+PROFILES = [
+    {
+        "slug": "mig",
+        "display_name": "PyTorch (MIG 1g.10gb)",
+        "image": IMAGE,
+        "slice": {"kind": "mig", "mig_profile": "1g.10gb"},
+        "cpu_limit": 1,
+        "mem_limit": "1G",
+        "default": True,
+        "env": {"FRAMEWORK": "pytorch"},
+    },
+    {
+        "slug": "seat",
+        "display_name": "TensorFlow (T4 seat)",
+        "image": IMAGE,
+        "slice": {"kind": "shared"},
+        "mem_limit": "1G",
+    },
+    {
+        "slug": "a40",
+        "display_name": "Full A40",
+        "image": IMAGE,
+        "slice": {"kind": "gpu"},
+        "groups": ["researchers"],
+    },
+    {"slug": "cpu", "display_name": "CPU only", "image": IMAGE, "mem_limit": "1G"},
+]
+
+
+def require_docker() -> None:
+    """Skip (outside CI) or fail (in CI) when no engine or no image is available."""
+    reason = docker_available()
+    if reason is None:
+        r = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, text=True)
+        if r.returncode != 0:
+            reason = f"image {IMAGE} is missing (images/build-singleuser.sh builds it)"
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Docker tests: {reason}")
+        pytest.skip(reason)
+
+
+def gpulab_config(node: str, *, attach_mode: str = "env", extra: str = "") -> str:
+    return f"""
+c.JupyterHub.spawner_class = "gpulab"
+c.DockerSpawner.pull_policy = "never"
+c.DockerSpawner.image = {IMAGE!r}
+c.DockerSpawner.prefix = {node!r}
+c.Spawner.poll_interval = 2
+c.Spawner.start_timeout = 90
+c.Spawner.http_timeout = 60
+c.GPUDockerSpawner.attach_mode = {attach_mode!r}
+c.GPULab.node_name = {node!r}
+c.GPULab.inventory_source = "declared"
+c.GPULab.inventory = {LAB!r}
+c.GPULab.profiles = {PROFILES!r}
+c.GPULab.group_policies = {{
+    "students": {{"profiles": ["mig", "seat", "cpu"], "max_slices_per_user": 1}},
+    "researchers": {{"max_slices_per_user": 3}},
+}}
+c.GPULab.default_policy = {{"max_slices_per_user": 1}}
+{extra}
+"""
+
+
+def new_hub(tmp_path: Path, **kw) -> Hub:
+    node = "gpulabtest" + secrets.token_hex(3)
+    return Hub(tmp_path / node, gpulab_config(node, **kw))
+
+
+def inspect(container: str) -> dict:
+    out = subprocess.run(
+        ["docker", "inspect", container], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)[0]
+
+
+def env_of(container: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in inspect(container)["Config"]["Env"])
+
+
+def containers_with_label(label: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"label={label}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def remove_node_containers(node: str) -> None:
+    ids = containers_with_label(f"org.jupyter.gpulab.node={node}")
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)

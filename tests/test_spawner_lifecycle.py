@@ -1,0 +1,128 @@
+"""Hub restarts, GPU runtime refusals and reconcile, on a real hub and a real Docker engine."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import requests
+from e2e_support import containers_with_label, new_hub, remove_node_containers, require_docker
+
+from jupyterhub_gpulab.ledger import Ledger
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def hub_factory(tmp_path):
+    require_docker()
+    hubs = []
+
+    def make(**kw):
+        h = new_hub(tmp_path, **kw)
+        hubs.append(h)
+        return h
+
+    yield make
+    for h in hubs:
+        h.stop()
+        remove_node_containers(h.workdir.name)
+
+
+def ledger_of(hub) -> Ledger:
+    return Ledger(f"sqlite:///{hub.workdir}/gpulab.sqlite")
+
+
+def reach(hub, user) -> int:
+    """GET the user's server through the proxy, as the browser would (with the service token)."""
+    r = requests.get(
+        f"{hub.url}/user/{user}/api/status",
+        headers={"Authorization": f"token {hub.token}"},
+        timeout=30,
+    )
+    return r.status_code
+
+
+def test_hub_restart_keeps_servers_and_allocations(hub_factory):
+    hub = hub_factory(
+        extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\n"
+    )
+    hub.start()
+    hub.create_user("ann", ["students"])
+    hub.create_user("bob", ["students"])
+    for u in ("ann", "bob"):
+        assert hub.spawn(u, {"profile": "mig"}).status_code in (201, 202)
+        hub.wait_ready(u)
+    led = ledger_of(hub)
+    before = sorted((a.id, a.slice_id, a.container_id) for a in led.open_allocations())
+    assert len(before) == 2
+    hub.stop()  # servers and proxy keep running
+    assert len(containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}")) == 2
+    hub.start()
+    time.sleep(3)  # a poll round
+    after = sorted((a.id, a.slice_id, a.container_id) for a in led.open_allocations())
+    assert after == before
+    assert led.double_allocations() == []
+    for u in ("ann", "bob"):
+        assert hub.server(u)["ready"]
+        assert reach(hub, u) == 200
+    # the restarted hub still refuses a third MIG spawn: both slices are still held
+    hub.create_user("cat", ["students"])
+    assert hub.spawn("cat", {"profile": "mig"}).status_code == 503
+    led.close()
+
+
+def test_restart_closes_allocations_whose_container_vanished_and_removes_orphans(hub_factory):
+    hub = hub_factory(
+        extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\nc.GPUDockerSpawner.reconcile_grace = 0\n"
+    )
+    hub.start()
+    hub.create_user("ann", ["students"])
+    hub.create_user("bob", ["students"])
+    ann = (hub.spawn("ann", {"profile": "mig"}), hub.wait_ready("ann")["state"])[1]
+    bob = (hub.spawn("bob", {"profile": "seat"}), hub.wait_ready("bob")["state"])[1]
+    hub.stop()
+    # While the hub is down: ann's container disappears; bob's allocation is released by hand
+    # (as an admin's "release stale allocation" would), leaving bob's container an orphan that a
+    # JupyterHub server still points at.
+    subprocess.run(["docker", "rm", "-f", ann["object_name"]], check=True, capture_output=True)
+    led = ledger_of(hub)
+    led.release(bob["gpulab_allocation"], "admin")
+    hub.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if led.get(ann["gpulab_allocation"]).ended_at and led.open_allocations(user="bob"):
+            break
+        time.sleep(0.5)
+    assert led.get(ann["gpulab_allocation"]).ended_at is not None
+    assert hub.server("ann") is None
+    # bob's running server was re-adopted on the same seat, not left holding an untracked GPU
+    reheld = led.open_allocations(user="bob")
+    assert [a.slice_id for a in reheld] == [bob["gpulab_slice"]]
+    assert hub.server("bob")["ready"]
+    led.close()
+
+
+def test_device_request_on_an_engine_without_the_gpu_runtime(hub_factory):
+    hub = hub_factory(attach_mode="device_request")
+    hub.start()
+    hub.create_user("ann", ["students"])
+    t0 = time.monotonic()
+    r = hub.spawn("ann", {"profile": "mig"})
+    assert r.status_code == 503, r.text
+    msg = r.json()["message"]
+    assert "GPU runtime is missing" in msg and "CPU-only profile" in msg
+    assert time.monotonic() - t0 < 10
+    # the admin learns what to install
+    assert "NVIDIA Container Toolkit" in hub.log_tail(200)
+    led = ledger_of(hub)
+    assert led.open_allocations() == []
+    assert led.refusals_since(led.get(1).started_at.replace(year=2000)) == {
+        "gpu-runtime-missing": 1
+    }
+    assert containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}") == []
+    # a CPU profile still works on this host
+    assert hub.spawn("ann", {"profile": "cpu"}).status_code in (201, 202)
+    hub.wait_ready("ann")
+    led.close()
