@@ -1,0 +1,287 @@
+"""The spawn form (``spawner/form.py``) as a user meets it: one radio button per profile they may
+pick, with live capacity; what cannot be picked now is disabled with the reason and never
+preselected. The HTML is parsed with the standard library; no exact-HTML assertions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+import pytest
+
+from jupyterhub_gpulab.profiles import load_profiles
+from jupyterhub_gpulab.spawner.form import form_rows, render_form
+
+IMG = "quay.io/jupyter/pytorch-notebook:cuda12-latest"
+PROFILES = load_profiles(
+    [
+        {
+            "slug": "cpu",
+            "display_name": "CPU only",
+            "image": IMG,
+            "cpu_limit": 1,
+            "mem_limit": "4G",
+        },
+        {
+            "slug": "mig-1g",
+            "display_name": "PyTorch (MIG 1g.10gb)",
+            "description": "Coursework.",
+            "image": IMG,
+            "slice": {"kind": "mig", "mig_profile": "1g.10gb"},
+            "cpu_limit": 2,
+            "mem_limit": "8G",
+        },
+        {
+            "slug": "seat",
+            "display_name": "Shared T4 seat",
+            "image": IMG,
+            "slice": {"kind": "shared"},
+        },
+        {
+            "slug": "a100",
+            "display_name": "Full A100",
+            "image": IMG,
+            "slice": {"kind": "gpu", "model": "A100"},
+        },
+    ]
+)
+BY_SLUG = {p.slug: p for p in PROFILES}
+FREE = {"mig-1g": (3, 14), "seat": (0, 4), "a100": (0, 0)}  # seat: all taken; a100: none here
+
+
+def capacity_of(free: dict[str, tuple[int, int]]):
+    by_request = {BY_SLUG[slug].slice: cap for slug, cap in free.items()}
+    return lambda request: by_request[request]
+
+
+@dataclass
+class Row:
+    inputs: list[dict] = field(default_factory=list)
+    text: str = ""
+    badge: str = ""  # the capacity badge
+
+
+class FormParser(HTMLParser):
+    """Rows of the form (one ``div.form-check`` each): their inputs, visible text and badge; the
+    text of every element with an ``id``; every start tag seen; the text outside rows."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.rows: list[Row] = []
+        self.tags: list[str] = []
+        self.by_id: dict[str, str] = {}
+        self.outside = ""
+        self._depth = 0  # <div> nesting inside the current row
+        self._open: list[tuple[str, str | None, bool]] = []  # (tag, id, is badge)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        attrs = dict(attrs)
+        if tag == "div":
+            if self._depth == 0 and "form-check" in (attrs.get("class") or "").split():
+                self.rows.append(Row())
+                self._depth = 1
+            elif self._depth:
+                self._depth += 1
+        elif tag == "input" and self._depth:
+            self.rows[-1].inputs.append(attrs)
+        if tag not in ("input", "br"):  # void elements have no end tag
+            badge = "badge" in (attrs.get("class") or "").split()
+            self._open.append((tag, attrs.get("id"), badge))
+            if attrs.get("id"):
+                self.by_id.setdefault(attrs["id"], "")
+
+    def handle_endtag(self, tag):
+        if tag == "div" and self._depth:
+            self._depth -= 1
+        while self._open:
+            if self._open.pop()[0] == tag:
+                break
+
+    def handle_data(self, data):
+        for _, id_, badge in self._open:
+            if id_:
+                self.by_id[id_] += data
+            if badge and self._depth:
+                self.rows[-1].badge += data
+        if self._depth:
+            self.rows[-1].text += data
+        else:
+            self.outside += data
+
+
+def parse(html: str) -> FormParser:
+    p = FormParser()
+    p.feed(html)
+    p.close()
+    return p
+
+
+def radios(html: str) -> dict[str, dict]:
+    """``{slug: attrs}`` of the profile radio buttons, checking each row has exactly one."""
+    page = parse(html)
+    out = {}
+    for row in page.rows:
+        (radio,) = row.inputs
+        assert radio["type"] == "radio"
+        assert radio["name"] == "profile"
+        why = page.by_id.get(radio.get("aria-describedby") or "", "")
+        out[radio["value"]] = {
+            **radio,
+            "text": " ".join(row.text.split()),
+            "badge": row.badge.strip(),
+            "why": " ".join(why.split()),
+        }
+    return out
+
+
+def render(profiles=PROFILES, free=FREE, preselect=None, quota_reason=None) -> dict[str, dict]:
+    rows = form_rows(profiles, capacity_of(free), preselect=preselect, quota_reason=quota_reason)
+    return radios(render_form(rows))
+
+
+# -- what each row says -------------------------------------------------------------------------
+
+
+def test_one_radio_per_entitled_profile_in_config_order():
+    assert list(render()) == ["cpu", "mig-1g", "seat", "a100"]
+    assert list(render(profiles=PROFILES[1:2])) == ["mig-1g"]
+
+
+@pytest.mark.parametrize(
+    ("slug", "badge", "says"),
+    [
+        pytest.param("cpu", "CPU only", ["No GPU", "1 CPU", "4 GiB memory"], id="cpu"),
+        pytest.param(
+            "mig-1g",
+            "3 of 14 free",
+            ["MIG 1g.10gb", "hardware-isolated", "2 CPUs", "8 GiB memory", "Coursework."],
+            id="mig",
+        ),
+        pytest.param("seat", "0 of 4 free", ["shared GPU seat", "not isolated"], id="shared-seat"),
+        pytest.param("a100", "0 of 0 free", ["whole GPU (A100)"], id="gpu-model"),
+    ],
+)
+def test_each_row_shows_live_capacity_and_what_it_gives(slug, badge, says):
+    row = render()[slug]
+    assert row["badge"] == badge
+    for phrase in says:
+        assert phrase in row["text"]
+
+
+def test_capacity_is_read_live_for_each_render():
+    assert render(free={**FREE, "mig-1g": (13, 14)})["mig-1g"]["badge"] == "13 of 14 free"
+
+
+@pytest.mark.parametrize(
+    ("slug", "reason"),
+    [
+        pytest.param("seat", "All taken right now; try again later.", id="all-seats-taken"),
+        pytest.param("a100", "This lab has no such GPU slice right now.", id="none-in-this-lab"),
+    ],
+)
+def test_a_full_profile_is_disabled_with_its_reason_and_never_preselected(slug, reason):
+    row = render(preselect=slug)[slug]
+    assert "disabled" in row
+    assert "checked" not in row
+    assert row["why"] == reason  # the text the radio's aria-describedby points at
+
+
+def test_pickable_rows_are_enabled_and_say_no_reason():
+    out = render()
+    for slug in ("cpu", "mig-1g"):
+        assert "disabled" not in out[slug]
+        assert out[slug]["why"] == ""
+        assert "All taken" not in out[slug]["text"]
+
+
+# -- which one is preselected -------------------------------------------------------------------
+
+
+def checked(out: dict[str, dict]) -> list[str]:
+    return [slug for slug, r in out.items() if "checked" in r]
+
+
+@pytest.mark.parametrize(
+    ("preselect", "expected"),
+    [
+        pytest.param("mig-1g", "mig-1g", id="requested-and-pickable"),
+        pytest.param("seat", "cpu", id="requested-but-full-falls-back-to-first-pickable"),
+        pytest.param("a100", "cpu", id="requested-but-absent-falls-back"),
+        pytest.param("gone", "cpu", id="unknown-slug-falls-back"),
+        pytest.param(None, "cpu", id="nothing-requested"),
+    ],
+)
+def test_exactly_one_pickable_row_is_preselected(preselect, expected):
+    assert checked(render(preselect=preselect)) == [expected]
+
+
+def test_first_pickable_is_not_simply_the_first_row():
+    full_first = (BY_SLUG["seat"], BY_SLUG["mig-1g"], BY_SLUG["cpu"])
+    assert checked(render(profiles=full_first, preselect="seat")) == ["mig-1g"]
+
+
+def test_nothing_is_preselected_when_nothing_can_be_picked():
+    out = render(profiles=(BY_SLUG["seat"], BY_SLUG["a100"]))
+    assert checked(out) == []
+    assert all("disabled" in r for r in out.values())
+
+
+# -- quota --------------------------------------------------------------------------------------
+
+
+def test_quota_disables_gpu_rows_but_not_cpu_ones():
+    reason = "You already hold 1 GPU slice, your limit; stop a server to start another."
+    out = render(free={**FREE, "seat": (2, 4)}, preselect="mig-1g", quota_reason=reason)
+    for slug in ("mig-1g", "seat"):
+        assert "disabled" in out[slug]
+        assert out[slug]["why"] == reason
+    assert "disabled" not in out["cpu"]
+    assert reason not in out["cpu"]["text"]
+    assert checked(out) == ["cpu"]
+
+
+def test_quota_keeps_the_live_capacity_visible():
+    out = render(quota_reason="over quota")
+    assert out["mig-1g"]["badge"] == "3 of 14 free"
+
+
+# -- nothing to pick, and hostile text ----------------------------------------------------------
+
+
+def test_no_rows_says_there_is_no_profile_you_may_pick():
+    html = render_form(form_rows((), capacity_of({}), preselect=None))
+    page = parse(html)
+    assert page.rows == []
+    assert "input" not in page.tags
+    assert "no profile you may pick" in page.outside
+    assert "no profile you may pick" not in render_form(
+        form_rows(PROFILES, capacity_of(FREE), preselect=None)
+    )
+
+
+@pytest.mark.parametrize(
+    "field_name", [pytest.param("display_name", id="name"), pytest.param("description", id="desc")]
+)
+def test_profile_text_is_shown_as_text_never_as_markup(field_name):
+    hostile = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+    (p,) = load_profiles(
+        [{"slug": "evil", "display_name": "Evil", "image": IMG, field_name: hostile}]
+    )
+    html = render_form(form_rows((p,), capacity_of({}), preselect=None))
+    page = parse(html)
+    assert "script" not in page.tags
+    assert "img" not in page.tags
+    (row,) = page.rows
+    assert hostile in row.text  # shown verbatim, as the admin typed it
+
+
+def test_a_hostile_quota_reason_is_text():
+    rows = form_rows(
+        (BY_SLUG["mig-1g"],), capacity_of(FREE), preselect=None, quota_reason='"><script>x</script>'
+    )
+    html = render_form(rows)
+    page = parse(html)
+    assert "script" not in page.tags
+    assert '"><script>x</script>' in page.rows[0].text
+    assert page.rows[0].inputs[0]["value"] == "mig-1g"
