@@ -3,9 +3,9 @@
 #
 # Why: sessions and CI start with no Docker engine, PostgreSQL stopped, a proxy command that does
 # not run as installed, and no single-user image (there is no registry to pull one from).
-# What, in order: scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
+# What, in order: scripts/ensure-packages.sh, scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
 # images/build-singleuser.sh (skipped when the image is current), then `pip install -e '.[test]'`
-# when jupyterhub_gpulab is not importable. Idempotent; ~1 s when everything is already up.
+# unless this checkout is already the installed one. Idempotent; ~1 s when everything is already up.
 # It cannot export into its caller; on success it prints exactly two lines a caller may eval:
 #   GPULAB_TEST_POSTGRES_URL=postgresql+psycopg://gpulab:gpulab@127.0.0.1:5432/gpulab_test
 #   GPULAB_TEST_IMAGE=gpulab/singleuser:<hub version>
@@ -20,12 +20,16 @@ run_step() {
     "$@" || { echo "test-setup: step '$name' failed (exit $?)" >&2; exit 1; }
 }
 
+run_step packages "$REPO/scripts/ensure-packages.sh"
 run_step docker "$REPO/scripts/ensure-docker.sh"
 pg_url=$(run_step postgres "$REPO/scripts/ensure-postgres.sh" | tail -n 1)
 run_step proxy "$REPO/scripts/ensure-proxy.sh"
 image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
 
-if ! "$PYTHON" -c 'import jupyterhub_gpulab' >/dev/null 2>&1; then
+# Install this checkout (editable), unless it is already the one Python imports: a clone tested
+# next to another checkout must not run the other checkout's code in hub subprocesses.
+installed=$(cd / && "$PYTHON" -c 'import jupyterhub_gpulab, os; print(os.path.dirname(os.path.dirname(jupyterhub_gpulab.__file__)))' 2>/dev/null || true)
+if [ "$installed" != "$REPO" ]; then
     (cd "$REPO" && "$PYTHON" -m pip install -q -e '.[test]' >/tmp/gpulab-pip-install.log 2>&1) \
         || { echo "test-setup: pip install -e '.[test]' failed; see /tmp/gpulab-pip-install.log" >&2; exit 1; }
 fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# demo.sh — THE hub command (README): bring up the demo lab and run JupyterHub in the foreground.
+#
+# On a fresh Debian/Ubuntu machine (root): installs the Debian packages the hub needs, starts
+# dockerd if absent, installs the proxy, installs this checkout (pip, editable), builds the
+# single-user image with JupyterLab (no registry needed), checks the configuration, and runs
+# `jupyterhub -f jupyterhub_config.py`. Open http://127.0.0.1:8000 (GPULAB_PORT to change it) and
+# log in with any password: student1 (students), researcher1 (researchers), admin (admin).
+# On a host with NVIDIA GPUs the same config discovers them through NVML.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+cd "$REPO"
+
+step() { echo "demo: $*" >&2; }
+step "packages";  scripts/ensure-packages.sh --hub-only
+step "docker";    scripts/ensure-docker.sh
+step "proxy";     scripts/ensure-proxy.sh
+step "install";   "$PYTHON" -m pip install -q -e . >/tmp/gpulab-pip-demo.log 2>&1 \
+    || { echo "demo: pip install failed; see /tmp/gpulab-pip-demo.log" >&2; exit 1; }
+step "image (first time ~1-2 min)"
+export GPULAB_IMAGE_LAB=1
+GPULAB_IMAGE=$(images/build-singleuser.sh | tail -n 1)
+export GPULAB_IMAGE
+step "config";    gpulab check-config -f jupyterhub_config.py
+step "starting JupyterHub on http://${GPULAB_IP:-127.0.0.1}:${GPULAB_PORT:-8000} (Ctrl-C to stop)"
+exec "$PYTHON" -m jupyterhub -f jupyterhub_config.py "$@"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# test.sh — THE test command (README, .ci/run): set up what the tests need, then run pytest.
+#
+# On a fresh Debian/Ubuntu machine (root) it installs the Debian packages, starts dockerd and
+# PostgreSQL, installs the proxy, builds the single-user image, installs this checkout with its
+# test extras, and runs the whole suite, Docker and browser tests included. Arguments go to pytest
+# (e.g. `scripts/test.sh -k ledger -x`).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+
+setup=$("$REPO/scripts/test-setup.sh")
+while IFS='=' read -r key value; do
+    case "$key" in GPULAB_*) export "$key=$value" ;; esac
+done <<<"$setup"
+
+cd "$REPO"
+exec "$PYTHON" -m pytest "$@"
