@@ -156,7 +156,11 @@ class GPULab(LoggingConfigurable):
             profiles = load_profiles(self.profiles)
         except ConfigError as e:
             errors.extend(f"c.GPULab.{m}" for m in e.errors)
-        slugs = [p.slug for p in profiles]
+        # Policies are checked against every slug written, so one bad profile does not make every
+        # policy that names a good one look wrong too.
+        slugs = [p.slug for p in profiles] or [
+            e["slug"] for e in self.profiles if isinstance(e, dict) and isinstance(e.get("slug"), str)
+        ]
         policies: dict[str, GroupPolicy] = {}
         try:
             policies = load_policies(self.group_policies, slugs)

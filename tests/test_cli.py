@@ -219,11 +219,6 @@ def test_a_bad_config_exits_1_listing_every_error(capsys, bad_config):
     assert not missing, f"not reported: {missing}\n{err}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config.GPULab.load checks policies against the slugs of profiles that loaded; one bad "
-    "profile leaves none, so every policy naming a good profile is reported as unknown",
-)
 def test_one_bad_profile_does_not_make_policies_name_unknown_profiles(capsys, tmp_path):
     profiles = [PROFILES[0], {**PROFILES[2], "cpu_limit": -1}]
     config = write_config(
