@@ -126,3 +126,123 @@ def test_device_request_on_an_engine_without_the_gpu_runtime(hub_factory):
     assert hub.spawn("ann", {"profile": "cpu"}).status_code in (201, 202)
     hub.wait_ready("ann")
     led.close()
+
+
+@pytest.fixture(scope="module")
+def sleeper_image():
+    """An image whose server never answers (its command sleeps), built from the test image."""
+    require_docker()
+    from e2e_support import IMAGE
+
+    tag = "gpulab/test-sleeper:latest"
+    cid = subprocess.run(
+        ["docker", "create", IMAGE], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        subprocess.run(
+            ["docker", "commit", "--change", 'CMD ["sleep", "infinity"]', cid, tag],
+            capture_output=True,
+            check=True,
+        )
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+    return tag
+
+
+SLOW_API = 'c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}\n'
+
+
+def progress_events(hub, user, timeout=60) -> list[dict]:
+    """Read the spawn's progress stream (server-sent events) to its end."""
+    import json
+
+    events = []
+    with requests.get(
+        f"{hub.url}/hub/api/users/{user}/server/progress",
+        headers={"Authorization": f"token {hub.token}"},
+        stream=True,
+        timeout=timeout,
+    ) as r:
+        assert r.status_code == 200, r.text
+        for line in r.iter_lines(decode_unicode=True):
+            if line and line.startswith("data:"):
+                events.append(json.loads(line[5:]))
+                if events[-1].get("ready") or events[-1].get("failed"):
+                    break
+    return events
+
+
+def test_progress_reports_the_real_steps(hub_factory):
+    hub = hub_factory(extra=SLOW_API)
+    hub.start()
+    hub.create_user("ann", ["students"])
+    assert hub.spawn("ann", {"profile": "mig"}).status_code == 202
+    messages = [e.get("message", "") for e in progress_events(hub, "ann")]
+    joined = "\n".join(messages)
+    assert "Profile: PyTorch (MIG 1g.10gb)" in joined
+    assert "Reserved MIG 1g.10gb on GPU 0 (NVIDIA A100-SXM4-80GB)" in joined
+    assert "Creating container" in joined
+    assert messages.index(next(m for m in messages if m.startswith("Reserved"))) < messages.index(
+        next(m for m in messages if m.startswith("Creating container"))
+    )
+
+
+def test_a_server_that_never_answers_releases_its_slice(hub_factory, sleeper_image):
+    extra = (
+        SLOW_API
+        + "c.Spawner.http_timeout = 5\n"
+        + (
+            "c.GPULab.profiles = c.GPULab.profiles + [{'slug': 'sleeper', 'display_name': 'Never answers', "
+            f"'image': {sleeper_image!r}, 'slice': {{'kind': 'gpu'}}}}]\n"
+            "c.GPULab.default_policy = {'max_slices_per_user': 2}\n"
+        )
+    )
+    hub = hub_factory(extra=extra)
+    hub.start()
+    hub.create_user("ann")
+    assert hub.spawn("ann", {"profile": "sleeper"}).status_code == 202
+    events = progress_events(hub, "ann", timeout=90)
+    assert events[-1].get("failed"), events
+    led = ledger_of(hub)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and led.open_allocations():
+        time.sleep(0.5)
+    assert led.open_allocations() == []
+    assert containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}") == []
+    # the A40 is free again for the next user
+    assert hub.spawn("ann", {"profile": "a40"}).status_code in (201, 202)
+    led.close()
+
+
+def test_restart_removes_a_labelled_container_nobody_owns(hub_factory):
+    hub = hub_factory(
+        extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\nc.GPUDockerSpawner.reconcile_grace = 0\n"
+    )
+    hub.start()
+    hub.create_user("ann", ["students"])
+    state = (hub.spawn("ann", {"profile": "mig"}), hub.wait_ready("ann")["state"])[1]
+    hub.stop()
+    # While the hub is down its database forgets the server (as after restoring an old backup);
+    # the container still runs, labelled with an allocation the ledger then closes.
+    import sqlite3
+
+    db = sqlite3.connect(hub.workdir / "jupyterhub.sqlite")
+    db.execute("UPDATE spawners SET server_id = NULL, state = '{}'")
+    db.execute("DELETE FROM servers")
+    db.commit()
+    db.close()
+    led = ledger_of(hub)
+    led.release(state["gpulab_allocation"], "admin")
+    hub.start()
+    hub.create_user("bob", ["students"])
+    # the first spawn in the new hub process runs the reconcile pass
+    assert hub.spawn("bob", {"profile": "cpu"}).status_code in (201, 202)
+    hub.wait_ready("bob")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        r = subprocess.run(["docker", "inspect", state["object_name"]], capture_output=True)
+        if r.returncode != 0:
+            break
+        time.sleep(0.5)
+    assert r.returncode != 0, "the orphan container should have been removed"
+    led.close()
