@@ -6,9 +6,11 @@
 # What, in order: scripts/ensure-packages.sh, scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
 # images/build-singleuser.sh (skipped when the image is current), then `pip install -e '.[test]'`
 # unless this checkout is already the installed one. Idempotent; ~1 s when everything is already up.
-# It cannot export into its caller; on success it prints exactly two lines a caller may eval:
+# It cannot export into its caller; on success it prints lines a caller may eval:
 #   GPULAB_TEST_POSTGRES_URL=postgresql+psycopg://gpulab:gpulab@127.0.0.1:5432/gpulab_test
 #   GPULAB_TEST_IMAGE=gpulab/singleuser:<hub version>
+#   GPULAB_GPUSIM_DOCKER_HOST=unix:///var/run/gpulab-gpusim.sock
+#   GPULAB_GPUSIM_GATEWAY=172.30.0.1
 # Called by scripts/test.sh and .ci/run. Stops at the first failing step, naming it on stderr.
 set -euo pipefail
 
@@ -25,6 +27,8 @@ run_step docker "$REPO/scripts/ensure-docker.sh"
 pg_url=$(run_step postgres "$REPO/scripts/ensure-postgres.sh" | tail -n 1)
 run_step proxy "$REPO/scripts/ensure-proxy.sh"
 image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
+# A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
+gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
 
 # Install this checkout (editable), unless it is already the one Python imports: a clone tested
 # next to another checkout must not run the other checkout's code in hub subprocesses.
@@ -36,3 +40,4 @@ fi
 
 echo "GPULAB_TEST_POSTGRES_URL=$pg_url"
 echo "GPULAB_TEST_IMAGE=$image"
+echo "$gpusim"

@@ -64,7 +64,15 @@ c.GPULab.db_url = "sqlite:///{workdir}/gpulab.sqlite"
 class Hub:
     """A JupyterHub subprocess in ``workdir``; see the module docstring."""
 
-    def __init__(self, workdir: Path, extra_config: str = "", *, log_name: str = "hub.log"):
+    def __init__(
+        self,
+        workdir: Path,
+        extra_config: str = "",
+        *,
+        log_name: str = "hub.log",
+        env: dict[str, str] | None = None,
+        gateway: str = DOCKER_GATEWAY,
+    ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -73,6 +81,8 @@ class Hub:
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_config = extra_config
+        self.env = env or {}
+        self.gateway = gateway
         self.log_path = self.workdir / log_name
         self.proc: subprocess.Popen | None = None
         self._log = None
@@ -86,7 +96,7 @@ class Hub:
             port=self.port,
             hub_port=self.hub_port,
             proxy_api_port=self.proxy_api_port,
-            gateway=DOCKER_GATEWAY,
+            gateway=self.gateway,
             workdir=self.workdir,
             token=self.token,
         )
@@ -95,7 +105,7 @@ class Hub:
     def start(self, timeout: float = 60) -> Hub:
         self.write_config()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(self.config_path)],
             cwd=self.workdir,
