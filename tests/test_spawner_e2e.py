@@ -231,6 +231,7 @@ def test_the_form_shows_entitled_profiles_with_capacity_and_disables_full_ones(h
     assert set(p.radios) == {"mig", "seat", "cpu"}  # not the researchers' a40
     assert p.radios["mig"]["disabled"] and not p.radios["mig"]["checked"]
     assert "0 of 2 free" in page.text and "5 of 5 free" in page.text
+    assert "You hold 0 of the 1 GPU slice your groups allow at once." in page.text
     assert not p.radios["seat"]["disabled"]
     # a not-entitled value posted by hand is refused with the choices, nothing starts
     action = hub.url + p.action

@@ -285,3 +285,18 @@ def test_a_hostile_quota_reason_is_text():
     assert "script" not in page.tags
     assert '"><script>x</script>' in page.rows[0].text
     assert page.rows[0].inputs[0]["value"] == "mig-1g"
+
+
+@pytest.mark.parametrize(
+    ("held", "limit", "text"),
+    [
+        pytest.param(0, 1, "You hold 0 of the 1 GPU slice your groups allow at once.", id="none-of-one"),
+        pytest.param(2, 3, "You hold 2 of the 3 GPU slices your groups allow at once.", id="two-of-three"),
+        pytest.param(1, None, "You hold 1 GPU slice.", id="unlimited"),
+    ],
+)
+def test_usage_note_tells_the_user_their_use_of_the_limit(held, limit, text):
+    from jupyterhub_gpulab.spawner.form import render_form, usage_note
+
+    assert usage_note(held, limit) == text
+    assert text in render_form([], usage_note(held, limit))

@@ -96,6 +96,7 @@ _TEMPLATE = _env.from_string(
     """\
 <fieldset class="gpulab-profiles">
   <legend>Choose what your server gets</legend>
+  {% if note %}<p class="gpulab-note text-muted">{{ note }}</p>{% endif %}
   {% if not rows %}<p class="alert alert-warning">There is no profile you may pick. Ask an administrator to add you to a group.</p>{% endif %}
   {% for r in rows %}
   <div class="form-check card mb-2 p-2 ps-5{% if r.disabled_reason %} text-muted{% endif %}">
@@ -115,6 +116,15 @@ _TEMPLATE = _env.from_string(
 )
 
 
-def render_form(rows: Sequence[FormRow]) -> str:
-    """The form's HTML; every value is escaped."""
-    return _TEMPLATE.render(rows=rows)
+def render_form(rows: Sequence[FormRow], note: str | None = None) -> str:
+    """The form's HTML; every value is escaped. ``note`` is one line above the choices, such as
+    the user's use of their slice limit."""
+    return _TEMPLATE.render(rows=rows, note=note)
+
+
+def usage_note(held: int, limit: int | None) -> str:
+    """``"You hold 1 of the 2 GPU slices your groups allow at once."``"""
+    s = "s" if held != 1 else ""
+    if limit is None:
+        return f"You hold {held} GPU slice{s}."
+    return f"You hold {held} of the {limit} GPU slice{'s' if limit != 1 else ''} your groups allow at once."

@@ -25,7 +25,7 @@ from ..ledger import Claim, LedgerRefusal
 from ..policy import resolve
 from ..profiles import Profile, choose_profile, entitled_profiles, options_from_form
 from . import container as ct
-from .form import form_rows, render_form
+from .form import form_rows, render_form, usage_note
 from .names import check_prefix, container_name
 from .runtime import LabRuntime, get_runtime
 
@@ -123,9 +123,14 @@ class GPUDockerSpawner(DockerSpawner):
     _current_profile: Profile | None = None
     _current_slice = None
 
+    _runtime: LabRuntime | None = None
+
     def runtime(self) -> LabRuntime:
+        if self._runtime is not None:
+            return self._runtime
         try:
-            return get_runtime(GPULab(config=self.config))
+            self._runtime = get_runtime(GPULab(config=self.config))
+            return self._runtime
         except ConfigError as e:
             self.log.error("gpulab configuration is invalid:\n%s", e)
             raise SpawnRefused(
@@ -155,7 +160,8 @@ class GPUDockerSpawner(DockerSpawner):
     def _default_options_form(self):
         return self._render_options_form
 
-    def _quota_reason(self, rt: LabRuntime, entitled) -> str | None:
+    def _slice_use(self, rt: LabRuntime, entitled) -> tuple[int, int | None] | None:
+        """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
         gpu = next((p for p in entitled if p.wants_gpu), None)
         if gpu is None:
             return None
@@ -165,28 +171,27 @@ class GPUDockerSpawner(DockerSpawner):
             )
         except SpawnRefused:
             return None
-        if ent.user_limit is None:
-            return None
-        held = rt.ledger.count_open(user=self.user.name)
-        if held >= ent.user_limit:
-            return (
-                f"You hold {held} GPU slice{'s' if held != 1 else ''}, the most your groups allow "
-                "at once; stop a server first."
-            )
-        return None
+        return rt.ledger.count_open(user=self.user.name), ent.user_limit
 
     async def _render_options_form(self, spawner=None) -> str:
         rt = self.runtime()
         entitled = self.entitled(rt)
 
         def build():
+            use = self._slice_use(rt, entitled)
+            quota_reason = None
+            if use is not None and use[1] is not None and use[0] >= use[1]:
+                quota_reason = (
+                    f"You hold {use[0]} GPU slice{'s' if use[0] != 1 else ''}, the most your "
+                    "groups allow at once; stop a server first."
+                )
             rows = form_rows(
                 entitled,
                 rt.ledger.capacity,
                 preselect=self.last_profile or next((p.slug for p in entitled if p.default), None),
-                quota_reason=self._quota_reason(rt, entitled),
+                quota_reason=quota_reason,
             )
-            return render_form(rows)
+            return render_form(rows, usage_note(*use) if use else None)
 
         return await asyncio.to_thread(build)
 
