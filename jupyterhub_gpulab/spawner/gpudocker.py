@@ -303,15 +303,8 @@ class GPUDockerSpawner(DockerSpawner):
             self._emit(10, f"Profile: {profile.display_name}")
             if profile.wants_gpu:
                 try:
-                    claim = await asyncio.to_thread(
-                        rt.ledger.claim,
-                        profile.slice,
-                        user=self.user.name,
-                        profile=profile.slug,
-                        server_name=self.name or "",
-                        node=rt.lab.node,
-                        user_limit=ent.user_limit,
-                        charge_groups=ent.charge_groups,
+                    claim = await self._claim(
+                        rt, profile, user_limit=ent.user_limit, charge_groups=ent.charge_groups
                     )
                 except LedgerRefusal as e:
                     err = SpawnRefused(
@@ -327,6 +320,18 @@ class GPUDockerSpawner(DockerSpawner):
             return await self._start_container(rt, profile, claim)
         finally:
             self._start_done = True
+
+    async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
+        """Claim a slice for this server in a thread (the ledger is synchronous)."""
+        return await asyncio.to_thread(
+            rt.ledger.claim,
+            profile.slice,
+            user=self.user.name,
+            profile=profile.slug,
+            server_name=self.name or "",
+            node=rt.lab.node,
+            **limits,
+        )
 
     async def _start_container(self, rt: LabRuntime, profile: Profile, claim: Claim | None):
         self._current_profile = profile
@@ -446,20 +451,9 @@ class GPUDockerSpawner(DockerSpawner):
         """The container runs but its allocation was closed (an admin released it, or a
         reconcile ran without seeing it): hold the same slice again, or stop the container."""
         profile = rt.lab.profile(self.profile_slug)
-        row = next(
-            (s for s in await asyncio.to_thread(rt.ledger.slices) if s["id"] == self.slice_id), None
-        )
-        if profile is not None and row is not None and profile.wants_gpu:
+        if profile is not None and profile.wants_gpu and self.slice_id:
             try:
-                claim = await asyncio.to_thread(
-                    rt.ledger.claim,
-                    profile.slice,
-                    user=self.user.name,
-                    profile=profile.slug,
-                    server_name=self.name or "",
-                    node=rt.lab.node,
-                    only_slice=self.slice_id,
-                )
+                claim = await self._claim(rt, profile, only_slice=self.slice_id)
                 self.allocation_id = claim.allocation.id
                 await asyncio.to_thread(
                     rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
