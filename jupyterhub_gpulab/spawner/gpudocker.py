@@ -25,14 +25,15 @@ from ..ledger import Claim, LedgerRefusal
 from ..policy import resolve
 from ..profiles import Profile, choose_profile, entitled_profiles, options_from_form
 from . import container as ct
-from .form import form_rows, render_form, usage_note
+from .formmixin import ProfileFormMixin
 from .names import check_prefix, container_name
+from .recovery import RecoveryMixin
 from .runtime import LabRuntime, get_runtime
 
 _REASON_OF_REFUSAL = {"quota": "quota", "no-free-slice": "no-free-slice"}
 
 
-class GPUDockerSpawner(DockerSpawner):
+class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, DockerSpawner):
     """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
     CPU profile). Profiles, inventory, policies and the ledger come from ``c.GPULab``."""
 
@@ -76,6 +77,25 @@ class GPUDockerSpawner(DockerSpawner):
         help="""Seconds a fresh allocation without a container is left alone by the reconcile
         pass at hub start (its spawn may still be running). Default 600.""",
     )
+
+    # -- form (rendering in formmixin.py) ---------------------------------------------------
+
+    @default("options_form")
+    def _default_options_form(self):
+        return self._render_options_form
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self):
+        # user_options ({"profile": slug}) are validated and applied in start(), where a refusal
+        # keeps its own HTTP status and is recorded for the admin page.
+        return lambda spawner, user_options: None
+
+    @default("options_from_form")
+    def _default_options_from_form(self):
+        def _from_form(formdata):
+            return options_from_form(formdata, self.entitled())
+
+        return _from_form
 
     # -- state ----------------------------------------------------------------------------------
     allocation_id = Integer(None, allow_none=True)
@@ -153,60 +173,6 @@ class GPUDockerSpawner(DockerSpawner):
             bool(self.user.admin),
             default_policy=rt.lab.default_policy,
         )
-
-    # -- form -----------------------------------------------------------------------------------
-
-    @default("options_form")
-    def _default_options_form(self):
-        return self._render_options_form
-
-    def _slice_use(self, rt: LabRuntime, entitled) -> tuple[int, int | None] | None:
-        """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
-        gpu = next((p for p in entitled if p.wants_gpu), None)
-        if gpu is None:
-            return None
-        try:
-            ent = resolve(
-                self._groups(), bool(self.user.admin), gpu, rt.lab.policies, rt.lab.default_policy
-            )
-        except SpawnRefused:
-            return None
-        return rt.ledger.count_open(user=self.user.name), ent.user_limit
-
-    async def _render_options_form(self, spawner=None) -> str:
-        rt = self.runtime()
-        entitled = self.entitled(rt)
-
-        def build():
-            use = self._slice_use(rt, entitled)
-            quota_reason = None
-            if use is not None and use[1] is not None and use[0] >= use[1]:
-                quota_reason = (
-                    f"You hold {use[0]} GPU slice{'s' if use[0] != 1 else ''}, the most your "
-                    "groups allow at once; stop a server first."
-                )
-            rows = form_rows(
-                entitled,
-                rt.ledger.capacity,
-                preselect=self.last_profile or next((p.slug for p in entitled if p.default), None),
-                quota_reason=quota_reason,
-            )
-            return render_form(rows, usage_note(*use) if use else None)
-
-        return await asyncio.to_thread(build)
-
-    @default("apply_user_options")
-    def _default_apply_user_options(self):
-        # user_options ({"profile": slug}) are validated and applied in start(), where a refusal
-        # keeps its own HTTP status and is recorded for the admin page.
-        return lambda spawner, user_options: None
-
-    @default("options_from_form")
-    def _default_options_from_form(self):
-        def _from_form(formdata):
-            return options_from_form(formdata, self.entitled())
-
-        return _from_form
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -433,77 +399,3 @@ class GPUDockerSpawner(DockerSpawner):
             await super().stop(now=now)
         finally:
             await self._release(None, "stopped", aid)
-
-    async def poll(self):
-        rt = self.runtime()
-        await self._reconcile_once(rt)
-        status = await super().poll()
-        if status is not None:
-            await self._release(rt, "container-gone" if status == 0 else "exited")
-            return status
-        if self.allocation_id is not None and self._start_done:
-            a = await asyncio.to_thread(rt.ledger.get, self.allocation_id)
-            if a is not None and not a.open:
-                return await self._readopt(rt)
-        return status
-
-    async def _readopt(self, rt: LabRuntime):
-        """The container runs but its allocation was closed (an admin released it, or a
-        reconcile ran without seeing it): hold the same slice again, or stop the container."""
-        profile = rt.lab.profile(self.profile_slug)
-        if profile is not None and profile.wants_gpu and self.slice_id:
-            try:
-                claim = await self._claim(rt, profile, only_slice=self.slice_id)
-                self.allocation_id = claim.allocation.id
-                await asyncio.to_thread(
-                    rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
-                )
-                self.log.warning(
-                    "Re-adopted %s's running container on %s", self._log_name, self.slice_id
-                )
-                return None
-            except LedgerRefusal:
-                pass
-        self.log.warning(
-            "Stopping %s: its slice %s is held by another allocation", self._log_name, self.slice_id
-        )
-        self.allocation_id = None
-        await self.stop(now=True)
-        return "gpulab: slice no longer held"
-
-    async def _reconcile_once(self, rt: LabRuntime) -> None:
-        if rt.reconciled:
-            return
-        rt.reconciled = True
-        try:
-            report = await asyncio.to_thread(
-                rt.reconcile, self.client, grace_s=self.reconcile_grace
-            )
-        except Exception:
-            self.log.exception("gpulab reconcile failed; will not retry in this process")
-            return
-        known = self._hub_container_ids()
-        for cid in report.orphan_containers:
-            if cid in known:
-                continue  # its spawner's poll re-adopts it
-            self.log.warning(
-                "gpulab reconcile: removing container %s, which holds no allocation", cid[:12]
-            )
-            try:
-                await self.docker("remove_container", cid, force=True)
-            except Exception:
-                self.log.exception("Could not remove orphan container %s", cid[:12])
-
-    def _hub_container_ids(self) -> set[str]:
-        """Container ids of servers JupyterHub believes are running (from its database)."""
-        from jupyterhub import orm
-
-        ids = set()
-        for sp in self.db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)):
-            oid = (sp.state or {}).get("object_id")
-            if oid:
-                ids.add(oid)
-        return ids
-
-
-__all__ = ["GPUDockerSpawner"]

@@ -1,0 +1,50 @@
+"""The spawn form half of GPUDockerSpawner: which profiles, with live capacity and the user's use."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..errors import SpawnRefused
+from ..policy import resolve
+from .form import form_rows, render_form, usage_note
+from .runtime import LabRuntime
+
+
+class ProfileFormMixin:
+    """Mixed into :class:`~.gpudocker.GPUDockerSpawner`; needs its ``runtime()``, ``entitled()``,
+    ``_groups()``, ``user`` and ``last_profile``."""
+
+    def _slice_use(self, rt: LabRuntime, entitled) -> tuple[int, int | None] | None:
+        """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
+        gpu = next((p for p in entitled if p.wants_gpu), None)
+        if gpu is None:
+            return None
+        try:
+            ent = resolve(
+                self._groups(), bool(self.user.admin), gpu, rt.lab.policies, rt.lab.default_policy
+            )
+        except SpawnRefused:
+            return None
+        return rt.ledger.count_open(user=self.user.name), ent.user_limit
+
+    async def _render_options_form(self, spawner=None) -> str:
+        rt = self.runtime()
+        entitled = self.entitled(rt)
+
+        def build():
+            use = self._slice_use(rt, entitled)
+            quota_reason = None
+            if use is not None and use[1] is not None and use[0] >= use[1]:
+                quota_reason = (
+                    f"You hold {use[0]} GPU slice{'s' if use[0] != 1 else ''}, the most your "
+                    "groups allow at once; stop a server first."
+                )
+            rows = form_rows(
+                entitled,
+                rt.ledger.capacity,
+                preselect=self.last_profile or next((p.slug for p in entitled if p.default), None),
+                quota_reason=quota_reason,
+            )
+            return render_form(rows, usage_note(*use) if use else None)
+
+        return await asyncio.to_thread(build)
