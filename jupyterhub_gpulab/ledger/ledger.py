@@ -216,6 +216,32 @@ class Ledger:
                 pass
         return True
 
+    def return_to_service(self, device_uuid: str, present_slices: Iterable[str]) -> bool:
+        """Undrain a device, making available again only its slices in ``present_slices`` (the
+        ids of the latest inventory read): unlike ``set_drained(uuid, False)``, slices that
+        vanished from the inventory (a changed MIG layout) stay out of service. One transaction.
+        Returns whether the device exists."""
+        present_slices = set(present_slices)
+        with self._write() as conn:
+            res = conn.execute(
+                devices.update()
+                .where(devices.c.uuid == device_uuid)
+                .values(drained=False, drain_reason=None, updated_at=clock.utcnow())
+            )
+            if res.rowcount == 0:
+                return False
+            present = conn.execute(
+                sa.select(devices.c.present).where(devices.c.uuid == device_uuid)
+            ).scalar_one()
+            conn.execute(
+                slices.update()
+                .where(slices.c.device_uuid == device_uuid)
+                .values(
+                    available=sa.and_(sa.literal(bool(present)), slices.c.id.in_(present_slices))
+                )
+            )
+        return True
+
     # -- claim / release --------------------------------------------------------------------
 
     def _free_query(self, request: SliceRequest, limit: int):
