@@ -1,0 +1,7 @@
+"""``python -m jupyterhub_gpulab.service --config jupyterhub_config.py``"""
+
+import sys
+
+from .app import main
+
+sys.exit(main())

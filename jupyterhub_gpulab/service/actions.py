@@ -1,0 +1,149 @@
+"""The admin actions, shared by the admin page's forms and the JSON API.
+
+Each returns a short message for the admin and raises :class:`ActionError` (an HTTP status and
+a message safe to show) when it cannot be done. Database and NVML work runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..errors import ConfigError
+from .hubclient import HubClient, HubError
+from .state import LabState
+
+log = logging.getLogger(__name__)
+
+#: ``end_reason`` of allocations an admin closes.
+ADMIN_REASON = "admin"
+MAX_REASON = 255
+
+
+class ActionError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _device(state: LabState, uuid: str) -> dict:
+    for d in state.ledger.devices():
+        if d["uuid"] == uuid:
+            return d
+    raise ActionError(404, f"No device {uuid!r} in the ledger.")
+
+
+async def drain(state: LabState, uuid: str, reason: str = "", *, by: str) -> str:
+    """Take a device out of service: its free slices are no longer handed out; holders keep
+    theirs until they stop."""
+    reason = (reason or "").strip()[:MAX_REASON] or f"drained by {by}"
+
+    def work():
+        d = _device(state, uuid)
+        state.ledger.set_drained(uuid, True, reason)
+        return d
+
+    d = await asyncio.to_thread(work)
+    log.info("%s drained %s (%s): %s", by, uuid, d["name"], reason)
+    return f"GPU {d['index']} ({d['name']}) is drained: no new allocations on it."
+
+
+async def undrain(state: LabState, uuid: str, *, by: str) -> str:
+    def work():
+        d = _device(state, uuid)
+        state.undrain(uuid)
+        return d
+
+    d = await asyncio.to_thread(work)
+    log.info("%s returned %s (%s) to service", by, uuid, d["name"])
+    return f"GPU {d['index']} ({d['name']}) is back in service."
+
+
+async def release(state: LabState, allocation_id: int, *, by: str) -> str:
+    """Close an allocation and free its slice (a stale one: its server is gone)."""
+
+    def work():
+        a = state.ledger.get(allocation_id)
+        if a is None:
+            raise ActionError(404, f"No allocation {allocation_id}.")
+        if not a.open:
+            raise ActionError(
+                409, f"Allocation {allocation_id} is already closed ({a.end_reason})."
+            )
+        state.ledger.release(allocation_id, ADMIN_REASON)
+        return a
+
+    a = await asyncio.to_thread(work)
+    log.info("%s released allocation %d (%s on %s)", by, a.id, a.user, a.slice_id)
+    return f"Released allocation {a.id}: {a.user}'s slice {a.slice_id} is free."
+
+
+async def stop_server(
+    state: LabState, hub: HubClient, user: str, name: str = "", *, by: str
+) -> tuple[str, bool]:
+    """Stop ``user``'s server ``name`` through the hub; returns a message and whether it is
+    stopped already (else the hub is still stopping it). The spawner releases its slice; once
+    the hub reports the server gone, allocations it held before the stop that are still open
+    are closed too (so a server the spawner could not clean up frees its slice)."""
+    held = await asyncio.to_thread(
+        lambda: [a.id for a in state.ledger.open_allocations(user) if a.server_name == name]
+    )
+    label = f"{user}'s server {name!r}" if name else f"{user}'s server"
+    try:
+        stopped = await hub.stop(user, name)
+    except HubError as e:
+        raise ActionError(
+            e.status if e.status in (400, 404) else 502, f"Cannot stop {label}: {e.message}"
+        ) from None
+    log.info("%s stopped %s (allocations %s)", by, label, held)
+
+    async def finish():
+        if not stopped and not await hub.wait_stopped(user, name):
+            log.warning("%s did not stop; its allocations stay open", label)
+            return
+        for aid in held:
+            if await asyncio.to_thread(state.ledger.release, aid, ADMIN_REASON):
+                log.info("Released allocation %d of stopped %s", aid, label)
+        try:
+            await hub.refresh_active()
+        except HubError as e:
+            log.warning("Cannot refresh servers from the hub: %s", e.message)
+
+    if stopped:
+        await finish()
+        return f"Stopped {label}.", True
+    _background(finish())
+    return f"Stopping {label}…", False
+
+
+async def refresh_inventory(state: LabState, *, by: str) -> str:
+    """Re-read the inventory (NVML or the config) and sync the ledger with it."""
+    try:
+        report = await asyncio.to_thread(state.refresh_inventory)
+    except ConfigError as e:
+        raise ActionError(409, "The inventory cannot be read: " + "; ".join(e.errors)) from None
+    log.info(
+        "%s re-read the inventory: %d added, %d updated, %d vanished",
+        by,
+        len(report.added),
+        len(report.updated),
+        len(report.vanished),
+    )
+    msg = (
+        f"Inventory re-read: {len(report.added)} slices added, {len(report.updated)} changed, "
+        f"{len(report.vanished)} gone."
+    )
+    if report.vanished_held:
+        who = ", ".join(f"{a.user} ({a.slice_id})" for a in report.vanished_held)
+        msg += f" Allocations on vanished slices: {who}."
+    return msg
+
+
+_tasks: set[asyncio.Task] = set()
+
+
+def _background(coro) -> None:
+    task = asyncio.ensure_future(coro)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)

@@ -1,0 +1,150 @@
+"""The JSON API under ``/services/gpulab/api/`` (described by ``api/openapi.json``)::
+
+    GET    inventory                  nodes, devices, slices, live utilisation   (read)
+    POST   inventory/refresh          re-read the inventory, sync the ledger     (admin)
+    GET    allocations                open allocations, server state, activity   (read)
+    DELETE allocations/<id>           release an allocation                      (admin)
+    GET    usage                      per group: held vs limits; refusals, 24 h  (read)
+    POST   devices/<uuid>/drain       drain a device ({"reason": "…"})           (admin)
+    DELETE devices/<uuid>/drain       return it to service                       (admin)
+    DELETE users/<user>/server        stop a server through the hub              (admin)
+    DELETE users/<user>/servers/<n>   stop a named server through the hub        (admin)
+    GET    me                         my servers, slices, limits, capacity       (any user)
+    GET    openapi.json               this API's OpenAPI 3.1 document            (public)
+
+(read) needs ``custom:gpulab:read``, (admin) ``custom:gpulab:admin`` (JupyterHub admins hold
+it). Errors are ``{"status": <code>, "message": "…"}``.
+"""
+
+from __future__ import annotations
+
+from .. import __version__
+from . import actions
+from .base import JSONHandler, refuse
+from .data import admin_data, user_data
+from .openapi import openapi
+
+
+class APIHandler(JSONHandler):
+    async def run(self, coro, status: int = 200) -> None:
+        try:
+            message = await coro
+        except actions.ActionError as e:
+            raise refuse(e.status, e.message) from None
+        self.write_json({"status": status, "message": message}, status)
+
+
+class RootAPI(APIHandler):
+    def get(self):
+        base = self.prefix + "api/"
+        self.write_json(
+            {
+                "version": __version__,
+                "openapi": base + "openapi.json",
+                "endpoints": [base + p for p in ("inventory", "allocations", "usage", "me")],
+            }
+        )
+
+
+class OpenAPIDoc(APIHandler):
+    """The OpenAPI document: public, like JupyterHub's own REST API description."""
+
+    def get(self):
+        self.write_json(openapi(self.prefix))
+
+
+class InventoryAPI(APIHandler):
+    async def get(self):
+        self.require(read=True)
+        data = await admin_data(self.state, self.hub, parts=("inventory",))
+        self.write_json(data["inventory"])
+
+
+class InventoryRefreshAPI(APIHandler):
+    async def post(self):
+        self.require(admin=True)
+        await self.run(actions.refresh_inventory(self.state, by=self.who))
+
+
+class AllocationsAPI(APIHandler):
+    async def get(self):
+        self.require(read=True)
+        data = await admin_data(self.state, self.hub, parts=("allocations",))
+        self.write_json({"allocations": data["allocations"], "hub": data["hub"]})
+
+
+class AllocationAPI(APIHandler):
+    async def delete(self, allocation_id: str):
+        self.require(admin=True)
+        await self.run(actions.release(self.state, int(allocation_id), by=self.who))
+
+
+class UsageAPI(APIHandler):
+    async def get(self):
+        self.require(read=True)
+        data = await admin_data(self.state, self.hub, parts=("inventory", "usage"))
+        self.write_json(
+            {
+                "totals": data["inventory"]["totals"],
+                "groups": data["groups"],
+                "refusals_24h": data["refusals_24h"],
+            }
+        )
+
+
+class DrainAPI(APIHandler):
+    async def post(self, uuid: str):
+        self.require(admin=True)
+        reason = self.json_body().get("reason", "")
+        if not isinstance(reason, str):
+            raise refuse(400, "'reason' must be a string.")
+        await self.run(actions.drain(self.state, uuid, reason, by=self.who))
+
+    async def delete(self, uuid: str):
+        self.require(admin=True)
+        await self.run(actions.undrain(self.state, uuid, by=self.who))
+
+
+class ServerAPI(APIHandler):
+    """``DELETE users/<user>/server`` or ``users/<user>/servers/<name>``: stop through the hub."""
+
+    async def delete(self, user: str, name: str = ""):
+        self.require(admin=True)
+        try:
+            message, done = await actions.stop_server(
+                self.state, self.hub, user, name or "", by=self.who
+            )
+        except actions.ActionError as e:
+            raise refuse(e.status, e.message) from None
+        status = 200 if done else 202
+        self.write_json({"status": status, "message": message}, status)
+
+
+class MeAPI(APIHandler):
+    async def get(self):
+        self.require()
+        self.write_json(await user_data(self.state, self.hub, self.current_user))
+
+
+class NotFoundAPI(APIHandler):
+    def prepare(self):
+        raise refuse(404, f"No such endpoint: {self.request.path}")
+
+
+def api_handlers(prefix: str) -> list[tuple]:
+    api = prefix + "api/"
+    user = r"(?P<user>[^/]+)"
+    return [
+        (api + r"?", RootAPI),
+        (api + r"openapi\.json", OpenAPIDoc),
+        (api + r"inventory", InventoryAPI),
+        (api + r"inventory/refresh", InventoryRefreshAPI),
+        (api + r"allocations", AllocationsAPI),
+        (api + r"allocations/(?P<allocation_id>[0-9]+)", AllocationAPI),
+        (api + r"usage", UsageAPI),
+        (api + r"devices/(?P<uuid>[^/]+)/drain", DrainAPI),
+        (api + r"users/" + user + r"/server", ServerAPI),
+        (api + r"users/" + user + r"/servers/(?P<name>[^/]*)", ServerAPI),
+        (api + r"me", MeAPI),
+        (api + r".*", NotFoundAPI),
+    ]

@@ -1,0 +1,109 @@
+"""Gather what a page or an API answer shows: ledger reads (in a thread), the hub's servers and
+the latest utilisation sample, turned into views (:mod:`.views`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..profiles import entitled_profiles
+from . import views
+from .hubclient import HubClient, HubError
+from .state import LabState
+
+log = logging.getLogger(__name__)
+
+
+async def hub_servers(hub: HubClient):
+    """The hub's running servers (refreshed periodically by the app); asked now if never."""
+    if hub.active is None:
+        try:
+            await hub.refresh_active()
+        except HubError as e:
+            log.warning("Cannot list servers from the hub: %s", e.message)
+    return hub.active, hub.active_at
+
+
+async def admin_data(
+    state: LabState, hub: HubClient, parts=("inventory", "allocations", "usage")
+) -> dict:
+    snap = await asyncio.to_thread(
+        lambda: state.snapshot(devices="inventory" in parts, usage="usage" in parts)
+    )
+    sample = state.sample
+    present = state.present_slice_ids()
+    out: dict = {"node": state.node, "taken_at": views.iso(snap.taken_at)}
+    if "inventory" in parts:
+        out["inventory"] = views.inventory_view(
+            snap.devices,
+            snap.slices,
+            present,
+            state.node,
+            sample.by_slice,
+            sample.problem,
+            sample.taken_at,
+            holders={a.id: a.user for a in snap.allocations},
+        )
+    if "allocations" in parts:
+        servers, servers_at = await hub_servers(hub)
+        rows = views.allocation_view(
+            snap.allocations,
+            {s["id"]: s for s in snap.slices},
+            present,
+            state.node,
+            sample.by_slice,
+            servers,
+            servers_at,
+            snap.taken_at,
+        )
+        out["allocations"] = rows
+        out["hub"] = {"reachable": servers is not None, "servers_at": views.iso(servers_at)}
+        out["vanished"] = [r for r in rows if r["vanished"]]
+        out["stale"] = [r for r in rows if r["stale"]]
+    if "usage" in parts:
+        out["groups"] = views.group_view(state.lab.policies, snap.open_by_group, snap.allocations)
+        out["refusals_24h"] = views.refusal_view(snap.refusals)
+    return out
+
+
+async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
+    name = user["name"]
+    groups = user.get("groups") or []
+    is_admin = bool(user.get("admin"))
+    lab = state.lab
+    try:
+        servers = await hub.servers_of(name) if user.get("kind", "user") == "user" else []
+    except HubError as e:
+        log.warning("Cannot read %s's servers from the hub: %s", name, e.message)
+        servers = None
+    entitled = entitled_profiles(
+        lab.profiles, lab.policies, groups, is_admin, default_policy=lab.default_policy
+    )
+
+    def read():
+        ledger = state.ledger
+        return (
+            ledger.open_allocations(name),
+            {s["id"]: s for s in ledger.slices()},
+            {p.slug: ledger.capacity(p.slice) for p in entitled if p.wants_gpu},
+            ledger.open_by_group(),
+        )
+
+    allocations, slices_by_id, capacity, open_by_group = await asyncio.to_thread(read)
+    data = views.user_view(
+        user=name,
+        groups=groups,
+        is_admin=is_admin,
+        servers=servers,
+        allocations=allocations,
+        slices_by_id=slices_by_id,
+        utilisation=state.sample.by_slice,
+        entitled=entitled,
+        capacity=capacity,
+        policies=lab.policies,
+        default_policy=lab.default_policy,
+        open_by_group=open_by_group,
+    )
+    data["hub"] = {"reachable": servers is not None}
+    data["nvml"] = {"available": state.sample.problem is None, "message": state.sample.problem}
+    return data

@@ -1,0 +1,157 @@
+"""The hub's REST API, with the service's own token: who runs which server, and stop one.
+
+The service asks the hub only for what the ledger cannot know (servers, last activity) and for
+the one action the hub owns (stopping a server, which makes the spawner release its slice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import datetime
+
+from tornado.escape import url_escape
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from .. import clock
+from .views import Server
+
+log = logging.getLogger(__name__)
+
+PAGE = 200
+#: At most this many pages of active users are read (PAGE × MAX_PAGES users).
+MAX_PAGES = 500
+
+
+class HubError(Exception):
+    """The hub refused or failed a request: ``status`` is its HTTP status, ``message`` is safe
+    to show (the hub's own message, never the token or the URL's query)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def server_state(model: dict) -> str:
+    if model.get("pending"):
+        return "pending"
+    if model.get("ready"):
+        return "running"
+    return "stopped"
+
+
+def _server(user: str, model: dict) -> Server:
+    return Server(
+        user=user,
+        name=model.get("name", ""),
+        state=server_state(model),
+        last_activity=model.get("last_activity"),
+        url=model.get("url"),
+        started=model.get("started"),
+    )
+
+
+def _hub_message(e: HTTPClientError) -> str:
+    """The hub's own error message (JSON ``message``), never its request or our token."""
+    body = e.response.body if e.response is not None else b""
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, AttributeError):
+        message = None
+    return message or f"the hub answered {e.code}"
+
+
+class HubClient:
+    """Async client of ``api_url`` (``.../hub/api/``) authenticated with ``token``."""
+
+    def __init__(self, api_url: str, token: str, *, timeout: float = 20):
+        self.api_url = api_url.rstrip("/") + "/"
+        self.token = token
+        self.timeout = timeout
+        self.http = AsyncHTTPClient()
+        self.active: dict[tuple[str, str], Server] | None = None
+        self.active_at: datetime | None = None
+
+    async def _request(self, method: str, path: str, *, body=None) -> tuple[int, object]:
+        req = HTTPRequest(
+            self.api_url + path,
+            method=method,
+            headers={
+                "Authorization": f"token {self.token}",
+                "Accept": "application/jupyterhub-pagination+json",
+                "Content-Type": "application/json",
+            },
+            body=json.dumps(body) if body is not None else None,
+            allow_nonstandard_methods=True,
+            request_timeout=self.timeout,
+        )
+        try:
+            resp = await self.http.fetch(req)
+        except HTTPClientError as e:
+            raise HubError(e.code, _hub_message(e)) from None
+        except OSError as e:
+            raise HubError(503, f"the hub cannot be reached ({e.strerror or e})") from None
+        return resp.code, json.loads(resp.body) if resp.body else None
+
+    async def refresh_active(self) -> dict[tuple[str, str], Server]:
+        """Every running or pending server, keyed by ``(user, server_name)``; kept in
+        ``self.active`` with the time of the answer in ``self.active_at``."""
+        asked_at = clock.utcnow()
+        found: dict[tuple[str, str], Server] = {}
+        offset = 0
+        for _ in range(MAX_PAGES):
+            _, page = await self._request(
+                "GET", f"users?state=active&include_stopped_servers=0&offset={offset}&limit={PAGE}"
+            )
+            items = page["items"] if isinstance(page, dict) else page
+            for u in items:
+                for name, srv in (u.get("servers") or {}).items():
+                    s = _server(u["name"], {**srv, "name": name})
+                    if s.state != "stopped":
+                        found[(u["name"], name)] = s
+            nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
+            if not nxt or not items:
+                break
+            offset = nxt.get("offset", offset + len(items))
+        self.active, self.active_at = found, asked_at
+        return found
+
+    async def servers_of(self, user: str) -> list[Server]:
+        """``user``'s servers, stopped named ones too (default server first)."""
+        _, model = await self._request(
+            "GET", f"users/{url_escape(user, plus=False)}?include_stopped_servers=1"
+        )
+        servers = [
+            _server(user, {**srv, "name": name})
+            for name, srv in (model.get("servers") or {}).items()
+        ]
+        return sorted(servers, key=lambda s: (s.name != "", s.name))
+
+    def _server_path(self, user: str, name: str) -> str:
+        u = url_escape(user, plus=False)
+        return f"users/{u}/servers/{url_escape(name, plus=False)}" if name else f"users/{u}/server"
+
+    async def stop(self, user: str, name: str = "") -> bool:
+        """Ask the hub to stop ``user``'s server ``name``; ``True`` once stopped, ``False`` when
+        the hub is still stopping it (HTTP 202)."""
+        code, _ = await self._request("DELETE", self._server_path(user, name))
+        return code != 202
+
+    async def wait_stopped(self, user: str, name: str = "", timeout: float = 120) -> bool:
+        """Poll until the hub reports ``user``'s server ``name`` neither running nor pending."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                servers = await self.servers_of(user)
+            except HubError as e:
+                if e.status == 404:
+                    return True
+                log.warning("Waiting for %s/%s to stop: %s", user, name, e.message)
+                servers = None
+            if servers is not None and all(s.state == "stopped" for s in servers if s.name == name):
+                return True
+            await asyncio.sleep(1)
+        return False

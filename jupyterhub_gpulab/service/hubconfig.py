@@ -1,0 +1,172 @@
+"""Declare the gpulab service in a JupyterHub config: one call, ``configure_service(c, ...)``.
+
+What it adds (existing ``services``, ``load_roles`` and scopes of ``c`` are kept)::
+
+    c.JupyterHub.services        += the managed service "gpulab" (command, url, OAuth settings)
+    c.JupyterHub.custom_scopes   += custom:gpulab:admin (implies custom:gpulab:read),
+                                    custom:gpulab:read
+    c.JupyterHub.load_roles      += gpulab-admin  (custom:gpulab:admin) for ``admin_groups``
+                                    gpulab-reader (custom:gpulab:read)  for ``reader_groups``
+                                    gpulab-service (the hub scopes the service itself needs)
+    every user (the ``user`` role)  += access:services!service=gpulab, so the service appears in
+                                    the hub's "Services" menu on every hub page, home included,
+                                    and each user may open their own page there.
+
+JupyterHub admins (``admin: true``) count as holding ``custom:gpulab:admin`` in the service:
+JupyterHub refuses any change to its ``admin`` role, so the scope cannot be added there.
+
+This module imports nothing heavy: it runs inside ``jupyterhub_config.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+
+ADMIN_SCOPE = "custom:gpulab:admin"
+READ_SCOPE = "custom:gpulab:read"
+
+CUSTOM_SCOPES = {
+    ADMIN_SCOPE: {
+        "description": "Steer GPU allocation: drain devices, release allocations, stop servers, "
+        "re-read the inventory.",
+        "subscopes": [READ_SCOPE],
+    },
+    READ_SCOPE: {
+        "description": "See every GPU, slice, allocation, group usage and refusal.",
+    },
+}
+
+#: Hub API scopes the service's own token needs: list users and their servers with last
+#: activity and groups (admin page, user page), stop servers (admin action), read groups.
+SERVICE_SCOPES = [
+    "list:users",
+    "read:users:name",
+    "read:users:groups",
+    "read:users:activity",
+    "read:servers",
+    "admin:servers",
+    "list:groups",
+    "read:groups",
+]
+
+
+def access_scope(name: str) -> str:
+    return f"access:services!service={name}"
+
+
+def _roles(c) -> list[dict]:
+    return list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
+
+
+def _names(groups: Iterable[str] | str) -> list[str]:
+    # a lone group name is one group, not its letters
+    return [groups] if isinstance(groups, str) else list(groups)
+
+
+def _merge_scopes(role: dict, scopes: Iterable[str]) -> dict:
+    merged = dict(role)
+    have = list(merged.get("scopes", []))
+    merged["scopes"] = have + [s for s in scopes if s not in have]
+    return merged
+
+
+def configure_service(
+    c,
+    *,
+    name: str = "gpulab",
+    config_file: str | os.PathLike = "jupyterhub_config.py",
+    url: str = "http://127.0.0.1:10101",
+    admin_groups: Iterable[str] = (),
+    reader_groups: Iterable[str] = (),
+    managed: bool = True,
+    api_token: str | None = None,
+) -> None:
+    """Add the gpulab service, its scopes and roles to JupyterHub config ``c``.
+
+    - ``config_file``: the ``jupyterhub_config.py`` the service reads ``c.GPULab`` from (pass
+      ``__file__`` from that file); made absolute here.
+    - ``url``: where the service listens (the hub's proxy routes ``/services/<name>/`` to it).
+    - ``admin_groups`` / ``reader_groups``: JupyterHub groups granted ``custom:gpulab:admin`` /
+      ``custom:gpulab:read``. JupyterHub admins are gpulab admins without a role.
+    - ``managed=False``: the hub does not start the service (run ``python -m
+      jupyterhub_gpulab.service`` yourself, with the ``JUPYTERHUB_*`` environment a managed
+      service gets); give it an ``api_token`` then.
+
+    Example, in ``jupyterhub_config.py``::
+
+        from jupyterhub_gpulab.service.hubconfig import configure_service
+        configure_service(c, config_file=__file__, admin_groups=["gpu-admins"],
+                          reader_groups=["instructors"])
+    """
+    config_file = os.path.abspath(os.fspath(config_file))
+    admin_groups, reader_groups = _names(admin_groups), _names(reader_groups)
+    service: dict = {
+        "name": name,
+        "url": url,
+        "display": True,
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": [ADMIN_SCOPE, READ_SCOPE],
+        "info": {"description": "GPU allocation: slices, usage, admin actions"},
+    }
+    if managed:
+        service["command"] = [
+            sys.executable,
+            "-m",
+            "jupyterhub_gpulab.service",
+            "--config",
+            config_file,
+        ]
+    if api_token:
+        service["api_token"] = api_token
+    services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
+    if any(s.get("name") == name for s in services):
+        raise ValueError(f"a service named {name!r} is already in c.JupyterHub.services")
+    c.JupyterHub.services = services + [service]
+
+    scopes = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
+    scopes.update(CUSTOM_SCOPES)
+    c.JupyterHub.custom_scopes = scopes
+
+    access = access_scope(name)
+    roles = _roles(c)
+    taken = {r.get("name") for r in roles}
+    for role in ("gpulab-admin", "gpulab-reader", "gpulab-service"):
+        if role in taken:
+            raise ValueError(f"a role named {role!r} is already in c.JupyterHub.load_roles")
+    roles += [
+        {
+            "name": "gpulab-admin",
+            "description": "Steer GPU allocation in the gpulab service",
+            "scopes": [ADMIN_SCOPE, access],
+            "groups": admin_groups,
+        },
+        {
+            "name": "gpulab-reader",
+            "description": "See GPU allocation and usage in the gpulab service",
+            "scopes": [READ_SCOPE, access],
+            "groups": reader_groups,
+        },
+        {
+            "name": "gpulab-service",
+            "description": "What the gpulab service itself may do on the hub",
+            "scopes": list(SERVICE_SCOPES),
+            "services": [name],
+        },
+    ]
+    roles = _grant_users(c, roles, [access])
+    c.JupyterHub.load_roles = roles
+
+
+def _grant_users(c, roles: list[dict], scopes: list[str]) -> list[dict]:
+    """Every user may use the service: JupyterHub 6's ``extra_user_scopes``, or, where the
+    config redefines the ``user`` role (which makes JupyterHub ignore ``extra_user_scopes``),
+    that role's scopes."""
+    for i, role in enumerate(roles):
+        if role.get("name") == "user" and "scopes" in role:
+            roles[i] = _merge_scopes(role, scopes)
+            return roles
+    extra = set(c.JupyterHub.extra_user_scopes) if "extra_user_scopes" in c.JupyterHub else set()
+    c.JupyterHub.extra_user_scopes = extra | set(scopes)
+    return roles

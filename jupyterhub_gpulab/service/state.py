@@ -1,0 +1,141 @@
+"""What the service holds besides the database: the lab's configuration, the latest inventory
+read, and the latest NVML utilisation sample.
+
+Every method here blocks (database, NVML): handlers call them through ``asyncio.to_thread``.
+The service reads the same ``c.GPULab`` configuration and the same ledger database as the hub's
+spawner; it writes only what an admin asks for (drain, release, re-read the inventory).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from .. import clock
+from ..config import GPULab, Lab
+from ..inventory import Inventory, Utilization, discover, sample_utilization
+from ..ledger import Allocation, Ledger, SyncReport
+
+log = logging.getLogger(__name__)
+
+NO_NVML = "no NVML on this host"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent-enough read of the ledger for a page or an API answer."""
+
+    devices: list[dict]
+    slices: list[dict]
+    allocations: list[Allocation]
+    open_by_group: dict[str, int]
+    refusals: dict[str, int]
+    taken_at: datetime
+
+
+@dataclass
+class Sample:
+    """The latest utilisation sample: ``{slice_id: Utilization}``, when it was taken, and why
+    there are no figures (``problem``) where NVML gives none."""
+
+    by_slice: dict[str, Utilization] = field(default_factory=dict)
+    taken_at: datetime | None = None
+    problem: str | None = NO_NVML
+
+
+class LabState:
+    """The lab as the service sees it. ``nvml`` is a pynvml-compatible object (tests pass a
+    fake); ``None`` uses the real ``pynvml``."""
+
+    def __init__(self, gpulab: GPULab, ledger: Ledger, *, nvml: Any = None):
+        self.gpulab = gpulab
+        self.ledger = ledger
+        self.nvml = nvml
+        self.node = gpulab.node_name
+        self.lab: Lab = gpulab.load(nvml)
+        self.inventory: Inventory = self.lab.inventory
+        self.nvml_problem: str | None = None
+        self.sample = Sample()
+        self.last_sync: SyncReport | None = None
+        self._lock = threading.Lock()
+
+    # -- inventory --------------------------------------------------------------------------
+
+    def sync(self) -> SyncReport:
+        """Record the inventory read at start in the ledger (as after a reboot: slices no longer
+        present are never handed out again; allocations on them are reported)."""
+        return self._apply(self.inventory)
+
+    def refresh_inventory(self) -> SyncReport:
+        """Re-read the inventory (NVML or ``c.GPULab.inventory``) and sync the ledger with it.
+        Raises :class:`~jupyterhub_gpulab.errors.ConfigError` for a bad declared inventory."""
+        return self._apply(self.gpulab.read_inventory(self.nvml))
+
+    def _apply(self, inventory: Inventory) -> SyncReport:
+        with self._lock:
+            report = self.ledger.sync_inventory(inventory, node=self.node)
+            self.inventory = inventory
+            self.last_sync = report
+            self.nvml_problem = self._probe_nvml(inventory)
+        for w in inventory.warnings:
+            log.warning("Inventory: %s", w)
+        return report
+
+    def _probe_nvml(self, inventory: Inventory) -> str | None:
+        """``None`` when NVML answers on this host, else why not (shown instead of figures)."""
+        if inventory.source == "nvml":
+            return None
+        probe = discover(node=self.node, nvml=self.nvml)
+        if probe.source == "none":
+            return NO_NVML
+        return None
+
+    def present_slice_ids(self) -> set[str]:
+        """Ids of the slices in the latest inventory read of this node."""
+        return {s.id for s in self.inventory.slices}
+
+    def undrain(self, device_uuid: str) -> bool:
+        """Return a device to service, keeping slices that vanished from the inventory out."""
+        with self._lock:
+            present = {s.id for s in self.inventory.slices if s.device_uuid == device_uuid}
+            return self.ledger.return_to_service(device_uuid, present)
+
+    # -- utilisation ------------------------------------------------------------------------
+
+    def take_sample(self) -> Sample:
+        """Sample NVML for every slice of the current inventory (no figures: ``problem`` says
+        why)."""
+        inventory = self.inventory
+        problem = self.nvml_problem
+        by_slice = {} if problem else sample_utilization(inventory, nvml=self.nvml)
+        if (
+            not problem
+            and by_slice
+            and not any(
+                u.gpu_percent is not None or u.memory_used_bytes is not None
+                for u in by_slice.values()
+            )
+        ):
+            problem = "NVML answers but knows none of these devices"
+        self.sample = Sample(by_slice, clock.utcnow(), problem)
+        return self.sample
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def snapshot(
+        self, *, devices: bool = True, usage: bool = True, window: timedelta = timedelta(hours=24)
+    ) -> Snapshot:
+        """Slices and open allocations, plus devices and per-group counts and refusals in the
+        last ``window`` unless not wanted (left empty)."""
+        now = clock.utcnow()
+        return Snapshot(
+            devices=self.ledger.devices() if devices else [],
+            slices=self.ledger.slices(),
+            allocations=self.ledger.open_allocations(),
+            open_by_group=self.ledger.open_by_group() if usage else {},
+            refusals=self.ledger.refusals_since(now - window) if usage else {},
+            taken_at=now,
+        )

@@ -1,0 +1,366 @@
+"""Pure builders of what the pages and the JSON API show: plain, JSON-ready dicts.
+
+No I/O: the inputs are ledger rows, the latest inventory ids and utilisation sample, and the
+hub's view of running servers. The admin page, the user page and ``/api/*`` all render these,
+so the HTML and the JSON never disagree.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..inventory import SliceKind, Utilization
+from ..ledger import Allocation
+from ..policy import GroupPolicy, applicable_policies
+from ..profiles import Profile
+from ..units import format_bytes
+
+ISOLATION = {
+    "gpu": ("hard", "the whole GPU is yours alone"),
+    "mig": ("hard", "a MIG instance: its own memory and compute, isolated in hardware"),
+    "shared": (
+        "soft",
+        "a shared seat: other seats run on the same GPU; your memory and compute share are "
+        "capped where the host runs MPS, and only advisory elsewhere",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server as the hub reports it: ``state`` is ``running`` or ``pending``."""
+
+    user: str
+    name: str
+    state: str
+    last_activity: str | None = None
+    url: str | None = None
+    started: str | None = None
+
+
+def _aware(dt: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes; the ledger writes UTC only.
+    return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
+
+
+def iso(dt: datetime | None) -> str | None:
+    dt = _aware(dt)
+    return dt.isoformat().replace("+00:00", "Z") if dt else None
+
+
+def _util(u: Utilization | None) -> dict:
+    return {
+        "gpu_percent": u.gpu_percent if u else None,
+        "memory_used_bytes": u.memory_used_bytes if u else None,
+    }
+
+
+def describe_slice(row: Mapping) -> str:
+    where = f"GPU {row['device_index']} ({row['device_name']})"
+    if row["kind"] == SliceKind.MIG.value:
+        return f"MIG {row['mig_profile']} on {where}"
+    if row["kind"] == SliceKind.SHARED.value:
+        seat = row["seat"] + 1 if row["seat"] is not None else "?"
+        return f"seat {seat} of {row['seats']} ({format_bytes(row['memory_bytes'])}) on {where}"
+    return f"whole {where}"
+
+
+def _layout(slices: list[dict], device: Mapping) -> str:
+    if device["mig_enabled"]:
+        counts = Counter(
+            s["mig_profile"] for s in slices if s["kind"] == "mig" and not s["vanished"]
+        )
+        parts = [f"{p} ×{n}" if n > 1 else p for p, n in sorted(counts.items())]
+        return "MIG: " + (", ".join(parts) if parts else "no instances")
+    seats = [s for s in slices if s["kind"] == "shared" and not s["vanished"]]
+    if seats:
+        return f"{len(seats)} shared seats of {format_bytes(seats[0]['memory_bytes'])}"
+    return "whole GPU"
+
+
+def _device_util(kind_slices: list[dict]) -> dict:
+    """A device's figures: a whole GPU's or a seat's (seats report their device), or for a MIG
+    device the sum of its instances' memory (MIG reports no utilisation rate)."""
+    live = [s for s in kind_slices if not s["vanished"]]
+    if not live:
+        return {"gpu_percent": None, "memory_used_bytes": None}
+    if live[0]["kind"] != "mig":
+        return {
+            "gpu_percent": live[0]["gpu_percent"],
+            "memory_used_bytes": live[0]["memory_used_bytes"],
+        }
+    used = [s["memory_used_bytes"] for s in live if s["memory_used_bytes"] is not None]
+    return {"gpu_percent": None, "memory_used_bytes": sum(used) if used else None}
+
+
+def inventory_view(
+    devices: list[dict],
+    slices: list[dict],
+    present: set[str],
+    node: str,
+    utilisation: Mapping[str, Utilization],
+    nvml_problem: str | None,
+    sampled_at: datetime | None = None,
+    holders: Mapping[int, str] | None = None,
+) -> dict:
+    """Nodes → devices → slices, with drain state, MIG layout or seats, and live figures.
+
+    A slice of ``node`` whose id is not in ``present`` (the latest inventory read) is
+    ``vanished``: it is never handed out, and an allocation on it is flagged."""
+    holders = holders or {}
+    by_device: dict[str, list[dict]] = defaultdict(list)
+    for s in slices:
+        vanished = s["node"] == node and s["id"] not in present
+        by_device[s["device_uuid"]].append(
+            {
+                "id": s["id"],
+                "kind": s["kind"],
+                "description": describe_slice(s),
+                "mig_profile": s["mig_profile"],
+                "seat": s["seat"],
+                "seats": s["seats"],
+                "memory_bytes": s["memory_bytes"],
+                "share": s["share"],
+                "isolation": ISOLATION[s["kind"]][0],
+                "available": bool(s["available"]),
+                "vanished": vanished,
+                "held_by": s["held_by"],
+                "holder": holders.get(s["held_by"]) if s["held_by"] is not None else None,
+                **_util(None if vanished else utilisation.get(s["id"])),
+            }
+        )
+    nodes: dict[str, list[dict]] = defaultdict(list)
+    totals = Counter()
+    for d in devices:
+        dslices = by_device.get(d["uuid"], [])
+        for s in dslices:
+            totals["slices"] += 1
+            if s["held_by"] is not None:
+                totals["held"] += 1
+            elif s["available"]:
+                totals["free"] += 1
+            else:
+                totals["out_of_service"] += 1
+        nodes[d["node"]].append(
+            {
+                "uuid": d["uuid"],
+                "index": d["index"],
+                "name": d["name"],
+                "memory_bytes": d["memory_bytes"],
+                "compute_capability": d["compute_capability"],
+                "mig_enabled": bool(d["mig_enabled"]),
+                "vgpu_type": d["vgpu_type"],
+                "present": bool(d["present"]),
+                "drained": bool(d["drained"]),
+                "drain_reason": d["drain_reason"],
+                "layout": _layout(dslices, d),
+                **_device_util(dslices),
+                "slices": dslices,
+            }
+        )
+    return {
+        "nvml": {
+            "available": nvml_problem is None,
+            "message": nvml_problem,
+            "sampled_at": iso(sampled_at),
+        },
+        "nodes": [{"name": n, "devices": ds} for n, ds in sorted(nodes.items())],
+        "totals": {k: totals.get(k, 0) for k in ("slices", "free", "held", "out_of_service")},
+    }
+
+
+def allocation_view(
+    allocations: Iterable[Allocation],
+    slices_by_id: Mapping[str, Mapping],
+    present: set[str],
+    node: str,
+    utilisation: Mapping[str, Utilization],
+    servers: Mapping[tuple[str, str], Server] | None,
+    servers_at: datetime | None,
+    now: datetime,
+) -> list[dict]:
+    """Every open allocation with its slice, the hub's view of its server and live figures.
+
+    ``stale``: the hub runs no such server (and the allocation is older than the hub's answer):
+    the slice is held for nothing, an admin may release it. ``vanished``: its slice left the
+    inventory. ``servers=None`` means the hub could not be asked (``server`` is ``unknown``)."""
+    rows = []
+    for a in allocations:
+        s = slices_by_id.get(a.slice_id)
+        vanished = (s is None or s["node"] == node) and a.slice_id not in present
+        server = servers.get((a.user, a.server_name)) if servers is not None else None
+        state = "unknown" if servers is None else (server.state if server else "not running")
+        stale = (
+            servers is not None
+            and server is None
+            and servers_at is not None
+            and _aware(a.started_at) < servers_at
+        )
+        rows.append(
+            {
+                "id": a.id,
+                "user": a.user,
+                "server_name": a.server_name,
+                "profile": a.profile,
+                "slice_id": a.slice_id,
+                "slice": describe_slice(s) if s else a.slice_id,
+                "kind": s["kind"] if s else None,
+                "node": a.node,
+                "charge_group": a.charge_group,
+                "started_at": iso(a.started_at),
+                "held_seconds": max(0, int((now - _aware(a.started_at)).total_seconds())),
+                "server": state,
+                "last_activity": server.last_activity if server else None,
+                "stale": bool(stale),
+                "vanished": vanished,
+                **_util(None if vanished else utilisation.get(a.slice_id)),
+            }
+        )
+    return rows
+
+
+def group_view(
+    policies: Mapping[str, GroupPolicy],
+    open_by_group: Mapping[str, int],
+    allocations: Iterable[Allocation] = (),
+) -> list[dict]:
+    """Per group: slices charged to it against its cap and its per-user limit. Groups holding
+    slices without a policy (one removed from the config) are listed with no limits."""
+    uncharged = sum(1 for a in allocations if a.charge_group is None)
+    rows = []
+    for g in sorted(set(policies) | set(open_by_group)):
+        p = policies.get(g)
+        held = open_by_group.get(g, 0)
+        cap = p.max_slices if p else None
+        rows.append(
+            {
+                "group": g,
+                "held": held,
+                "max_slices": cap,
+                "max_slices_per_user": p.max_slices_per_user if p else None,
+                "priority": p.priority if p else 0,
+                "profiles": list(p.profiles) if p and p.profiles is not None else None,
+                "full": cap is not None and held >= cap,
+                "configured": p is not None,
+            }
+        )
+    if uncharged:
+        rows.append(
+            {
+                "group": None,
+                "held": uncharged,
+                "max_slices": None,
+                "max_slices_per_user": None,
+                "priority": 0,
+                "profiles": None,
+                "full": False,
+                "configured": False,
+            }
+        )
+    return rows
+
+
+def refusal_view(refusals: Mapping[str, int]) -> list[dict]:
+    return [
+        {"reason": r, "count": n}
+        for r, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+
+
+def user_limit(policies: Iterable[GroupPolicy]) -> int | None:
+    """The most slices a user may hold at once: the most generous of their policies (a policy
+    without a per-user limit means none), as :func:`jupyterhub_gpulab.policy.resolve` rules."""
+    limits = [p.max_slices_per_user for p in policies]
+    return None if not limits or None in limits else max(limits)
+
+
+def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utilization]) -> dict:
+    kind = s["kind"] if s else None
+    isolation, explained = ISOLATION.get(kind, ("unknown", "this slice left the inventory"))
+    return {
+        "allocation": a.id,
+        "server_name": a.server_name,
+        "profile": a.profile,
+        "slice_id": a.slice_id,
+        "description": describe_slice(s) if s else a.slice_id,
+        "kind": kind,
+        "gpu_model": s["device_name"] if s else None,
+        "memory_bytes": s["memory_bytes"] if s else None,
+        "mig_profile": s["mig_profile"] if s else None,
+        "isolation": isolation,
+        "isolation_detail": explained,
+        "started_at": iso(a.started_at),
+        **_util(utilisation.get(a.slice_id)),
+    }
+
+
+def user_view(
+    *,
+    user: str,
+    groups: Iterable[str],
+    is_admin: bool,
+    servers: list[Server] | None,
+    allocations: list[Allocation],
+    slices_by_id: Mapping[str, Mapping],
+    utilisation: Mapping[str, Utilization],
+    entitled: Iterable[Profile],
+    capacity: Mapping[str, tuple[int, int]],
+    policies: Mapping[str, GroupPolicy],
+    default_policy: GroupPolicy | None,
+    open_by_group: Mapping[str, int],
+) -> dict:
+    """The user page: my servers and their slices, my groups' limits and my use of them, and
+    the free capacity of every profile I may pick."""
+    mine = applicable_policies(groups, is_admin, policies, default_policy)
+    by_server = {a.server_name: a for a in allocations}
+    server_rows = []
+    for srv in servers or []:
+        a = by_server.get(srv.name)
+        server_rows.append(
+            {
+                "name": srv.name,
+                "state": srv.state,
+                "url": srv.url,
+                "last_activity": srv.last_activity,
+                "started": srv.started,
+                "slice": my_slice(a, slices_by_id.get(a.slice_id), utilisation) if a else None,
+            }
+        )
+    profiles = []
+    for p in entitled:
+        free, total = capacity.get(p.slug, (None, None))
+        profiles.append(
+            {
+                "slug": p.slug,
+                "display_name": p.display_name,
+                "description": p.description,
+                "gpu": p.slice.describe(),
+                "wants_gpu": p.wants_gpu,
+                "free": free,
+                "total": total,
+            }
+        )
+    return {
+        "user": user,
+        "groups": sorted(groups),
+        "servers": server_rows,
+        "slices": [my_slice(a, slices_by_id.get(a.slice_id), utilisation) for a in allocations],
+        "limits": {
+            "held": len(allocations),
+            "max_slices_per_user": user_limit(mine),
+            "policies": [
+                {
+                    "group": p.group,
+                    "max_slices_per_user": p.max_slices_per_user,
+                    "max_slices": p.max_slices,
+                    "group_held": open_by_group.get(p.group, 0),
+                    "profiles": list(p.profiles) if p.profiles is not None else None,
+                }
+                for p in mine
+            ],
+        },
+        "profiles": profiles,
+    }
