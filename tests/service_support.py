@@ -1,0 +1,400 @@
+"""Helpers for the gpulab service tests: a hub config with the service, users in the roles the
+authorisation matrix covers, and a browser-like login (hub login form, then OAuth into the
+service) with ``requests``.
+
+The hub is real (``hubtools.Hub``: a jupyterhub subprocess with its proxy); so is the service
+(started by the hub from ``configure_service``) and the ledger (``c.GPULab.db_url``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from hubtools import Hub, free_port
+from ledger_support import LAB
+
+from jupyterhub_gpulab.config import GPULab, load_config_file
+from jupyterhub_gpulab.ledger import Ledger
+
+PREFIX = "/services/gpulab/"
+IMAGE = os.environ.get("GPULAB_TEST_IMAGE", "gpulab/singleuser:6.1.1")
+
+PROFILES = [
+    {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "image": "gpulab/singleuser:6.1.1",
+        "default": True,
+    },
+    {
+        "slug": "mig-small",
+        "display_name": "PyTorch (1g.5gb MIG slice)",
+        "image": "gpulab/singleuser:6.1.1",
+        "slice": {"kind": "mig", "mig_profile": "1g.5gb"},
+    },
+    {
+        "slug": "shared-seat",
+        "display_name": "TensorFlow (shared seat)",
+        "image": "gpulab/singleuser:6.1.1",
+        "slice": {"kind": "shared"},
+    },
+    {
+        "slug": "a40",
+        "display_name": "PyTorch (full A40)",
+        "image": "gpulab/singleuser:6.1.1",
+        "slice": {"kind": "gpu", "model": "A40"},
+        "groups": ["researchers"],
+    },
+]
+
+POLICIES = {
+    "students": {
+        "profiles": ["cpu", "mig-small", "shared-seat"],
+        "max_slices_per_user": 1,
+        "max_slices": 3,
+    },
+    "researchers": {"max_slices_per_user": 2},
+    "instructors": {"max_slices_per_user": 1},
+}
+
+#: name → (groups, hub admin); "anonymous" is no one.
+PEOPLE = {
+    "student": (["students"], False),
+    "instructor": (["instructors"], False),
+    "researcher": (["researchers"], False),
+    "admin": ([], True),
+}
+
+
+def service_config(
+    port: int, workdir: Path, *, managed: bool = True, api_token: str | None = None, extra: str = ""
+) -> str:
+    """The part of ``jupyterhub_config.py`` the service tests add to hubtools' base."""
+    return f"""
+from jupyterhub_gpulab.service.hubconfig import configure_service
+c.GPULab.inventory = {LAB!r}
+c.GPULab.node_name = "lab-node"
+c.GPULab.profiles = {PROFILES!r}
+c.GPULab.group_policies = {POLICIES!r}
+c.Authenticator.admin_users = {{"admin"}}
+c.GPULabService.cookie_secret_file = "{workdir}/gpulab_cookie_secret"
+c.GPULabService.sample_interval = 2
+c.GPULabService.hub_poll_interval = 2
+configure_service(c, config_file=__file__, url="http://127.0.0.1:{port}",
+                  reader_groups=["instructors"], managed={managed}, api_token={api_token!r})
+{extra}
+"""
+
+
+def make_hub(
+    workdir: Path, *, managed: bool = True, api_token: str | None = None, extra: str = ""
+) -> Hub:
+    """A hub with the gpulab service in its config, not started (its config is written)."""
+    port = free_port()
+    hub = Hub(
+        workdir, service_config(port, workdir, managed=managed, api_token=api_token, extra=extra)
+    )
+    hub.service_port = port
+    hub.write_config()
+    return hub
+
+
+def start_hub(
+    workdir: Path,
+    *,
+    managed: bool = True,
+    api_token: str | None = None,
+    extra: str = "",
+    hub: Hub | None = None,
+) -> Hub:
+    """Start a hub (``make_hub``'s, or a new one) and create the people of the matrix."""
+    hub = hub or make_hub(workdir, managed=managed, api_token=api_token, extra=extra)
+    hub.start()
+    for name, (groups, _admin) in PEOPLE.items():
+        # admins come from c.Authenticator.admin_users (the tests' token may not grant admin)
+        hub.create_user(name, groups)
+    return hub
+
+
+def ledger_for(hub: Hub) -> Ledger:
+    """A ledger on the database the hub's config names (the service's too)."""
+    gl = GPULab(config=load_config_file(hub.config_path))
+    return Ledger(gl.db_url)
+
+
+def wait_for_service(hub: Hub, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = requests.get(hub.url + PREFIX + "api/openapi.json", timeout=5)
+            if last.status_code == 200:
+                return
+        except requests.RequestException as e:
+            last = e
+        time.sleep(0.25)
+    raise TimeoutError(f"the gpulab service did not answer ({last}):\n{hub.log_tail()}")
+
+
+def login(hub: Hub, name: str) -> requests.Session:
+    """A session logged in to the hub as ``name`` (DummyAuthenticator: any password) and into
+    the service through its OAuth redirect, as a browser would be."""
+    s = requests.Session()
+    # what a browser sends on page loads; without it JupyterHub warns of "insecure" requests
+    s.headers.update({"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "same-origin"})
+    r = s.get(hub.url + "/hub/login", timeout=30)
+    r.raise_for_status()
+    xsrf = s.cookies.get("_xsrf", path="/hub/")
+    r = s.post(
+        hub.url + "/hub/login?next=/hub/home",
+        data={"username": name, "password": "any", "_xsrf": xsrf},
+        timeout=30,
+    )
+    assert r.status_code == 200 and "/hub/login" not in r.url, (r.status_code, r.url)
+    r = s.get(hub.url + PREFIX + "me", timeout=30)
+    assert r.status_code == 200 and r.url.endswith(PREFIX + "me"), (
+        r.status_code,
+        r.url,
+        r.text[:500],
+    )
+    return s
+
+
+def service_xsrf(s: requests.Session) -> str:
+    """The service's ``_xsrf`` token, as its pages embed it."""
+    token = s.cookies.get("_xsrf", path=PREFIX)
+    assert token, f"no _xsrf cookie for {PREFIX}: {s.cookies}"
+    return token
+
+
+def user_token(hub: Hub, session: requests.Session, name: str) -> str:
+    """An API token ``name`` makes for themself on the hub (as on /hub/token)."""
+    r = session.post(
+        f"{hub.url}/hub/api/users/{name}/tokens",
+        json={"note": "gpulab tests"},
+        headers={"X-XSRFToken": session.cookies.get("_xsrf", path="/hub/")},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    return r.json()["token"]
+
+
+def require_or_skip(reason: str | None, what: str) -> None:
+    """Skip (with the reason) where ``what`` is truly unavailable; in CI, fail instead."""
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is required in CI: {reason}")
+    pytest.skip(f"{what} unavailable: {reason}")
+
+
+class InProcessService:
+    """The gpulab service run in this process (a thread with its own event loop) behind a real
+    hub that declares it unmanaged (``start_hub(managed=False, api_token=…)``), so a test can
+    hand it a fake NVML through its constructor and change that fake between requests."""
+
+    def __init__(self, hub: Hub, api_token: str, *, nvml=None, ledger: Ledger | None = None):
+        self.hub = hub
+        self.api_token = api_token
+        self.nvml = nvml
+        self.ledger = ledger
+        self.loop = None
+        self.service = None
+        self._thread = None
+
+    def _hub_auth(self):
+        from jupyterhub.services.auth import HubOAuth
+
+        return HubOAuth(
+            api_url=f"http://127.0.0.1:{self.hub.hub_port}/hub/api",
+            api_token=self.api_token,
+            oauth_client_id="service-gpulab",
+            base_url=PREFIX,
+            hub_prefix="/hub/",
+            oauth_redirect_uri=PREFIX + "oauth_callback",
+            access_scopes={"access:services!service=gpulab"},
+            cache_max_age=60,
+        )
+
+    def start(self, timeout: float = 30) -> InProcessService:
+        import asyncio
+        import threading
+
+        from jupyterhub_gpulab.service.app import GPULabService, Service
+
+        config = load_config_file(self.hub.config_path)
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run():
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+
+            async def boot():
+                self.service = Service(
+                    GPULab(config=config),
+                    GPULabService(config=config),
+                    hub_auth=self._hub_auth(),
+                    ledger=self.ledger,
+                    nvml=self.nvml,
+                )
+                await self.service.start("127.0.0.1", self.hub.service_port)
+
+            try:
+                self.loop.run_until_complete(boot())
+            except BaseException as e:  # reported to the test thread
+                failure.append(e)
+                ready.set()
+                return
+            ready.set()
+            self.loop.run_forever()
+            self.service.stop()
+            self.loop.close()
+
+        self._thread = threading.Thread(target=run, name="gpulab-service", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise TimeoutError("the in-process gpulab service did not start")
+        if failure:
+            raise failure[0]
+        r = requests.get(
+            f"http://127.0.0.1:{self.hub.service_port}{PREFIX}api/openapi.json", timeout=10
+        )
+        r.raise_for_status()
+        return self
+
+    def call(self, fn, timeout: float = 30):
+        """Run ``fn()`` (a coroutine function) on the service's loop and return its result."""
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(fn(), self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop is not None and self._thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(30)
+            self._thread = None
+
+
+def child_pids(pid: int) -> dict[int, str]:
+    """Direct children of ``pid`` with their command lines (from /proc)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == pid:
+                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def service_pid(hub: Hub) -> int:
+    """The pid of the managed gpulab service the hub started."""
+    for pid, cmd in child_pids(hub.proc.pid).items():
+        if "jupyterhub_gpulab.service" in cmd:
+            return pid
+    raise LookupError("the hub runs no gpulab service process")
+
+
+# -- reading pages as a user would (no HTML parser dependency: the standard library's) ----------
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+
+
+class Node:
+    def __init__(self, tag: str, attrs: dict, parent: Node | None = None):
+        self.tag, self.attrs, self.parent = tag, attrs, parent
+        self.children: list[Node | str] = []
+
+    def text(self) -> str:
+        parts = [c if isinstance(c, str) else c.text() for c in self.children]
+        return " ".join(" ".join(parts).split())
+
+    def iter(self):
+        for c in self.children:
+            if isinstance(c, Node):
+                yield c
+                yield from c.iter()
+
+    def find_all(self, tag: str | None = None, *, cls: str | None = None, **attrs) -> list[Node]:
+        """Descendants by tag, CSS class and attributes (``data_user="ann"`` is data-user)."""
+        want = {k.replace("_", "-"): v for k, v in attrs.items()}
+        return [
+            n
+            for n in self.iter()
+            if (tag is None or n.tag == tag)
+            and (cls is None or cls in (n.attrs.get("class") or "").split())
+            and all(n.attrs.get(k) == v for k, v in want.items())
+        ]
+
+    def find(self, tag: str | None = None, **kw) -> Node:
+        found = self.find_all(tag, **kw)
+        assert found, f"no <{tag or '*'}> with {kw} in the page"
+        return found[0]
+
+
+def parse_html(html: str) -> Node:
+    from html.parser import HTMLParser
+
+    root = Node("#document", {})
+
+    class Builder(HTMLParser):
+        cur = root
+
+        def handle_starttag(self, tag, attrs):
+            node = Node(tag, {k: (v if v is not None else "") for k, v in attrs}, self.cur)
+            self.cur.children.append(node)
+            if tag not in VOID:
+                self.cur = node
+
+        def handle_endtag(self, tag):
+            n = self.cur
+            while n is not root and n.tag != tag:
+                n = n.parent
+            if n is not root:
+                self.cur = n.parent
+
+        def handle_data(self, data):
+            self.cur.children.append(data)
+
+    b = Builder(convert_charrefs=True)
+    b.feed(html)
+    b.close()
+    return root
+
+
+# -- fake NVML layouts ------------------------------------------------------------------------------
+
+#: The first 1g.5gb MIG instance of fake_nvml's A100 (gone after ``rebooted_lab``).
+OLD_1G = "MIG-5c1e7a90-3333-5b2c-9d3e-000000000003"
+
+
+def rebooted_lab():
+    """fake_nvml's mixed lab after a reboot that re-partitioned the A100 into one 7g.40gb."""
+    from fake_nvml import (
+        A100_UUID,
+        FakeNVML,
+        MiB,
+        _a100_40gb_profiles,
+        a40_gpu,
+        h100_gpu,
+        mig_gpu,
+        p40_gpu,
+    )
+
+    a100 = mig_gpu(
+        A100_UUID,
+        "NVIDIA A100-SXM4-40GB",
+        40960 * MiB,
+        _a100_40gb_profiles(),
+        [("MIG-5c1e7a90-7777-5b2c-9d3e-000000000007", "7g.40gb")],
+    )
+    return FakeNVML([p40_gpu(), a40_gpu(), a100, h100_gpu()])

@@ -1,0 +1,234 @@
+"""The admin page in a real browser (Debian's chromium, driven by Selenium with the system
+chromedriver; nothing is downloaded), against a real hub that spawns real containers.
+
+An admin logs in through the hub's login form, opens the gpulab page from the hub, drains a
+device and sees it drained, stops a user's running server and sees its slice free. A screenshot
+of the admin page is saved to ``test-artifacts/admin-page.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hubtools import docker_available
+from service_support import (
+    IMAGE,
+    PREFIX,
+    ledger_for,
+    require_or_skip,
+    service_pid,
+    start_hub,
+    wait_for_service,
+)
+
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+
+pytestmark = [pytest.mark.docker]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+A40 = SliceRequest(kind=SliceKind.GPU, model="A40")
+MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
+
+
+def browser_problem() -> str | None:
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not (os.path.exists(path) and os.access(path, os.X_OK)):
+            return f"{path} is missing (apt-get install chromium chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[test]')"
+    return None
+
+
+def docker_problem() -> str | None:
+    problem = docker_available()
+    if problem:
+        return problem
+    r = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"the image {IMAGE} is not built (images/build-singleuser.sh builds it)"
+    return None
+
+
+DOCKER_CONFIG = """
+c.JupyterHub.spawner_class = "docker"
+c.DockerSpawner.image = "{image}"
+c.DockerSpawner.prefix = "{prefix}"
+c.DockerSpawner.remove = True
+c.Spawner.start_timeout = 60
+c.Spawner.http_timeout = 60
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    require_or_skip(docker_problem(), "Docker")
+    prefix = "gpulab-svc-" + secrets.token_hex(3)
+    hub = start_hub(
+        tmp_path_factory.mktemp("browser-hub"),
+        extra=DOCKER_CONFIG.format(image=IMAGE, prefix=prefix),
+    )
+    try:
+        wait_for_service(hub)
+        yield hub
+    finally:
+        hub.stop()
+        # containers the hub could not remove on the way down (bounded, ours only)
+        ids = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"name={prefix}"], capture_output=True, text=True
+        ).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids[:20]], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def ledger(hub):
+    ledger = ledger_for(hub)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture
+def browser():
+    require_or_skip(browser_problem(), "A headless chromium")
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never reach for the network
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000"):  # fmt: skip
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_until(check, timeout: float, what: str, refresh=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.5)
+        if refresh:
+            refresh()
+
+
+def save_screenshot(driver, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, min(max(height + 120, 800), 4000))
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1400, 1000)
+
+
+@pytest.mark.browser
+def test_admin_drains_a_device_and_stops_a_server_in_the_browser(hub, ledger, browser):
+    from selenium.webdriver.common.by import By
+
+    # a researcher runs a real server holding the A40; a student's allocation is stale
+    r = hub.spawn("researcher")
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("researcher")
+    a40 = ledger.claim(A40, user="researcher", profile="a40").allocation
+    ledger.claim(MIG_1G, user="student", profile="mig-small", server_name="homework",
+                 charge_groups=[("students", 3)])  # fmt: skip
+    ledger.record_refusal("student", "mig-small", "quota", "You already hold 1 GPU slice")
+
+    # log in through the hub's own login form, asking for the gpulab page
+    browser.get(f"{hub.url}/hub/login?next={PREFIX}")
+    browser.find_element(By.ID, "username_input").send_keys("admin")
+    browser.find_element(By.ID, "password_input").send_keys("any password")
+    browser.find_element(By.ID, "login_submit").click()
+    wait_until(lambda: browser.current_url.endswith(PREFIX), 30, "the admin page after login")
+    assert browser.find_element(By.CSS_SELECTOR, "h1").text == "GPU lab"
+    # it is a hub page: the hub's nav bar, logged in as admin
+    assert browser.find_element(By.ID, "login_widget").text.startswith("admin")
+
+    # drain the P40 and see it drained
+    row = browser.find_element(By.CSS_SELECTOR, 'tr.device[data-uuid="GPU-p40-0003"]')
+    row.find_element(By.NAME, "reason:GPU-p40-0003").send_keys("fan replacement")
+    row.find_element(By.CSS_SELECTOR, "button.drain").click()
+    flash = wait_until(
+        lambda: browser.find_elements(By.ID, "gpulab-flash"), 30, "the drain message"
+    )
+    assert "drained" in flash[0].text
+    row = browser.find_element(By.CSS_SELECTOR, 'tr.device[data-uuid="GPU-p40-0003"]')
+    assert row.get_attribute("data-drained") == "true"
+    assert "fan replacement" in row.find_element(By.CSS_SELECTOR, "td.device-state").text
+
+    # the researcher's server shows as running (the service asks the hub every 2 s)
+    alloc_row = f'tr.allocation[data-allocation="{a40.id}"]'
+    wait_until(
+        lambda: "running" in browser.find_element(By.CSS_SELECTOR, alloc_row).text,
+        30,
+        "the researcher's server to show as running",
+        refresh=browser.refresh,
+    )
+    save_screenshot(browser, ARTIFACTS / "admin-page.png")
+
+    # stop it, and see its slice free
+    browser.find_element(By.CSS_SELECTOR, alloc_row).find_element(
+        By.CSS_SELECTOR, "button.stop"
+    ).click()
+    wait_until(lambda: browser.find_elements(By.ID, "gpulab-flash"), 60, "the stop message")
+
+    def a40_free():
+        chip = browser.find_element(By.CSS_SELECTOR, 'span[data-slice="GPU-a40-0001"]')
+        return chip.get_attribute("data-state") == "free" and not browser.find_elements(
+            By.CSS_SELECTOR, alloc_row
+        )
+
+    wait_until(a40_free, 60, "the A40 to be free", refresh=browser.refresh)
+    assert hub.server("researcher") is None
+    assert not ledger.get(a40.id).open
+
+
+def test_spawns_keep_working_while_the_service_is_down(hub):
+    """The hub never waits on the service: with it frozen, a user still gets a server."""
+    pid = service_pid(hub)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r = hub.spawn("instructor")
+        assert r.status_code in (201, 202), r.text
+        hub.wait_ready("instructor", timeout=90)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    hub.stop_server("instructor")
+
+
+@pytest.mark.browser
+def test_student_finds_their_gpu_page_from_the_hub_home_page(hub, ledger, browser):
+    from selenium.webdriver.common.by import By
+
+    seat = ledger.claim(SliceRequest(kind=SliceKind.SHARED), user="student", profile="shared-seat")
+    browser.get(f"{hub.url}/hub/login?next=/hub/home")
+    browser.find_element(By.ID, "username_input").send_keys("student")
+    browser.find_element(By.ID, "password_input").send_keys("any password")
+    browser.find_element(By.ID, "login_submit").click()
+    wait_until(lambda: browser.current_url.endswith("/hub/home"), 30, "the hub's home page")
+
+    # the hub's own Services menu lists the service
+    browser.find_element(By.LINK_TEXT, "Services").click()
+    browser.find_element(By.CSS_SELECTOR, f'a.dropdown-item[href="{PREFIX}"]').click()
+    wait_until(lambda: browser.current_url.endswith(PREFIX + "me"), 30, "the user page")
+    card = browser.find_element(By.CSS_SELECTOR, f'div.slice[data-slice="{seat.slice.id}"]')
+    assert "Tesla T4" in card.text and "shared seat" in card.text
+    assert card.find_element(By.CSS_SELECTOR, ".isolation").text == "soft isolation"
+    save_screenshot(browser, ARTIFACTS / "user-page.png")

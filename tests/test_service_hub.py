@@ -1,0 +1,452 @@
+"""The gpulab service as deployed: started by a real JupyterHub (subprocess, real proxy) from
+``configure_service``, users logged in through the hub and OAuth, API calls with hub tokens.
+
+The authorisation matrix covers student, instructor (``custom:gpulab:read``), researcher,
+admin (JupyterHub admin) and anonymous against every page and endpoint; every cell is asserted,
+state-changing cells also check that the change happened, or did not.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+import requests
+from service_support import (
+    PEOPLE,
+    PREFIX,
+    ledger_for,
+    login,
+    parse_html,
+    service_xsrf,
+    start_hub,
+    user_token,
+    wait_for_service,
+)
+
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+
+MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
+SEAT = SliceRequest(kind=SliceKind.SHARED)
+WHO = ["anonymous", "student", "instructor", "researcher", "admin"]
+TARGET_GPU = "GPU-p40-0003"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    hub = start_hub(tmp_path_factory.mktemp("service-hub"))
+    try:
+        wait_for_service(hub)
+        yield hub
+    finally:
+        hub.stop()
+
+
+@pytest.fixture(scope="module")
+def ledger(hub):
+    ledger = ledger_for(hub)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture(scope="module")
+def sessions(hub):
+    found = {name: login(hub, name) for name in PEOPLE}
+    found["anonymous"] = requests.Session()
+    return found
+
+
+@pytest.fixture(scope="module")
+def tokens(hub, sessions):
+    return {name: user_token(hub, sessions[name], name) for name in PEOPLE}
+
+
+@dataclass
+class Ctx:
+    hub: object
+    ledger: object
+    sessions: dict
+    tokens: dict
+
+    def url(self, path: str) -> str:
+        return self.hub.url + PREFIX + path
+
+    def api(self, who: str, method: str, path: str, **kw) -> requests.Response:
+        headers = kw.pop("headers", {})
+        if who in self.tokens:
+            headers["Authorization"] = f"token {self.tokens[who]}"
+        return requests.request(method, self.url("api/" + path), headers=headers, timeout=30, **kw)
+
+    def page(self, who: str, path: str) -> requests.Response:
+        return self.sessions[who].get(self.url(path), allow_redirects=False, timeout=30)
+
+    def form(self, who: str, path: str, data: dict) -> requests.Response:
+        s = self.sessions[who]
+        xsrf = s.cookies.get("_xsrf", path=PREFIX)
+        return s.post(
+            self.url(path), data={**data, "_xsrf": xsrf or ""}, allow_redirects=False, timeout=30
+        )
+
+    def drained(self, uuid: str = TARGET_GPU) -> bool:
+        return next(d for d in self.ledger.devices() if d["uuid"] == uuid)["drained"]
+
+
+@pytest.fixture
+def ctx(hub, ledger, sessions, tokens):
+    ctx = Ctx(hub, ledger, sessions, tokens)
+    yield ctx
+    # every cell starts from the same lab: nothing drained, nothing held
+    for d in ledger.devices():
+        if d["drained"]:
+            ledger.set_drained(d["uuid"], False)
+    for a in ledger.open_allocations():
+        ledger.release(a.id, "test-cleanup")
+
+
+# -- the matrix ---------------------------------------------------------------------------------
+# Each endpoint runs its request as `who` and checks the outcome it is told to expect:
+#   ok         2xx (or the redirect an action answers with), and the change happened
+#   forbidden  403, and nothing changed
+#   login      302 to the hub's OAuth / login
+#   to-me      302 to the user page (people without read access, from the admin page)
+#   read-only  200, with every device and allocation but no action buttons
+
+READERS = {"instructor": "ok", "admin": "ok"}
+ADMINS = {"admin": "ok"}
+
+
+def expect(default: str, **cells: str) -> dict[str, str]:
+    return {who: cells.get(who, default) for who in WHO}
+
+
+EXPECTED = {
+    "GET /": expect("to-me", anonymous="login", instructor="read-only", admin="ok"),
+    "GET /me": expect("ok", anonymous="login"),
+    "POST /actions/drain": expect("forbidden", admin="ok"),
+    "POST /actions/release": expect("forbidden", admin="ok"),
+    "GET api/inventory": expect("forbidden", **READERS),
+    "GET api/allocations": expect("forbidden", **READERS),
+    "GET api/usage": expect("forbidden", **READERS),
+    "GET api/me": expect("ok", anonymous="forbidden"),
+    "GET api/openapi.json": expect("ok"),
+    "POST api/inventory/refresh": expect("forbidden", **ADMINS),
+    "POST api/devices/{uuid}/drain": expect("forbidden", **ADMINS),
+    "DELETE api/devices/{uuid}/drain": expect("forbidden", **ADMINS),
+    "DELETE api/allocations/{id}": expect("forbidden", **ADMINS),
+    "DELETE api/users/{user}/server": expect("forbidden", **ADMINS),
+    "DELETE api/users/{user}/servers/{name}": expect("forbidden", admin="not-found"),
+}
+
+
+def check_status(r: requests.Response, outcome: str) -> None:
+    if outcome == "forbidden":
+        assert r.status_code == 403, (r.status_code, r.text[:300])
+    elif outcome == "not-found":
+        assert r.status_code == 404, (r.status_code, r.text[:300])
+    elif outcome == "ok":
+        assert 200 <= r.status_code < 400, (r.status_code, r.text[:300])
+    else:
+        raise AssertionError(outcome)
+
+
+def is_json_error(r: requests.Response, status: int) -> bool:
+    body = r.json()
+    return body["status"] == status and isinstance(body["message"], str) and body["message"]
+
+
+def cell_admin_page(ctx: Ctx, who: str, outcome: str) -> None:
+    ctx.ledger.claim(SEAT, user="student", profile="shared-seat")
+    r = ctx.page(who, "")
+    if outcome == "login":
+        assert r.status_code == 302 and "/hub/api/oauth2/authorize" in r.headers["Location"]
+    elif outcome == "to-me":
+        assert r.status_code == 302 and r.headers["Location"] == PREFIX + "me"
+    else:
+        assert r.status_code == 200
+        assert r.headers["Content-Security-Policy"] == "frame-ancestors 'self'"  # no clickjacking
+        page = parse_html(r.text)
+        assert len(page.find_all("tr", cls="device")) == 5
+        assert page.find_all("tr", cls="allocation", data_user="student")
+        buttons = page.find_all("button", cls="drain") + page.find_all("button", cls="release")
+        assert bool(buttons) == (outcome == "ok")
+
+
+def cell_user_page(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.page(who, "me")
+    if outcome == "login":
+        assert r.status_code == 302 and "/hub/api/oauth2/authorize" in r.headers["Location"]
+    else:
+        assert r.status_code == 200
+        # their own page: the hub's nav bar shows who is logged in
+        assert parse_html(r.text).find("span", cls="me-1").text() == who
+
+
+def cell_form_drain(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.form(who, "actions/drain", {"device": TARGET_GPU, "reason": "matrix"})
+    if outcome == "ok":
+        assert r.status_code == 302 and r.headers["Location"] == PREFIX
+        assert ctx.drained()
+    else:
+        assert r.status_code == 403 and not ctx.drained()
+
+
+def cell_form_release(ctx: Ctx, who: str, outcome: str) -> None:
+    a = ctx.ledger.claim(SEAT, user="researcher", profile="shared-seat").allocation
+    r = ctx.form(who, "actions/release", {"allocation": str(a.id)})
+    if outcome == "ok":
+        assert r.status_code == 302 and not ctx.ledger.get(a.id).open
+    else:
+        assert r.status_code == 403 and ctx.ledger.get(a.id).open
+
+
+def cell_api_get(path: str, key: str):
+    def cell(ctx: Ctx, who: str, outcome: str) -> None:
+        r = ctx.api(who, "GET", path)
+        check_status(r, outcome)
+        if outcome == "ok":
+            assert key in r.json()
+        else:
+            assert is_json_error(r, 403)
+
+    return cell
+
+
+def cell_api_me(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "GET", "me")
+    check_status(r, outcome)
+    if outcome == "ok":
+        assert r.json()["user"] == who
+
+
+def cell_api_refresh(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "POST", "inventory/refresh")
+    check_status(r, outcome)
+    if outcome == "ok":
+        assert r.json()["message"].startswith("Inventory re-read")
+
+
+def cell_api_drain(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "POST", f"devices/{TARGET_GPU}/drain", json={"reason": "matrix"})
+    check_status(r, outcome)
+    assert ctx.drained() == (outcome == "ok")
+
+
+def cell_api_undrain(ctx: Ctx, who: str, outcome: str) -> None:
+    ctx.ledger.set_drained(TARGET_GPU, True, "before")
+    r = ctx.api(who, "DELETE", f"devices/{TARGET_GPU}/drain")
+    check_status(r, outcome)
+    assert ctx.drained() == (outcome != "ok")
+
+
+def cell_api_release(ctx: Ctx, who: str, outcome: str) -> None:
+    a = ctx.ledger.claim(SEAT, user="researcher", profile="shared-seat").allocation
+    r = ctx.api(who, "DELETE", f"allocations/{a.id}")
+    check_status(r, outcome)
+    assert ctx.ledger.get(a.id).open == (outcome != "ok")
+
+
+def cell_api_stop(ctx: Ctx, who: str, outcome: str) -> None:
+    # the student's server is not running: stopping it (a no-op for the hub) frees the slice
+    # their stale allocation holds
+    a = ctx.ledger.claim(MIG_1G, user="student", profile="mig-small").allocation
+    r = ctx.api(who, "DELETE", "users/student/server")
+    check_status(r, outcome)
+    assert ctx.ledger.get(a.id).open == (outcome != "ok")
+
+
+def cell_api_stop_named(ctx: Ctx, who: str, outcome: str) -> None:
+    # the hub has no server "train" for the student: an admin is told so, others are refused
+    # before anything is looked up
+    a = ctx.ledger.claim(
+        MIG_1G, user="student", profile="mig-small", server_name="train"
+    ).allocation
+    r = ctx.api(who, "DELETE", "users/student/servers/train")
+    check_status(r, outcome)
+    assert is_json_error(r, r.status_code)
+    if outcome == "not-found":
+        assert "no server named" in r.json()["message"]
+    assert ctx.ledger.get(a.id).open
+
+
+CELLS = {
+    "GET /": cell_admin_page,
+    "GET /me": cell_user_page,
+    "POST /actions/drain": cell_form_drain,
+    "POST /actions/release": cell_form_release,
+    "GET api/inventory": cell_api_get("inventory", "nodes"),
+    "GET api/allocations": cell_api_get("allocations", "allocations"),
+    "GET api/usage": cell_api_get("usage", "groups"),
+    "GET api/me": cell_api_me,
+    "GET api/openapi.json": cell_api_get("openapi.json", "paths"),
+    "POST api/inventory/refresh": cell_api_refresh,
+    "POST api/devices/{uuid}/drain": cell_api_drain,
+    "DELETE api/devices/{uuid}/drain": cell_api_undrain,
+    "DELETE api/allocations/{id}": cell_api_release,
+    "DELETE api/users/{user}/server": cell_api_stop,
+    "DELETE api/users/{user}/servers/{name}": cell_api_stop_named,
+}
+
+
+@pytest.mark.parametrize("who", WHO)
+@pytest.mark.parametrize("endpoint", list(EXPECTED))
+def test_authorisation_matrix(ctx, endpoint, who):
+    CELLS[endpoint](ctx, who, EXPECTED[endpoint][who])
+
+
+def test_matrix_covers_every_route():
+    """A new page or endpoint without its row in the matrix fails here."""
+    from jupyterhub_gpulab.service.api import api_handlers
+
+    names = {
+        "(?P<allocation_id>[0-9]+)": "{id}", "(?P<uuid>[^/]+)": "{uuid}",
+        "(?P<user>[^/]+)": "{user}", "(?P<name>[^/]*)": "{name}", "\\.": ".",
+    }  # fmt: skip
+    routes = set()
+    for pattern, handler in api_handlers(PREFIX):
+        path = pattern[len(PREFIX) :]
+        for regex, name in names.items():
+            path = path.replace(regex, name)
+        for method in ("get", "post", "delete"):
+            if method in vars(handler) and path not in ("api/?", "api/.*"):
+                routes.add(f"{method.upper()} {path}")
+    assert routes == {e for e in EXPECTED if " api/" in e}
+    assert set(CELLS) == set(EXPECTED)
+
+
+# -- XSRF ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "xsrf",
+    [pytest.param(None, id="missing"), pytest.param("forged", id="wrong")],
+)
+def test_form_action_without_the_pages_xsrf_token_is_refused(ctx, xsrf):
+    s = ctx.sessions["admin"]
+    data = {"device": TARGET_GPU, "reason": "csrf"}
+    if xsrf:
+        data["_xsrf"] = xsrf
+    r = s.post(
+        ctx.url("actions/drain"),
+        data=data,
+        # a form another site made the admin's browser submit
+        headers={"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert r.status_code == 403
+    assert not ctx.drained()
+
+
+def test_api_change_with_the_login_cookie_needs_the_xsrf_header(ctx):
+    s = ctx.sessions["admin"]
+    url = ctx.url(f"api/devices/{TARGET_GPU}/drain")
+    r = s.post(url, json={"reason": "no header"}, headers={"Sec-Fetch-Mode": "cors"}, timeout=30)
+    assert r.status_code == 403 and is_json_error(r, 403)
+    assert not ctx.drained()
+    r = s.post(
+        url,
+        json={"reason": "with header"},
+        headers={"Sec-Fetch-Mode": "cors", "X-XSRFToken": service_xsrf(s)},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    assert ctx.drained()
+
+
+# -- what people see ------------------------------------------------------------------------------
+
+
+def test_admin_page_shows_allocations_groups_and_refusals(ctx):
+    mig = ctx.ledger.claim(
+        MIG_1G, user="student", profile="mig-small", charge_groups=[("students", 3)]
+    ).allocation
+    ctx.ledger.claim(
+        SliceRequest(kind=SliceKind.GPU, model="A40"),
+        user="researcher",
+        profile="a40",
+        server_name="big",
+    )
+    for _ in range(2):
+        ctx.ledger.record_refusal("student", "mig-small", "quota", "You already hold 1 GPU slice")
+    ctx.ledger.record_refusal("student", "a40", "not-entitled", "not allowed")
+    ctx.ledger.set_drained("GPU-t4-0002", True, "fan noise")
+
+    # the service asks the hub for running servers every 2 s (c.GPULabService.hub_poll_interval)
+    deadline = time.monotonic() + 15
+    while True:
+        page = parse_html(ctx.page("admin", "").text)
+        row = page.find("tr", cls="allocation", data_allocation=str(mig.id))
+        if "stale" in row.text() or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert "stale" in row.text()  # the hub runs no server for it
+    assert "student" in row.text() and "mig-small" in row.text()
+    assert "MIG 1g.5gb on GPU 0 (NVIDIA A100-SXM4-40GB)" in row.text()
+    assert row.find("button", cls="release")
+    assert page.find("tr", cls="allocation", data_user="researcher", data_server="big")
+    t4 = page.find("tr", cls="device", data_uuid="GPU-t4-0002")
+    assert t4.attrs["data-drained"] == "true" and "fan noise" in t4.text()
+    a100 = page.find("tr", cls="device", data_uuid="GPU-a100-0000")
+    assert "MIG: 1g.5gb ×2, 2g.10gb, 3g.20gb" in a100.text()
+    assert page.find("span", data_slice=mig.slice_id).attrs["data-state"] == "held"
+    assert (
+        page.find("tr", cls="group", data_group="students").find("td", cls="held").text()
+        == "1 of 3"
+    )
+    assert page.find("tr", data_reason="quota").find("td", cls="count").text() == "2"
+    assert page.find("tr", data_reason="not-entitled").find("td", cls="count").text() == "1"
+    assert "no NVML on this host" in page.find("span", id="nvml-status").text()
+
+
+def test_user_page_shows_my_slice_its_isolation_my_limits_and_what_i_may_start(ctx):
+    ctx.ledger.claim(MIG_1G, user="student", profile="mig-small", charge_groups=[("students", 3)])
+    ctx.ledger.claim(SEAT, user="researcher", profile="shared-seat")
+
+    page = parse_html(ctx.page("student", "me").text)
+
+    [card] = page.find_all("div", cls="slice")
+    text = card.text()
+    assert "NVIDIA A100-SXM4-40GB" in text and "MIG instance 1g.5gb" in text
+    assert card.find("span", cls="isolation").text() == "hard isolation"
+    assert "You hold 1 of at most 1 GPU slice" in page.find("p", id="my-use").text()
+    assert "1 of 3 in use" in page.find("tr", data_group="students").text()
+    free = {
+        r.attrs["data-profile"]: r.find("td", cls="free").text()
+        for r in page.find_all("tr", cls="profile")
+    }
+    assert free == {
+        "cpu": "no GPU needed",
+        "mig-small": "1 of 2 free",
+        "shared-seat": "3 of 4 free",
+    }
+
+    seat_page = parse_html(ctx.page("researcher", "me").text)
+    assert seat_page.find("span", cls="isolation").text() == "soft isolation"
+    assert "a40" in {r.attrs["data-profile"] for r in seat_page.find_all("tr", cls="profile")}
+
+
+def test_hub_home_page_links_to_the_service(ctx):
+    r = ctx.sessions["student"].get(ctx.hub.url + "/hub/home", timeout=30)
+    links = {a.attrs.get("href") for a in parse_html(r.text).find_all("a", cls="dropdown-item")}
+    assert PREFIX in links
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, path, body, status",
+    [
+        pytest.param("POST", "devices/GPU-nope/drain", None, 404, id="unknown-device"),
+        pytest.param("DELETE", "allocations/999999", None, 404, id="unknown-allocation"),
+        pytest.param("GET", "no-such-endpoint", None, 404, id="unknown-endpoint"),
+        pytest.param("POST", f"devices/{TARGET_GPU}/drain", b"{not json", 400, id="bad-json"),
+        pytest.param("DELETE", "users/nobody/server", None, 404, id="unknown-user"),
+    ],
+)
+def test_api_errors_are_json(ctx, method, path, body, status):
+    r = ctx.api("admin", method, path, data=body)
+    assert r.status_code == status
+    assert r.headers["Content-Type"].startswith("application/json")
+    assert is_json_error(r, status)

@@ -1,0 +1,284 @@
+"""Pure parts of the service: what the pages and API show, the hub config it adds, the OpenAPI
+document and the cookie secret."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from traitlets.config import Config
+
+from jupyterhub_gpulab.ledger import Allocation
+from jupyterhub_gpulab.policy import GroupPolicy
+from jupyterhub_gpulab.profiles import load_profiles
+from jupyterhub_gpulab.service import views
+from jupyterhub_gpulab.service.api import api_handlers
+from jupyterhub_gpulab.service.app import read_cookie_secret
+from jupyterhub_gpulab.service.hubconfig import configure_service
+from jupyterhub_gpulab.service.openapi import openapi
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+GiB = 2**30
+
+
+def alloc(aid, user, slice_id, *, server="", group=None, started=NOW - timedelta(hours=2)):
+    return Allocation(
+        id=aid, slice_id=slice_id, user=user, server_name=server, profile="p", node="n",
+        charge_group=group, share=1.0, container_id=None, container_name=None,
+        started_at=started, ended_at=None, end_reason=None,
+    )  # fmt: skip
+
+
+def slice_row(sid, kind="gpu", *, device="GPU-1", index=0, name="NVIDIA A40", mem=48 * GiB, **kw):
+    row = {
+        "id": sid, "kind": kind, "device_uuid": device, "node": "n", "device_index": index,
+        "device_name": name, "memory_bytes": mem, "mig_profile": None, "seat": None, "seats": None,
+        "share": 1.0, "available": True, "held_by": None,
+    }  # fmt: skip
+    row.update(kw)
+    return row
+
+
+# -- allocations --------------------------------------------------------------------------------
+
+
+def test_allocation_without_a_server_on_the_hub_is_stale_but_a_newer_one_is_not():
+    servers = {("ann", ""): views.Server("ann", "", "running", "2026-03-02T11:59:00Z")}
+    rows = views.allocation_view(
+        [
+            alloc(1, "ann", "GPU-1"),
+            alloc(2, "bob", "GPU-2"),
+            alloc(3, "cy", "GPU-3", started=NOW + timedelta(seconds=1)),  # claimed after we asked
+        ],
+        {s: slice_row(s) for s in ("GPU-1", "GPU-2", "GPU-3")},
+        {"GPU-1", "GPU-2", "GPU-3"},
+        "n",
+        {},
+        servers,
+        NOW,
+        NOW + timedelta(seconds=5),
+    )
+    by_user = {r["user"]: r for r in rows}
+    assert by_user["ann"]["server"] == "running" and not by_user["ann"]["stale"]
+    assert by_user["ann"]["last_activity"] == "2026-03-02T11:59:00Z"
+    assert by_user["bob"]["server"] == "not running" and by_user["bob"]["stale"]
+    assert not by_user["cy"]["stale"]
+    assert by_user["ann"]["held_seconds"] == 2 * 3600 + 5
+
+
+def test_when_the_hub_cannot_be_asked_nothing_is_called_stale():
+    rows = views.allocation_view(
+        [alloc(1, "ann", "GPU-1")],
+        {"GPU-1": slice_row("GPU-1")},
+        {"GPU-1"},
+        "n",
+        {},
+        None,
+        None,
+        NOW,
+    )
+    assert rows[0]["server"] == "unknown" and not rows[0]["stale"]
+
+
+def test_allocation_on_a_slice_missing_from_the_inventory_is_flagged_vanished():
+    rows = views.allocation_view(
+        [alloc(1, "ann", "MIG-old")],
+        {"MIG-old": slice_row("MIG-old", "mig", mig_profile="1g.5gb")},
+        {"MIG-new"},
+        "n",
+        {},
+        {},
+        NOW,
+        NOW,
+    )
+    assert rows[0]["vanished"]
+    assert rows[0]["slice"] == "MIG 1g.5gb on GPU 0 (NVIDIA A40)"
+
+
+# -- inventory ----------------------------------------------------------------------------------
+
+
+def test_inventory_groups_devices_by_node_and_counts_slices():
+    devices = [
+        {"uuid": "GPU-1", "node": "n", "index": 0, "name": "Tesla T4", "memory_bytes": 16 * GiB,
+         "compute_capability": "7.5", "mig_enabled": False, "vgpu_type": None, "present": True,
+         "drained": True, "drain_reason": "fan"},
+    ]  # fmt: skip
+    seats = [
+        slice_row(f"GPU-1/seat-{i}", "shared", name="Tesla T4", mem=4 * GiB, seat=i, seats=4,
+                  held_by=7 if i == 0 else None, available=False)
+        for i in range(4)
+    ]  # fmt: skip
+    inv = views.inventory_view(
+        devices, seats, {s["id"] for s in seats}, "n", {}, "no NVML on this host"
+    )
+    [device] = inv["nodes"][0]["devices"]
+    assert device["drained"] and device["drain_reason"] == "fan"
+    assert device["layout"] == "4 shared seats of 4 GiB"
+    assert {s["isolation"] for s in device["slices"]} == {"soft"}
+    assert inv["totals"] == {"slices": 4, "free": 0, "held": 1, "out_of_service": 3}
+    assert inv["nvml"]["available"] is False
+
+
+# -- groups and the user page --------------------------------------------------------------------
+
+
+def test_group_usage_against_caps_marks_full_groups():
+    policies = {
+        "students": GroupPolicy("students", max_slices=2, max_slices_per_user=1),
+        "researchers": GroupPolicy("researchers", max_slices_per_user=4, priority=10),
+    }
+    rows = views.group_view(
+        policies,
+        {"students": 2, "old-course": 1},
+        [alloc(1, "a", "x"), alloc(2, "b", "y", group="students")],
+    )
+    by_group = {r["group"]: r for r in rows}
+    assert by_group["students"]["held"] == 2 and by_group["students"]["full"]
+    assert by_group["researchers"]["held"] == 0 and not by_group["researchers"]["full"]
+    assert not by_group["old-course"]["configured"]
+    assert by_group[None]["held"] == 1  # charged to no group cap
+
+
+@pytest.mark.parametrize(
+    "limits, expected",
+    [
+        pytest.param([1, 3], 3, id="most-generous"),
+        pytest.param([1, None], None, id="one-unlimited"),
+        pytest.param([], None, id="no-policy"),
+    ],
+)
+def test_user_limit_is_the_most_generous_of_their_policies(limits, expected):
+    policies = [GroupPolicy(f"g{i}", max_slices_per_user=n) for i, n in enumerate(limits)]
+    assert views.user_limit(policies) == expected
+
+
+def test_user_view_shows_slice_isolation_limits_and_capacity():
+    profiles = load_profiles(
+        [
+            {"slug": "cpu", "display_name": "CPU", "image": "x"},
+            {"slug": "seat", "display_name": "Seat", "image": "x", "slice": {"kind": "shared"}},
+            {"slug": "mig", "display_name": "MIG", "image": "x", "slice": {"kind": "mig", "mig_profile": "1g.5gb"}},
+        ]
+    )  # fmt: skip
+    slices = {
+        "GPU-1/seat-0": slice_row(
+            "GPU-1/seat-0", "shared", name="Tesla T4", mem=4 * GiB, seat=0, seats=4
+        ),
+        "MIG-1": slice_row("MIG-1", "mig", name="NVIDIA A100", mem=5 * GiB, mig_profile="1g.5gb"),
+    }
+    data = views.user_view(
+        user="ann",
+        groups=["students"],
+        is_admin=False,
+        servers=[views.Server("ann", "", "running"), views.Server("ann", "train", "running")],
+        allocations=[alloc(1, "ann", "GPU-1/seat-0"), alloc(2, "ann", "MIG-1", server="train")],
+        slices_by_id=slices,
+        utilisation={},
+        entitled=profiles,
+        capacity={"seat": (3, 4), "mig": (0, 2)},
+        policies={"students": GroupPolicy("students", max_slices_per_user=2, max_slices=10)},
+        default_policy=None,
+        open_by_group={"students": 5},
+    )
+    by_server = {s["name"]: s["slice"] for s in data["servers"]}
+    assert by_server[""]["isolation"] == "soft" and by_server[""]["gpu_model"] == "Tesla T4"
+    assert (
+        by_server["train"]["isolation"] == "hard" and by_server["train"]["memory_bytes"] == 5 * GiB
+    )
+    assert data["limits"]["held"] == 2 and data["limits"]["max_slices_per_user"] == 2
+    assert data["limits"]["policies"][0]["group_held"] == 5
+    free = {p["slug"]: (p["free"], p["total"]) for p in data["profiles"]}
+    assert free == {"cpu": (None, None), "seat": (3, 4), "mig": (0, 2)}
+
+
+# -- hub config ---------------------------------------------------------------------------------
+
+
+def existing_config() -> Config:
+    c = Config()
+    c.JupyterHub.services = [{"name": "tests", "api_token": "t"}]
+    c.JupyterHub.load_roles = [{"name": "tests", "services": ["tests"], "scopes": ["list:users"]}]
+    c.JupyterHub.custom_scopes = {"custom:other:x": {"description": "x"}}
+    return c
+
+
+def test_configure_service_adds_service_scopes_and_roles_keeping_what_was_there(tmp_path):
+    c = existing_config()
+    configure_service(c, config_file=tmp_path / "jupyterhub_config.py", url="http://127.0.0.1:9999",
+                      admin_groups=["gpu-admins"], reader_groups=["instructors"])  # fmt: skip
+
+    names = [s["name"] for s in c.JupyterHub.services]
+    assert names == ["tests", "gpulab"]
+    svc = c.JupyterHub.services[1]
+    assert svc["command"] == [sys.executable, "-m", "jupyterhub_gpulab.service", "--config",
+                              str(tmp_path / "jupyterhub_config.py")]  # fmt: skip
+    assert svc["url"] == "http://127.0.0.1:9999"
+    assert set(svc["oauth_client_allowed_scopes"]) == {"custom:gpulab:admin", "custom:gpulab:read"}
+    assert set(c.JupyterHub.custom_scopes) == {
+        "custom:other:x",
+        "custom:gpulab:admin",
+        "custom:gpulab:read",
+    }
+    assert c.JupyterHub.custom_scopes["custom:gpulab:admin"]["subscopes"] == ["custom:gpulab:read"]
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert set(roles) == {"tests", "gpulab-admin", "gpulab-reader", "gpulab-service"}
+    assert roles["gpulab-admin"]["groups"] == ["gpu-admins"]
+    assert roles["gpulab-reader"]["groups"] == ["instructors"]
+    assert {"admin:servers", "list:users", "read:users:activity", "read:groups"} <= set(
+        roles["gpulab-service"]["scopes"]
+    )
+    assert roles["gpulab-service"]["services"] == ["gpulab"]
+    assert "access:services!service=gpulab" in c.JupyterHub.extra_user_scopes
+
+
+def test_configure_service_extends_a_redefined_user_role():
+    c = existing_config()
+    c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "custom:other:x"]}]
+    configure_service(c)
+    [user] = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
+    assert user["scopes"] == ["self", "custom:other:x", "access:services!service=gpulab"]
+
+
+def test_configure_service_refuses_a_second_service_of_the_same_name():
+    c = existing_config()
+    configure_service(c)
+    with pytest.raises(ValueError, match="already"):
+        configure_service(c)
+
+
+def test_an_unmanaged_service_has_no_command_but_its_token():
+    c = Config()
+    configure_service(c, managed=False, api_token="s3cret")
+    [svc] = c.JupyterHub.services
+    assert "command" not in svc and svc["api_token"] == "s3cret"
+
+
+# -- OpenAPI and the cookie secret ----------------------------------------------------------------
+
+
+def test_openapi_documents_every_api_route():
+    doc = openapi("/services/gpulab/")
+    documented = {"/services/gpulab/api" + p for p in doc["paths"]}
+    routes = set()
+    for pattern, _ in api_handlers("/services/gpulab/"):
+        path = pattern.replace("(?P<allocation_id>[0-9]+)", "{id}").replace(
+            "(?P<uuid>[^/]+)", "{uuid}"
+        )
+        path = path.replace("(?P<user>[^/]+)", "{user}").replace("(?P<name>[^/]*)", "{name}")
+        path = path.replace("\\.", ".")
+        if path.endswith(("api/?", "api/.*", "openapi.json")):
+            continue
+        routes.add(path)
+    assert routes == documented
+    assert doc["servers"] == [{"url": "/services/gpulab/api"}]
+
+
+def test_cookie_secret_is_created_private_and_kept(tmp_path):
+    path = tmp_path / "gpulab_cookie_secret"
+    first = read_cookie_secret(path)
+    assert len(first) == 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_cookie_secret(path) == first
