@@ -245,3 +245,37 @@ def test_old_schema_is_refused_with_the_fix(tmp_path):
     with pytest.raises(SchemaOutOfDate) as e:
         Ledger(url)
     assert "gpulab upgrade-db" in str(e.value)
+
+
+def test_undraining_keeps_vanished_slices_out(ledger):
+    relaid = [dict(d) for d in LAB]
+    relaid[0] = {**LAB[0], "mig": [{"uuid": "MIG-a100-7g-0", "profile": "7g.40gb"}]}
+    ledger.sync_inventory(lab_inventory(relaid))
+    ledger.set_drained("GPU-a100-0000", True, "maintenance")
+    ledger.set_drained("GPU-a100-0000", False)
+    with pytest.raises(NoFreeSlice):
+        claim(ledger, mig("1g.5gb"))
+    assert claim(ledger, mig("7g.40gb")).slice.id == "MIG-a100-7g-0"
+    present = {s["id"]: s["present"] for s in ledger.slices() if s["device_uuid"] == "GPU-a100-0000"}
+    assert present == {
+        "MIG-a100-7g-0": True,
+        "MIG-a100-3g-0": False,
+        "MIG-a100-2g-0": False,
+        "MIG-a100-1g-0": False,
+        "MIG-a100-1g-1": False,
+    }
+
+
+def test_migrations_build_exactly_the_schema_the_code_uses(tmp_path):
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from jupyterhub_gpulab.ledger import db
+    from jupyterhub_gpulab.ledger.schema import metadata
+
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'm.sqlite'}")
+    db.upgrade(engine)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    engine.dispose()
+    assert diff == [], "schema.py and the Alembic migrations disagree; add a migration"

@@ -9,24 +9,25 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from .. import clock
-from ..inventory.model import Inventory, SliceKind, SliceRequest
+from ..inventory.model import SliceKind, SliceRequest
 from . import db
+from .inventory_sync import InventorySync
 from .models import (
     Allocation,
     Claim,
     NoFreeSlice,
     QuotaExceeded,
     ReconcileReport,
-    SyncReport,
     slice_from_row,
 )
-from .schema import allocations, devices, refusals, slices
+from .queries import LedgerQueries
+from .schema import allocations, slices
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ _FREE_SLICE = (
 CANDIDATES = 4
 
 
-class Ledger:
+class Ledger(InventorySync, LedgerQueries):
     """The allocation ledger over one database URL.
 
     ``url`` is a SQLAlchemy URL (``sqlite:////srv/gpulab/gpulab.sqlite``,
@@ -84,163 +85,6 @@ class Ledger:
         if self._checkpointer is not None:
             self._checkpointer.stop()
         self.engine.dispose()
-
-    # -- inventory --------------------------------------------------------------------------
-
-    def sync_inventory(self, inventory: Inventory, node: str = "local") -> SyncReport:
-        """Make the slice table match ``inventory`` for ``node``.
-
-        New slices are added, changed ones updated (their holders kept), slices no longer present
-        are marked unavailable — never handed out again — and open allocations on them are
-        reported in ``vanished_held`` for an admin to look at. Drain state survives.
-        """
-        now = clock.utcnow()
-        dev_rows = [
-            {
-                "uuid": d.uuid,
-                "node": node,
-                "index": d.index,
-                "name": d.name,
-                "memory_bytes": d.memory_bytes,
-                "compute_capability": (
-                    f"{d.compute_capability[0]}.{d.compute_capability[1]}"
-                    if d.compute_capability
-                    else None
-                ),
-                "mig_enabled": d.mig_enabled,
-                "vgpu_type": d.vgpu_type,
-                "present": True,
-                "updated_at": now,
-            }
-            for d in inventory.devices
-        ]
-        wanted = {s.id: s for s in inventory.slices}
-        added, updated = [], []
-        with self._write() as conn:
-            known_devices = {
-                r.uuid: r.drained
-                for r in conn.execute(
-                    sa.select(devices.c.uuid, devices.c.drained).where(devices.c.node == node)
-                )
-            }
-            for row in dev_rows:
-                if row["uuid"] in known_devices:
-                    conn.execute(
-                        devices.update().where(devices.c.uuid == row["uuid"]).values(**row)
-                    )
-                else:
-                    conn.execute(devices.insert().values(drained=False, **row))
-            gone_devices = set(known_devices) - {r["uuid"] for r in dev_rows}
-            if gone_devices:
-                conn.execute(
-                    devices.update()
-                    .where(devices.c.uuid.in_(gone_devices))
-                    .values(present=False, updated_at=now)
-                )
-            drained = {u for u, d in known_devices.items() if d}
-            existing = {
-                r.id: r for r in conn.execute(sa.select(slices).where(slices.c.node == node))
-            }
-            for sid, s in wanted.items():
-                values = {
-                    "kind": s.kind.value,
-                    "device_uuid": s.device_uuid,
-                    "node": node,
-                    "device_index": s.device_index,
-                    "device_name": s.device_name,
-                    "memory_bytes": s.memory_bytes,
-                    "visible_id": s.visible_id,
-                    "share": s.share,
-                    "mig_profile": s.mig_profile,
-                    "seat": s.seat,
-                    "seats": s.seats,
-                    "rank": s.rank,
-                    "available": s.device_uuid not in drained,
-                }
-                old = existing.get(sid)
-                if old is None:
-                    conn.execute(slices.insert().values(id=sid, held_by=None, **values))
-                    added.append(sid)
-                elif any(getattr(old, k) != v for k, v in values.items()):
-                    conn.execute(slices.update().where(slices.c.id == sid).values(**values))
-                    updated.append(sid)
-            vanished = sorted(set(existing) - set(wanted))
-            vanished_held: list[Allocation] = []
-            if vanished:
-                conn.execute(
-                    slices.update().where(slices.c.id.in_(vanished)).values(available=False)
-                )
-                vanished_held = [
-                    Allocation.from_row(r)
-                    for r in conn.execute(
-                        sa.select(allocations).where(
-                            allocations.c.slice_id.in_(vanished), allocations.c.ended_at.is_(None)
-                        )
-                    )
-                ]
-        for a in vanished_held:
-            log.warning(
-                "Slice %s held by %s's server %r (allocation %d) is no longer in the inventory",
-                a.slice_id,
-                a.user,
-                a.server_name,
-                a.id,
-            )
-        return SyncReport(tuple(added), tuple(updated), tuple(vanished), tuple(vanished_held))
-
-    def set_drained(self, device_uuid: str, drained: bool, reason: str | None = None) -> bool:
-        """Drain (``True``) or return to service a device; a drained device's free slices are
-        never handed out, held ones stay with their holders. Returns whether the device exists."""
-        with self._write() as conn:
-            res = conn.execute(
-                devices.update()
-                .where(devices.c.uuid == device_uuid)
-                .values(
-                    drained=drained,
-                    drain_reason=reason if drained else None,
-                    updated_at=clock.utcnow(),
-                )
-            )
-            if res.rowcount == 0:
-                return False
-            present = conn.execute(
-                sa.select(devices.c.present).where(devices.c.uuid == device_uuid)
-            ).scalar_one()
-            conn.execute(
-                slices.update()
-                .where(slices.c.device_uuid == device_uuid)
-                .values(available=bool(present and not drained))
-            )
-            # slices marked vanished stay unavailable
-            if present and not drained:
-                pass
-        return True
-
-    def return_to_service(self, device_uuid: str, present_slices: Iterable[str]) -> bool:
-        """Undrain a device, making available again only its slices in ``present_slices`` (the
-        ids of the latest inventory read): unlike ``set_drained(uuid, False)``, slices that
-        vanished from the inventory (a changed MIG layout) stay out of service. One transaction.
-        Returns whether the device exists."""
-        present_slices = set(present_slices)
-        with self._write() as conn:
-            res = conn.execute(
-                devices.update()
-                .where(devices.c.uuid == device_uuid)
-                .values(drained=False, drain_reason=None, updated_at=clock.utcnow())
-            )
-            if res.rowcount == 0:
-                return False
-            present = conn.execute(
-                sa.select(devices.c.present).where(devices.c.uuid == device_uuid)
-            ).scalar_one()
-            conn.execute(
-                slices.update()
-                .where(slices.c.device_uuid == device_uuid)
-                .values(
-                    available=sa.and_(sa.literal(bool(present)), slices.c.id.in_(present_slices))
-                )
-            )
-        return True
 
     # -- claim / release --------------------------------------------------------------------
 
@@ -465,121 +309,6 @@ class Ledger:
                 closed.append(a)
         orphans = tuple(cid for cid, aid in live.items() if aid is None or aid not in open_ids)
         return ReconcileReport(tuple(closed), orphans)
-
-    # -- queries ----------------------------------------------------------------------------
-
-    def get(self, allocation_id: int) -> Allocation | None:
-        with self._read() as conn:
-            row = conn.execute(
-                sa.select(allocations).where(allocations.c.id == allocation_id)
-            ).first()
-        return Allocation.from_row(row) if row else None
-
-    def open_allocations(self, user: str | None = None) -> list[Allocation]:
-        """Open allocations, oldest first; only ``user``'s when given."""
-        q = sa.select(allocations).where(allocations.c.ended_at.is_(None))
-        if user is not None:
-            q = q.where(allocations.c.user == user)
-        with self._read() as conn:
-            return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
-
-    def allocations_between(self, start: datetime, end: datetime) -> list[Allocation]:
-        """Allocations that overlap ``[start, end)`` (for usage accounting)."""
-        q = sa.select(allocations).where(
-            allocations.c.started_at < end,
-            sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= start),
-        )
-        with self._read() as conn:
-            return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
-
-    def slices(self) -> list[dict]:
-        """Every slice row as a dict (``id``, ``kind``, ``available``, ``held_by`` …)."""
-        with self._read() as conn:
-            return [
-                dict(r._mapping)
-                for r in conn.execute(
-                    sa.select(slices).order_by(slices.c.node, slices.c.device_index, slices.c.rank)
-                )
-            ]
-
-    def devices(self) -> list[dict]:
-        """Every device row as a dict (``uuid``, ``name``, ``drained``, ``present`` …)."""
-        with self._read() as conn:
-            return [
-                dict(r._mapping)
-                for r in conn.execute(sa.select(devices).order_by(devices.c.node, devices.c.index))
-            ]
-
-    def capacity(self, request: SliceRequest) -> tuple[int, int]:
-        """``(free, total)`` slices matching ``request`` that are in service (not drained or
-        vanished). ``free`` excludes held slices."""
-        base = (
-            sa.select(sa.func.count())
-            .select_from(slices)
-            .where(slices.c.kind == request.kind.value, slices.c.available == sa.true())
-        )
-        if request.kind is SliceKind.MIG:
-            base = base.where(slices.c.mig_profile == request.mig_profile)
-        if request.min_memory_bytes:
-            base = base.where(slices.c.memory_bytes >= request.min_memory_bytes)
-        if request.model:
-            base = base.where(sa.func.lower(slices.c.device_name).contains(request.model.lower()))
-        with self._read() as conn:
-            total = conn.execute(base).scalar_one()
-            free = conn.execute(base.where(slices.c.held_by.is_(None))).scalar_one()
-        return free, total
-
-    def count_open(self, *, user: str | None = None, group: str | None = None) -> int:
-        """Open allocations held by ``user`` or charged to ``group``."""
-        with self._read() as conn:
-            if user is not None:
-                return self._count_open(conn, allocations.c.user, user)
-            return self._count_open(conn, allocations.c.charge_group, group)
-
-    def open_by_group(self) -> dict[str, int]:
-        """``{group: open allocations charged to it}``."""
-        q = (
-            sa.select(allocations.c.charge_group, sa.func.count())
-            .where(allocations.c.ended_at.is_(None), allocations.c.charge_group.is_not(None))
-            .group_by(allocations.c.charge_group)
-        )
-        with self._read() as conn:
-            return {g: n for g, n in conn.execute(q)}
-
-    def double_allocations(self) -> list[tuple[str, int]]:
-        """Slices with more than one open allocation — always empty unless the database's unique
-        index was removed. Used by tests and benchmarks to check the invariant in the database."""
-        q = (
-            sa.select(allocations.c.slice_id, sa.func.count())
-            .where(allocations.c.ended_at.is_(None))
-            .group_by(allocations.c.slice_id)
-            .having(sa.func.count() > 1)
-        )
-        with self._read() as conn:
-            return [(s, n) for s, n in conn.execute(q)]
-
-    # -- refusals ---------------------------------------------------------------------------
-
-    def record_refusal(self, user: str, profile: str | None, reason: str, message: str) -> None:
-        """Log a refused spawn for the admin page (kept 30 days)."""
-        now = clock.utcnow()
-        with self._write() as conn:
-            conn.execute(
-                refusals.insert().values(
-                    at=now, user=user, profile=profile, reason=reason[:64], message=message
-                )
-            )
-            conn.execute(refusals.delete().where(refusals.c.at < now - timedelta(days=30)))
-
-    def refusals_since(self, since: datetime) -> dict[str, int]:
-        """``{reason: count}`` of refusals since ``since``."""
-        q = (
-            sa.select(refusals.c.reason, sa.func.count())
-            .where(refusals.c.at >= since)
-            .group_by(refusals.c.reason)
-        )
-        with self._read() as conn:
-            return {r: n for r, n in conn.execute(q)}
 
 
 class _Taken(Exception):

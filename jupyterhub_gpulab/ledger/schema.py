@@ -60,7 +60,9 @@ slices = sa.Table(
     sa.Column("seat", sa.Integer, nullable=True),
     sa.Column("seats", sa.Integer, nullable=True),
     sa.Column("rank", sa.Integer, nullable=False, default=0),
-    # available = present and its device not drained; kept in step by the ledger.
+    # present: in the latest inventory read (a MIG instance vanishes when the layout changes);
+    # available = present and its device not drained; both kept in step by the ledger.
+    sa.Column("present", sa.Boolean, nullable=False, default=True),
     sa.Column("available", sa.Boolean, nullable=False, default=True),
     # The open allocation holding this slice (mirror of allocations; see module docstring).
     sa.Column("held_by", sa.Integer, nullable=True),

@@ -100,8 +100,7 @@ class LabState:
     def undrain(self, device_uuid: str) -> bool:
         """Return a device to service, keeping slices that vanished from the inventory out."""
         with self._lock:
-            present = {s.id for s in self.inventory.slices if s.device_uuid == device_uuid}
-            return self.ledger.return_to_service(device_uuid, present)
+            return self.ledger.set_drained(device_uuid, False)
 
     # -- utilisation ------------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ def upgrade() -> None:
         sa.Column("seat", sa.Integer(), nullable=True),
         sa.Column("seats", sa.Integer(), nullable=True),
         sa.Column("rank", sa.Integer(), nullable=False),
+        sa.Column("present", sa.Boolean(), nullable=False),
         sa.Column("available", sa.Boolean(), nullable=False),
         sa.Column("held_by", sa.Integer(), nullable=True),
         sa.ForeignKeyConstraint(

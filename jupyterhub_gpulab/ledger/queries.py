@@ -1,0 +1,129 @@
+"""Read-only questions to the ledger, and the refusal log, for the spawner, service and CLI."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from .. import clock
+from ..inventory.model import SliceKind, SliceRequest
+from .models import Allocation
+from .schema import allocations, devices, refusals, slices
+
+
+class LedgerQueries:
+    """Mixed into :class:`~.ledger.Ledger` (uses its ``_read``, ``_write``, ``_count_open``)."""
+
+    def get(self, allocation_id: int) -> Allocation | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(allocations).where(allocations.c.id == allocation_id)
+            ).first()
+        return Allocation.from_row(row) if row else None
+
+    def open_allocations(self, user: str | None = None) -> list[Allocation]:
+        """Open allocations, oldest first; only ``user``'s when given."""
+        q = sa.select(allocations).where(allocations.c.ended_at.is_(None))
+        if user is not None:
+            q = q.where(allocations.c.user == user)
+        with self._read() as conn:
+            return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
+
+    def allocations_between(self, start: datetime, end: datetime) -> list[Allocation]:
+        """Allocations that overlap ``[start, end)`` (for usage accounting)."""
+        q = sa.select(allocations).where(
+            allocations.c.started_at < end,
+            sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= start),
+        )
+        with self._read() as conn:
+            return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
+
+    def slices(self) -> list[dict]:
+        """Every slice row as a dict (``id``, ``kind``, ``available``, ``held_by`` …)."""
+        with self._read() as conn:
+            return [
+                dict(r._mapping)
+                for r in conn.execute(
+                    sa.select(slices).order_by(slices.c.node, slices.c.device_index, slices.c.rank)
+                )
+            ]
+
+    def devices(self) -> list[dict]:
+        """Every device row as a dict (``uuid``, ``name``, ``drained``, ``present`` …)."""
+        with self._read() as conn:
+            return [
+                dict(r._mapping)
+                for r in conn.execute(sa.select(devices).order_by(devices.c.node, devices.c.index))
+            ]
+
+    def capacity(self, request: SliceRequest) -> tuple[int, int]:
+        """``(free, total)`` slices matching ``request`` that are in service (not drained or
+        vanished). ``free`` excludes held slices."""
+        base = (
+            sa.select(sa.func.count())
+            .select_from(slices)
+            .where(slices.c.kind == request.kind.value, slices.c.available == sa.true())
+        )
+        if request.kind is SliceKind.MIG:
+            base = base.where(slices.c.mig_profile == request.mig_profile)
+        if request.min_memory_bytes:
+            base = base.where(slices.c.memory_bytes >= request.min_memory_bytes)
+        if request.model:
+            base = base.where(sa.func.lower(slices.c.device_name).contains(request.model.lower()))
+        with self._read() as conn:
+            total = conn.execute(base).scalar_one()
+            free = conn.execute(base.where(slices.c.held_by.is_(None))).scalar_one()
+        return free, total
+
+    def count_open(self, *, user: str | None = None, group: str | None = None) -> int:
+        """Open allocations held by ``user`` or charged to ``group``."""
+        with self._read() as conn:
+            if user is not None:
+                return self._count_open(conn, allocations.c.user, user)
+            return self._count_open(conn, allocations.c.charge_group, group)
+
+    def open_by_group(self) -> dict[str, int]:
+        """``{group: open allocations charged to it}``."""
+        q = (
+            sa.select(allocations.c.charge_group, sa.func.count())
+            .where(allocations.c.ended_at.is_(None), allocations.c.charge_group.is_not(None))
+            .group_by(allocations.c.charge_group)
+        )
+        with self._read() as conn:
+            return {g: n for g, n in conn.execute(q)}
+
+    def double_allocations(self) -> list[tuple[str, int]]:
+        """Slices with more than one open allocation — always empty unless the database's unique
+        index was removed. Used by tests and benchmarks to check the invariant in the database."""
+        q = (
+            sa.select(allocations.c.slice_id, sa.func.count())
+            .where(allocations.c.ended_at.is_(None))
+            .group_by(allocations.c.slice_id)
+            .having(sa.func.count() > 1)
+        )
+        with self._read() as conn:
+            return [(s, n) for s, n in conn.execute(q)]
+
+    # -- refusals ---------------------------------------------------------------------------
+
+    def record_refusal(self, user: str, profile: str | None, reason: str, message: str) -> None:
+        """Log a refused spawn for the admin page (kept 30 days)."""
+        now = clock.utcnow()
+        with self._write() as conn:
+            conn.execute(
+                refusals.insert().values(
+                    at=now, user=user, profile=profile, reason=reason[:64], message=message
+                )
+            )
+            conn.execute(refusals.delete().where(refusals.c.at < now - timedelta(days=30)))
+
+    def refusals_since(self, since: datetime) -> dict[str, int]:
+        """``{reason: count}`` of refusals since ``since``."""
+        q = (
+            sa.select(refusals.c.reason, sa.func.count())
+            .where(refusals.c.at >= since)
+            .group_by(refusals.c.reason)
+        )
+        with self._read() as conn:
+            return {r: n for r, n in conn.execute(q)}
