@@ -148,3 +148,18 @@ c.GPULab.group_policies = {
 }
 # Users in none of those groups:
 c.GPULab.default_policy = {"profiles": ["tensorflow-seat", "cpu"], "max_slices_per_user": 1}
+
+# --- The gpulab service: admin page, user page, JSON API ----------------------------------
+# Runs as a hub-managed service at /services/gpulab/ (user page: /services/gpulab/me). It reads
+# this same file and the same ledger; spawns keep working while it is down. JupyterHub admins
+# hold custom:gpulab:admin; ADMIN: name groups for more admins and for read-only viewers.
+from jupyterhub_gpulab.service.hubconfig import configure_service  # noqa: E402
+
+configure_service(
+    c,
+    config_file=os.path.abspath(__file__),
+    url=os.environ.get("GPULAB_SERVICE_URL", "http://127.0.0.1:10101"),
+    admin_groups=["gpu-admins"],
+    reader_groups=["instructors"],
+)
+c.GPULabService.cookie_secret_file = f"{state_dir}/gpulab_cookie_secret"

@@ -118,6 +118,11 @@ def configure_service(
             "--config",
             config_file,
         ]
+        # The service evaluates the same config file, so it must see what the hub saw: the hub's
+        # working directory (relative paths, the default ledger location) and the GPULAB_*
+        # variables a config may read. JupyterHub passes managed services neither by default.
+        service["cwd"] = os.getcwd()
+        service["environment"] = {k: v for k, v in os.environ.items() if k.startswith("GPULAB_")}
     if api_token:
         service["api_token"] = api_token
     services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
