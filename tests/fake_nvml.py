@@ -17,10 +17,17 @@ as ``nvidia-smi mig -lgip`` lists them)::
     FakeNVML.driver_not_loaded()   # nvmlInit raises NVMLError_DriverNotLoaded
     fake.vanish_after(3, index=1)  # GPU 1 answers 3 calls, then raises NVMLError_GpuIsLost
     fake.set_utilization(uuid, gpu_percent=40, memory_used=2 * GiB)
+
+Sampling (see "sampling calls" below)::
+
+    FakeNVML.h100_mig_lab(8)       # 8 × H100 80GB, each in MIG mode as 7 × 1g.10gb (GPM capable)
+    fake.set_utilization(mig_uuid, gpu_percent=60)   # what GPM reports for that MIG device
+    fake.set_processes(gpu_uuid, [FakeProcess(pid=4242, used_memory=GiB, sm_percent=30)])
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -56,6 +63,19 @@ class FakeMig:
     position: int
     memory_total: int
     memory_used: int = 0
+    gpm_percent: float = 0.0  # what GPM's GRAPHICS_UTIL reports for this GPU instance
+
+
+@dataclass
+class FakeProcess:
+    """A process on a device: host ``pid``, ``used_memory`` (bytes), ``sm_percent`` (what its
+    per-process utilisation samples say; ``None``: it ran no kernel, so it has no samples) and
+    ``mps`` (an MPS client, listed by ``nvmlDeviceGetMPSComputeRunningProcesses``)."""
+
+    pid: int
+    used_memory: int = 0
+    sm_percent: float | None = 0.0
+    mps: bool = False
 
 
 @dataclass
@@ -79,6 +99,8 @@ class FakeGpu:
     vanish_after: int | None = None
     gi_readable: bool = True
     calls: int = 0
+    processes: list[FakeProcess] = field(default_factory=list)
+    process_utilization_supported: bool = True
 
     def touch(self) -> None:
         self.calls += 1
@@ -131,6 +153,17 @@ def _h200_profiles() -> list[FakeProfile]:
         FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 69120, "3g.71gb"),
         FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 69120, "4g.71gb"),
         FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 138752, "7g.141gb"),
+    ]
+
+
+def _h100_80gb_profiles() -> list[FakeProfile]:
+    return [
+        FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 9856, "1g.10gb"),
+        FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 19968, "1g.20gb"),
+        FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 19968, "2g.20gb"),
+        FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 40192, "3g.40gb"),
+        FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 40192, "4g.40gb"),
+        FakeProfile(_C.NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 80384, "7g.80gb"),
     ]
 
 
@@ -222,6 +255,9 @@ class FakeNVML:
         self.bytes_strings = bytes_strings
         self.refcount = 0
         self.init_calls = 0
+        self.clock_us = 1_700_000_000_000_000  # NVML timestamps: µs
+        self.sample_period_us = 10_000_000
+        self.gpm_buffers: dict[int, Any] = {}  # address -> [struct, figure or None]
 
     # -- builders ---------------------------------------------------------------------------------
 
@@ -279,9 +315,11 @@ class FakeNVML:
     ) -> None:
         """Set what a GPU (``GPU-…``) or MIG device (``MIG-…``) reports as busy / used."""
         gpu, mig = self._find(uuid)
-        if mig is not None:
+        if mig is not None:  # MIG: utilisation rates stay unsupported; GPM reports gpu_percent
             if memory_used is not None:
                 mig.memory_used = memory_used
+            if gpu_percent is not None:
+                mig.gpm_percent = gpu_percent
             return
         gpu.utilization_gpu = gpu_percent
         if memory_used is not None:
@@ -419,6 +457,138 @@ class FakeNVML:
         if handle.mig is not None or handle.gpu.utilization_gpu is None:
             raise pynvml.NVMLError_NotSupported()
         return pynvml.c_nvmlUtilization_t(gpu=handle.gpu.utilization_gpu, memory=0)
+
+    # -- sampling calls -----------------------------------------------------------------------------
+    # Per-process utilisation and GPU Performance Monitoring (GPM), as pynvml exposes them:
+    # GPM needs Hopper or newer (compute capability >= 9.0), per-process utilisation is not
+    # supported on MIG-enabled GPUs, and a read with no sample newer than ``timeStamp`` raises
+    # NVMLError_NotFound, as NVML's documentation says.
+
+    c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
+
+    @classmethod
+    def h100_mig_lab(cls, n_gpus: int = 8, **kw: Any) -> FakeNVML:
+        """``n_gpus`` H100 80GB in MIG mode, each split as 7 × 1g.10gb (``MIG-h100-<i>-<j>``)."""
+        gpus = []
+        for i in range(n_gpus):
+            gpu = mig_gpu(
+                f"GPU-h1000000-0000-4000-8000-{i:012d}",
+                "NVIDIA H100 80GB HBM3",
+                81559 * MiB,
+                _h100_80gb_profiles(),
+                [(f"MIG-h100-{i}-{j}", "1g.10gb") for j in range(7)],
+                compute_capability=(9, 0),
+            )
+            gpus.append(gpu)
+        return cls(gpus, **kw)
+
+    def set_processes(self, uuid: str, processes: list[FakeProcess]) -> None:
+        """What runs on GPU ``uuid`` (``GPU-…``), replacing the previous list."""
+        gpu, _mig = self._find(uuid)
+        gpu.processes = list(processes)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
+        self._use(handle)
+        return [self._proc(p) for p in handle.gpu.processes if not p.mps and handle.mig is None]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
+        self._use(handle)
+        return [self._proc(p) for p in handle.gpu.processes if p.mps and handle.mig is None]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> list[Any]:
+        """One sample per process that ran a kernel, stamped one ``sample_period_us`` later than
+        the previous call's; NotFound when none is newer than ``timeStamp``."""
+        self._use(handle)
+        gpu = handle.gpu
+        mig_on = gpu.mig_mode is not None and gpu.mig_mode[0] == _C.NVML_DEVICE_MIG_ENABLE
+        if handle.mig is not None or mig_on:
+            raise pynvml.NVMLError_NotSupported()
+        if not gpu.process_utilization_supported:
+            raise pynvml.NVMLError_NotSupported()
+        self.clock_us += self.sample_period_us
+        samples = [
+            pynvml.c_nvmlProcessUtilizationSample_t(
+                pid=p.pid, timeStamp=self.clock_us, smUtil=int(p.sm_percent), memUtil=0
+            )
+            for p in gpu.processes
+            if p.sm_percent is not None and self.clock_us > timeStamp
+        ]
+        if not samples:
+            raise pynvml.NVMLError_NotFound()
+        return samples
+
+    def nvmlGpmQueryDeviceSupport(self, device: _Handle) -> Any:
+        self._use(device)
+        cc = device.gpu.compute_capability
+        return pynvml.c_nvmlGpmSupport_t(
+            version=pynvml.NVML_GPM_SUPPORT_VERSION,
+            isSupportedDevice=int(cc is not None and cc >= (9, 0)),
+        )
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._check()
+        struct = pynvml.struct_c_nvmlGpmSample_t()
+        self.gpm_buffers[ctypes.addressof(struct)] = [struct, None]
+        return ctypes.pointer(struct)
+
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        self._check()
+        if self.gpm_buffers.pop(self._addr(gpmSample), None) is None:
+            raise pynvml.NVMLError_InvalidArgument()
+
+    def nvmlGpmSampleGet(self, device: _Handle, gpmSample: Any) -> Any:
+        self._gpm_ready(device)
+        self._buffer(gpmSample)[1] = float(device.gpu.utilization_gpu or 0)
+        return gpmSample
+
+    def nvmlGpmMigSampleGet(self, device: _Handle, gpuInstanceId: int, gpmSample: Any) -> Any:
+        self._gpm_ready(device)
+        mig = next((m for m in device.gpu.migs if m.gi_id == gpuInstanceId), None)
+        if mig is None:
+            raise pynvml.NVMLError_NotFound()
+        self._buffer(gpmSample)[1] = float(mig.gpm_percent)
+        return gpmSample
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        """The fake's rate over an interval is the figure set when its second sample was read."""
+        self._check()
+        first, second = self._buffer(metricsGet.sample1), self._buffer(metricsGet.sample2)
+        if first is second or first[1] is None or second[1] is None:
+            raise pynvml.NVMLError_InvalidArgument()
+        for i in range(metricsGet.numMetrics):
+            metric = metricsGet.metrics[i]
+            if metric.metricId == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL:
+                metric.value, metric.nvmlReturn = second[1], pynvml.NVML_SUCCESS
+            else:
+                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return metricsGet
+
+    def _gpm_ready(self, device: _Handle) -> None:
+        self._use(device)
+        if device.mig is not None:
+            raise pynvml.NVMLError_InvalidArgument()  # GPM takes the parent device
+        cc = device.gpu.compute_capability
+        if cc is None or cc < (9, 0):
+            raise pynvml.NVMLError_NotSupported()
+
+    def _buffer(self, sample: Any) -> list:
+        found = self.gpm_buffers.get(self._addr(sample))
+        if found is None:
+            raise pynvml.NVMLError_InvalidArgument()  # freed, or never allocated
+        return found
+
+    @staticmethod
+    def _addr(sample: Any) -> int:
+        return ctypes.addressof(sample.contents) if sample else 0
+
+    @staticmethod
+    def _proc(p: FakeProcess) -> Any:
+        return SimpleNamespace(
+            pid=p.pid,
+            usedGpuMemory=p.used_memory,
+            gpuInstanceId=0xFFFFFFFF,
+            computeInstanceId=0xFFFFFFFF,
+        )
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -1,0 +1,183 @@
+"""The utilisation monitor: samples every slice's GPU use and keeps a bounded history per slice.
+
+The service calls :meth:`UtilizationMonitor.sample` every ``interval_s`` seconds (10 s by default)
+and hands :meth:`~UtilizationMonitor.history` to the culler (:mod:`.culler`). All NVML reading
+goes through :mod:`jupyterhub_gpulab.inventory.nvml`; this module only combines the figures and
+maps processes to containers through ``/proc``.
+
+Where each slice's figures come from:
+
+- **whole GPU**: GPM's busy share over the interval (Hopper or newer,
+  :class:`~jupyterhub_gpulab.inventory.nvml.GpmActivity`), else ``nvmlDeviceGetUtilizationRates``
+  (the share of the driver's last sample period, 1/6 s to 1 s, in which a kernel ran);
+  memory from ``nvmlDeviceGetMemoryInfo``.
+- **MIG device**: GPM's per-GPU-instance busy share (Hopper or newer). NVML offers no MIG
+  utilisation on Ampere (A100, A30): there ``gpu_percent`` is ``None`` and the culler falls back
+  to the activity rule for that slice (it never calls a GPU idle it cannot see). Memory from the
+  MIG device's ``nvmlDeviceGetMemoryInfo``.
+- **shared seat**: the device's processes (``nvmlDeviceGetProcessUtilization``, samples since
+  the previous read, and the running-process lists), each mapped to its Docker container through
+  ``/proc/<pid>/cgroup`` (:func:`container_of_pid`), summed per container and so per seat. When
+  some utilisation belongs to no known container (an MPS server that reports its clients' work
+  under its own pid, a process outside Docker), seats that would read 0 % read ``None`` instead:
+  unattributed work is never taken as a seat's idleness.
+
+NVML reports host pids, so a service running in a container needs the host's ``/proc`` (``pid:
+host``, or the host's ``/proc`` mounted read-only and ``proc_root`` pointing at it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import clock
+from ..inventory.model import Inventory, Slice, SliceKind
+from ..inventory.nvml import GpmActivity, ProcessReport, process_utilization, sample_utilization
+from .culler import Sample
+
+__all__ = ["UtilizationMonitor", "container_of_pid"]
+
+# cgroup v1 ".../docker/<id>", cgroup v2 with the systemd driver ".../docker-<id>.scope", and the
+# cgroupfs driver on v2 "/docker/<id>"; nested Docker lists the outer container first.
+_DOCKER_ID = re.compile(r"/docker[-/]([0-9a-f]{64})(?:\.scope)?(?=/|$)")
+
+
+def container_of_pid(pid: int, proc_root: str | Path = "/proc") -> str | None:
+    """The 64-hex Docker container id that process ``pid`` runs in, from
+    ``<proc_root>/<pid>/cgroup``; ``None`` for a process outside Docker or one that is gone."""
+    try:
+        text = (Path(proc_root) / str(int(pid)) / "cgroup").read_text()
+    except (OSError, ValueError):
+        return None
+    found = None
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        for match in _DOCKER_ID.finditer(path):
+            found = match.group(1)  # the innermost container
+    return found
+
+
+def _same_container(a: str, b: str) -> bool:
+    """Docker ids are compared by prefix: the ledger may hold a short (12-hex) id."""
+    return bool(a) and bool(b) and (a.startswith(b) or b.startswith(a))
+
+
+class UtilizationMonitor:
+    """Samples of every slice, newest last, at most ``span_s`` seconds of them at ``interval_s``.
+
+    ``span_s`` must cover the longest ``gpu_idle_timeout`` plus the warning lead (default 4 h);
+    ``interval_s`` is the sampling interval the service uses (seconds; it only sizes the buffers).
+    ``nvml``: the ``pynvml`` module by default, a fake in tests. ``proc_root``: where the host's
+    ``/proc`` is visible. Not thread-safe: call it from one task.
+    """
+
+    def __init__(
+        self,
+        *,
+        nvml: Any = None,
+        span_s: float = 4 * 3600,
+        interval_s: float = 10.0,
+        proc_root: str | Path = "/proc",
+    ):
+        self.nvml = nvml
+        self.proc_root = proc_root
+        self.maxlen = max(2, math.ceil(span_s / interval_s) + 1)
+        self._history: dict[str, deque[Sample]] = {}
+        self._gpm = GpmActivity(nvml)
+        self._since: dict[str, int] = {}
+
+    def history(self, slice_id: str) -> tuple[Sample, ...]:
+        """The samples of ``slice_id``, oldest first (empty when never sampled)."""
+        return tuple(self._history.get(slice_id, ()))
+
+    def latest(self, slice_id: str) -> Sample | None:
+        found = self._history.get(slice_id)
+        return found[-1] if found else None
+
+    def sample(self, inventory: Inventory, containers: Mapping[str, str]) -> dict[str, Sample]:
+        """Read every slice of ``inventory`` once, record the samples (time: ``clock.utcnow()``)
+        and return them by slice id. ``containers`` maps held slices' ids to their container ids
+        (from the ledger's open allocations); it is needed for shared seats only. Slices no longer
+        in the inventory are forgotten. Never raises for NVML trouble: unknown figures are
+        ``None``."""
+        now = clock.utcnow()
+        slices = inventory.slices
+        base = sample_utilization(inventory, nvml=self.nvml)
+        hard = [s for s in slices if s.kind is not SliceKind.SHARED]
+        gpm = self._gpm.read(
+            (s.device_uuid, s.visible_id if s.kind is SliceKind.MIG else None) for s in hard
+        )
+        found: dict[str, Sample] = {}
+        for s in hard:
+            rate = gpm.get(s.visible_id)
+            if rate is None:
+                rate = base[s.id].gpu_percent
+            found[s.id] = Sample(now, rate, base[s.id].memory_used_bytes)
+        seats = [s for s in slices if s.kind is SliceKind.SHARED]
+        if seats:
+            found.update(self._seats(now, seats, containers))
+        for sid, smp in found.items():
+            self._history.setdefault(sid, deque(maxlen=self.maxlen)).append(smp)
+        present = {s.id for s in slices}
+        for sid in set(self._history) - present:
+            del self._history[sid]
+        self._gpm.forget({s.visible_id for s in hard})
+        return found
+
+    def _seats(self, now, seats: list[Slice], containers: Mapping[str, str]) -> dict[str, Sample]:
+        devices = sorted({s.device_uuid for s in seats})
+        reports = process_utilization({d: self._since.get(d, 0) for d in devices}, nvml=self.nvml)
+        owner: dict[int, str | None] = {}
+        found: dict[str, Sample] = {}
+        for device in devices:
+            report = reports.get(device)
+            on_device = [s for s in seats if s.device_uuid == device]
+            if report is None:
+                found.update({s.id: Sample(now, None, None) for s in on_device})
+                continue
+            self._since[device] = report.last_seen_us
+            found.update(self._attribute(now, report, on_device, containers, owner))
+        return found
+
+    def _attribute(
+        self,
+        now,
+        report: ProcessReport,
+        seats: list[Slice],
+        containers: Mapping[str, str],
+        owner: dict[int, str | None],
+    ) -> dict[str, Sample]:
+        held = {s.id: containers[s.id] for s in seats if containers.get(s.id)}
+        busy = {sid: 0.0 for sid in held}
+        memory = {sid: 0 for sid in held}
+        known = all(p.sm_percent is not None for p in report.processes.values())
+        unattributed = False
+        for pid, proc in report.processes.items():
+            if pid not in owner:
+                owner[pid] = container_of_pid(pid, self.proc_root)
+            cid = owner[pid]
+            seat = next((sid for sid, c in held.items() if cid and _same_container(cid, c)), None)
+            if seat is None:
+                unattributed = unattributed or bool(proc.sm_percent)
+                continue
+            busy[seat] += proc.sm_percent or 0.0
+            memory[seat] += proc.memory_used_bytes or 0
+        found = {}
+        for s in seats:
+            if s.id not in held:
+                found[s.id] = Sample(now, 0.0 if known else None, 0)
+                continue
+            percent: float | None = min(100.0, busy[s.id]) if known else None
+            if percent == 0.0 and unattributed:
+                percent = None
+            found[s.id] = Sample(now, percent, memory[s.id])
+        return found
+
+    def close(self) -> None:
+        """Release NVML's GPM buffers (the monitor can sample again afterwards)."""
+        self._gpm.close()

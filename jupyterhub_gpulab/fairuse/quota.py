@@ -1,0 +1,312 @@
+"""GPU-hour budgets: which budget governs a user, whether they may spawn, who has run out.
+
+Pure logic, no I/O: the caller passes the user's groups, the configured policies
+(:mod:`jupyterhub_gpulab.policy`) and allocations read from the ledger. The rules:
+
+- **Per user.** ``gpu_hours`` is what *each member* of the group may use per period, as student
+  quotas are: one student's usage never eats a classmate's budget. (Group-wide *concurrent* caps
+  are ``max_slices``, enforced by the ledger.)
+- **Usage** is the user's weighted GPU-hours (:mod:`.accounting`: a ``1g.10gb`` MIG hour counts
+  1/7, a seat its compute share) over *all* their allocations and servers, whichever group each
+  was charged to, inside the period; an open allocation counts up to now. It is recomputed from
+  the ledger each time, so a hub or service restart loses nothing.
+- **Periods are calendar periods**, not rolling windows: ``day`` runs from local midnight to the
+  next, ``week`` from Monday 00:00 to the next Monday, in a configurable time zone (default UTC);
+  ``term`` is the configured ``[term_start, term_end)``. Calendar periods are what a user can
+  plan with ("10 hours a week, back on Monday") and give an exact answer to *when more comes
+  back*; a rolling window returns hours a trickle at a time, which a refusal cannot state simply.
+  Outside the configured term a ``term`` budget has nothing to count against and does not apply
+  (so, being the most generous, it leaves its members without a budget until the next term's
+  dates are configured).
+- **Several groups: the most generous governs**, as for ``max_slices_per_user`` in
+  :mod:`~jupyterhub_gpulab.policy`. A policy without ``gpu_hours`` means no budget, which beats any
+  number. Otherwise the governing budget is the one with the most hours *left now* (ties: the
+  larger limit, then the group name), so a user may spawn while any of their groups' budgets has
+  hours left. Admins, and users under no policy, follow :func:`~.policy.applicable_policies`.
+- **CPU-only profiles** use no GPU-hours and are never refused for a budget.
+- **Longest session** (:func:`session_limit`): the profile's ``max_age`` and the user's policies'
+  ``max_session`` (most generous of those allowing the profile; unset in one of them = none); the
+  shorter of the two applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
+
+from ..errors import ConfigError, plain
+from ..ledger.models import Allocation
+from ..policy import GroupPolicy, applicable_policies
+from ..profiles import Profile
+from .accounting import usage
+
+__all__ = [
+    "Budget",
+    "OverBudget",
+    "Term",
+    "budgets",
+    "check_spawn",
+    "over_budget_servers",
+    "period_window",
+    "session_limit",
+    "user_budget",
+    "window_start",
+]
+
+UTC = timezone.utc
+
+
+@dataclass(frozen=True)
+class Term:
+    """The teaching term, ``[start, end)`` (timezone-aware); from ``c.GPULab.term_start`` /
+    ``term_end``."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None or self.end <= self.start:
+            raise ConfigError(
+                f"term [{self.start}, {self.end}) must be two timezone-aware datetimes with the "
+                "end after the start, e.g. term_start = '2026-09-07', term_end = '2026-12-19'"
+            )
+
+
+def _midnight(day: date, tz: tzinfo) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)
+
+
+def period_window(
+    period: str, now: datetime, *, tz: tzinfo = UTC, term: Term | None = None
+) -> tuple[datetime, datetime] | None:
+    """The calendar period containing ``now``, as ``(start, end)`` in UTC.
+
+    ``"day"``: local midnight to the next (23 or 25 hours across a DST change); ``"week"``: Monday
+    00:00 local to the next Monday; ``"term"``: ``term``, or ``None`` when ``now`` is outside it.
+    Raises :class:`ConfigError` for a ``term`` period without a configured term.
+    """
+    local = now.astimezone(tz)
+    if period == "day":
+        first = local.date()
+        return _midnight(first, tz), _midnight(first + timedelta(days=1), tz)
+    if period == "week":
+        first = local.date() - timedelta(days=local.weekday())
+        return _midnight(first, tz), _midnight(first + timedelta(days=7), tz)
+    if period == "term":
+        if term is None:
+            raise ConfigError(
+                "a group policy has period 'term' but no term is configured; set "
+                "c.GPULab.term_start and c.GPULab.term_end"
+            )
+        return (term.start, term.end) if term.start <= now < term.end else None
+    raise ConfigError(f"period {period!r} is not one of day, week, term")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One GPU-hour budget as it stands at a moment.
+
+    ``group`` whose policy set it; ``period`` (``day``/``week``/``term``); ``limit_hours`` and
+    ``used_hours`` (weighted GPU-hours); ``start`` of the period; ``resets_at``: when the period
+    ends and a new budget starts (for a term, the term's end: nothing comes back before)."""
+
+    group: str
+    period: str
+    limit_hours: float
+    used_hours: float
+    start: datetime
+    resets_at: datetime
+
+    @property
+    def remaining_hours(self) -> float:
+        return max(0.0, self.limit_hours - self.used_hours)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining_hours <= 0.0
+
+    def describe(self, tz: tzinfo = UTC) -> str:
+        """``"4.5 of 10 GPU-hours used this week (students); renews Monday 2026-12-07 00:00 UTC"``."""
+        return (
+            f"{self.used_hours:.1f} of {_num(self.limit_hours)} GPU-hours used this "
+            f"{self.period} ({plain(self.group)}); {_renewal(self, tz)}"
+        )
+
+
+def _num(hours: float) -> str:
+    return f"{hours:g}" if float(hours).is_integer() else f"{hours:.1f}"
+
+
+def _when(at: datetime, tz: tzinfo) -> str:
+    return at.astimezone(tz).strftime("%A %Y-%m-%d %H:%M %Z")
+
+
+def _renewal(b: Budget, tz: tzinfo) -> str:
+    if b.period == "term":
+        return f"this term's hours do not renew before the term ends on {_when(b.resets_at, tz)}"
+    return f"renews {_when(b.resets_at, tz)}"
+
+
+def budgets(
+    user: str,
+    mine: Sequence[GroupPolicy],
+    allocations: Iterable[Allocation],
+    now: datetime,
+    *,
+    tz: tzinfo = UTC,
+    term: Term | None = None,
+) -> list[Budget] | None:
+    """Every budget of ``mine`` (the user's policies, from
+    :func:`~jupyterhub_gpulab.policy.applicable_policies`) as it stands at ``now``; ``None`` when
+    the user has no budget at all (no policy, a policy without ``gpu_hours``, or a term budget
+    outside the term). ``allocations`` may hold other users' rows; only ``user``'s count."""
+    if not mine:
+        return None
+    own = [a for a in allocations if a.user == user]
+    found: list[Budget] = []
+    for p in mine:
+        if p.gpu_hours is None:
+            return None
+        window = period_window(p.period, now, tz=tz, term=term)
+        if window is None:
+            return None
+        start, end = window
+        used = usage(own, start, end, now).hours(user)
+        found.append(Budget(p.group, p.period, p.gpu_hours, used, start, end))
+    return found
+
+
+def user_budget(
+    user: str,
+    groups: Iterable[str],
+    policies: Mapping[str, GroupPolicy],
+    allocations: Iterable[Allocation],
+    now: datetime,
+    *,
+    is_admin: bool = False,
+    default_policy: GroupPolicy | None = None,
+    tz: tzinfo = UTC,
+    term: Term | None = None,
+) -> Budget | None:
+    """The budget that governs ``user`` now (module docstring: the most generous), or ``None``
+    for no budget. ``allocations``: the ledger's rows overlapping the period (see
+    :func:`window_start`); other users' rows are ignored."""
+    mine = applicable_policies(groups, is_admin, policies, default_policy)
+    found = budgets(user, mine, allocations, now, tz=tz, term=term)
+    if found is None:
+        return None
+    return min(found, key=lambda b: (-b.remaining_hours, -b.limit_hours, b.group))
+
+
+def window_start(
+    policies: Iterable[GroupPolicy], now: datetime, *, tz: tzinfo = UTC, term: Term | None = None
+) -> datetime:
+    """The earliest period start among ``policies`` with ``gpu_hours``: read the ledger's
+    allocations from here (``ledger.allocations_between(window_start(...), now)``) to compute
+    any of their budgets. ``now`` when none has a budget."""
+    starts = [now]
+    for p in policies:
+        if p.gpu_hours is not None:
+            window = period_window(p.period, now, tz=tz, term=term)
+            if window is not None:
+                starts.append(window[0])
+    return min(starts)
+
+
+def check_spawn(
+    user: str,
+    groups: Iterable[str],
+    policies: Mapping[str, GroupPolicy],
+    allocations: Iterable[Allocation],
+    now: datetime,
+    *,
+    profile: Profile | None = None,
+    is_admin: bool = False,
+    default_policy: GroupPolicy | None = None,
+    tz: tzinfo = UTC,
+    term: Term | None = None,
+) -> str | None:
+    """``None`` when ``user`` may start a server of ``profile`` now, else the refusal for them:
+    ``"You have used 10.0 of 10 GPU-hours this week (students); more from Monday 2026-12-07 00:00
+    UTC. CPU profiles are not counted."`` A CPU-only ``profile`` is never refused. The spawner
+    raises it as ``SpawnRefused(message, reason="quota")`` (HTTP 429)."""
+    if profile is not None and not profile.wants_gpu:
+        return None
+    b = user_budget(
+        user,
+        groups,
+        policies,
+        allocations,
+        now,
+        is_admin=is_admin,
+        default_policy=default_policy,
+        tz=tz,
+        term=term,
+    )
+    if b is None or not b.exhausted:
+        return None
+    more = (
+        f"this term's hours do not renew before the term ends on {_when(b.resets_at, tz)}; "
+        "ask your instructor if you need more"
+        if b.period == "term"
+        else f"more from {_when(b.resets_at, tz)}"
+    )
+    return (
+        f"You have used {b.used_hours:.1f} of {_num(b.limit_hours)} GPU-hours this {b.period} "
+        f"({plain(b.group)}); {more}. CPU profiles are not counted."
+    )
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """An open allocation whose user's budget runs out at ``exhausted_at`` (at the user's current
+    rate over all their open allocations; in the past when already exhausted)."""
+
+    allocation: Allocation
+    budget: Budget
+    exhausted_at: datetime
+
+
+def over_budget_servers(
+    open_allocations: Iterable[Allocation],
+    user_budgets: Mapping[str, Budget | None],
+    now: datetime,
+    *,
+    within_s: float,
+) -> list[OverBudget]:
+    """Open allocations whose user's budget is exhausted, or will be within ``within_s`` seconds
+    at the rate they burn it now (the sum of the shares they hold: two ``1g`` slices burn 2/7
+    GPU-hour per hour). ``user_budgets`` maps users to :func:`user_budget`'s answer; users
+    missing or mapped to ``None`` have no budget. Pass ``within_s`` >= the culler's warning lead
+    so users are warned before the budget runs out; feed ``exhausted_at`` to the culler's
+    ``budget_exhausted_at``."""
+    by_user: dict[str, list[Allocation]] = {}
+    for a in open_allocations:
+        if a.ended_at is None:
+            by_user.setdefault(a.user, []).append(a)
+    found: list[OverBudget] = []
+    for user, held in sorted(by_user.items()):
+        b = user_budgets.get(user)
+        if b is None:
+            continue
+        rate = sum(a.share for a in held)  # GPU-hours per hour
+        if rate <= 0:
+            continue
+        # A period that resets before the budget runs out brings a fresh one: not over budget.
+        at = now + timedelta(hours=b.remaining_hours / rate)
+        if at > now + timedelta(seconds=within_s) or at >= b.resets_at:
+            continue
+        found.extend(OverBudget(a, b, at) for a in sorted(held, key=lambda a: a.id))
+    return found
+
+
+def session_limit(profile: Profile, mine: Sequence[GroupPolicy]) -> int | None:
+    """The longest a server of ``profile`` may run, in seconds (``None``: no limit): the shorter
+    of ``profile.max_age`` and the most generous ``max_session`` among ``mine`` (the user's
+    policies) that allow the profile, where a policy without ``max_session`` means none."""
+    covering = [p for p in mine if p.allows(profile.slug)] or list(mine)
+    sessions = [p.max_session for p in covering]
+    from_policy = None if not sessions or None in sessions else max(sessions)
+    limits = [s for s in (profile.max_age, from_policy) if s is not None]
+    return min(limits) if limits else None
