@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
+from datetime import date, datetime, time, timezone, tzinfo
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from traitlets import Bool, Dict, List, Unicode, default
 from traitlets.config import Config, LoggingConfigurable, PyFileConfigLoader
@@ -36,6 +38,8 @@ class Lab:
     default_policy: GroupPolicy | None
     node: str
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    tz: tzinfo = timezone.utc
+    term: object = None  # fairuse.quota.Term | None
 
     def profile(self, slug: str) -> Profile | None:
         return next((p for p in self.profiles if p.slug == slug), None)
@@ -132,6 +136,54 @@ class GPULab(LoggingConfigurable):
         group's policy). ``None``: no limits.""",
     )
 
+    quota_timezone = Unicode(
+        "UTC",
+        config=True,
+        help="""Time zone of the GPU-hour periods: a ``day`` starts at local midnight, a ``week``
+        on Monday 00:00 (IANA name, e.g. ``"Europe/Berlin"``).""",
+    )
+
+    term_start = Unicode(
+        "",
+        config=True,
+        help="""First day of the teaching term (ISO date, ``"2026-09-07"``), for policies whose
+        ``period`` is ``"term"``. The term is ``[term_start, term_end)`` in ``quota_timezone``.""",
+    )
+
+    term_end = Unicode(
+        "",
+        config=True,
+        help="""The day after the term's last day (ISO date, ``"2026-12-19"``).""",
+    )
+
+    def _fair_use_settings(self, errors: list[str]):
+        """``(tz, term)`` from the traits, appending problems to ``errors``."""
+        from .fairuse.quota import Term
+
+        try:
+            tz = ZoneInfo(self.quota_timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            errors.append(
+                f"c.GPULab.quota_timezone {self.quota_timezone!r} is not a known time zone; "
+                "write an IANA name such as 'UTC' or 'Europe/Berlin'"
+            )
+            tz = timezone.utc
+        term = None
+        if self.term_start or self.term_end:
+            try:
+                start, end = (
+                    datetime.combine(date.fromisoformat(d), time(0), tzinfo=tz)
+                    for d in (self.term_start, self.term_end)
+                )
+                term = Term(start.astimezone(timezone.utc), end.astimezone(timezone.utc))
+            except (ValueError, ConfigError):
+                errors.append(
+                    f"c.GPULab.term_start / term_end ({self.term_start!r}, {self.term_end!r}) must "
+                    "be two ISO dates with the end after the start, e.g. '2026-09-07' and "
+                    "'2026-12-19'"
+                )
+        return tz, term
+
     def read_inventory(self, nvml=None) -> Inventory:
         """The inventory alone (NVML or declared); raises :class:`ConfigError` for a bad one."""
         try:
@@ -159,7 +211,9 @@ class GPULab(LoggingConfigurable):
         # Policies are checked against every slug written, so one bad profile does not make every
         # policy that names a good one look wrong too.
         slugs = [p.slug for p in profiles] or [
-            e["slug"] for e in self.profiles if isinstance(e, dict) and isinstance(e.get("slug"), str)
+            e["slug"]
+            for e in self.profiles
+            if isinstance(e, dict) and isinstance(e.get("slug"), str)
         ]
         policies: dict[str, GroupPolicy] = {}
         try:
@@ -174,6 +228,12 @@ class GPULab(LoggingConfigurable):
                 )
             except ConfigError as e:
                 errors.extend(f"c.GPULab.{m}" for m in e.errors)
+        tz, term = self._fair_use_settings(errors)
+        if term is None and any(p.gpu_hours and p.period == "term" for p in policies.values()):
+            errors.append(
+                "c.GPULab.group_policies: a policy counts GPU-hours per 'term' but "
+                "c.GPULab.term_start / term_end are not set"
+            )
         if errors:
             raise ConfigError(errors)
         return Lab(
@@ -183,6 +243,8 @@ class GPULab(LoggingConfigurable):
             default_policy=default_policy,
             node=self.node_name,
             warnings=inventory.warnings,
+            tz=tz,
+            term=term,
         )
 
 

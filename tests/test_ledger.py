@@ -279,3 +279,51 @@ def test_migrations_build_exactly_the_schema_the_code_uses(tmp_path):
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     engine.dispose()
     assert diff == [], "schema.py and the Alembic migrations disagree; add a migration"
+
+
+def test_an_older_ledger_upgrades_and_keeps_its_allocations(tmp_path):
+    from jupyterhub_gpulab.ledger import db
+
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = db.make_engine(url)
+    db.upgrade(engine, "0001")
+    engine.dispose()
+    # a first-release ledger is refused with the fix…
+    with pytest.raises(SchemaOutOfDate):
+        Ledger(url)
+    # …and upgraded on request, keeping everything
+    engine = db.make_engine(url)
+    db.upgrade(engine)
+    engine.dispose()
+    led = Ledger(url)
+    led.sync_inventory(lab_inventory())
+    held = led.claim(SEAT, user="a", profile="p")
+    led.set_warning("a", "", "gpu-idle", "idle", clock.utcnow())
+    assert [w.rule for w in led.warnings("a")] == ["gpu-idle"]
+    assert led.open_allocations()[0].id == held.allocation.id
+    led.close()
+
+
+def test_warnings_and_amended_end_reasons(ledger):
+    c = claim(ledger, SEAT, user="ann")
+    due = clock.utcnow() + timedelta(minutes=10)
+    ledger.set_warning("ann", "", "gpu-idle", "Your GPU has been idle", due)
+    ledger.set_warning("ann", "", "gpu-idle", "Your GPU has been idle (updated)", due)
+    ledger.set_warning("ann", "lab", "max-age", "Too old", due + timedelta(minutes=1))
+    assert [(w.server_name, w.message) for w in ledger.warnings("ann")] == [
+        ("", "Your GPU has been idle (updated)"),
+        ("lab", "Too old"),
+    ]
+    assert ledger.clear_warnings("ann", "") == 1
+    assert [w.server_name for w in ledger.warnings()] == ["lab"]
+    # the culler's reason replaces "stopped" only after the spawner closed the allocation
+    assert ledger.amend_end_reason(c.allocation.id, "culled:gpu-idle") is False
+    ledger.release(c.allocation.id, "stopped")
+    assert ledger.amend_end_reason(c.allocation.id, "culled:gpu-idle") is True
+    assert ledger.get(c.allocation.id).end_reason == "culled:gpu-idle"
+    assert ledger.amend_end_reason(c.allocation.id, "culled:idle") is False
+    # usage for one user
+    other = claim(ledger, SEAT, user="bob")
+    start = clock.utcnow() - timedelta(hours=1)
+    assert [a.user for a in ledger.allocations_between(start, clock.utcnow(), user="bob")] == ["bob"]
+    assert other.allocation.user == "bob"

@@ -246,3 +246,50 @@ def test_restart_removes_a_labelled_container_nobody_owns(hub_factory):
         time.sleep(0.5)
     assert r.returncode != 0, "the orphan container should have been removed"
     led.close()
+
+
+def test_a_spent_gpu_hour_budget_refuses_gpu_spawns_but_not_cpu(hub_factory):
+    from datetime import timedelta
+
+    from jupyterhub_gpulab import clock
+    from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+    from jupyterhub_gpulab.ledger.schema import allocations
+
+    today = clock.utcnow().date()
+    hub = hub_factory(
+        extra='c.GPULab.group_policies = {"students": {"profiles": ["mig", "seat", "cpu"], '
+        '"max_slices_per_user": 1, "gpu_hours": 1, "period": "term"}}\n'
+        f"c.GPULab.term_start = {str(today - timedelta(days=30))!r}\n"
+        f"c.GPULab.term_end = {str(today + timedelta(days=30))!r}\n"
+    )
+    hub.start()
+    hub.create_user("ann", ["students"])
+    led = ledger_of(hub)
+    # ann used a whole A40 for 2 hours earlier this term
+    from e2e_support import LAB
+
+    from jupyterhub_gpulab.inventory import load_declared
+
+    node = hub.workdir.name
+    led.sync_inventory(load_declared(LAB, node=node), node=node)
+    used = led.claim(SliceRequest(kind=SliceKind.GPU), user="ann", profile="a40")
+    led.release(used.allocation.id, "stopped")
+    end = clock.utcnow()
+    with led.engine.begin() as conn:
+        conn.execute(
+            allocations.update()
+            .where(allocations.c.id == used.allocation.id)
+            .values(started_at=end - timedelta(hours=2), ended_at=end)
+        )
+    t0 = time.monotonic()
+    r = hub.spawn("ann", {"profile": "seat"})
+    assert r.status_code == 429, r.text
+    msg = r.json()["message"]
+    assert "You have used 2.0 of 1 GPU-hours this term (students)" in msg
+    assert "ask your instructor" in msg
+    assert time.monotonic() - t0 < 1.5
+    assert led.open_allocations() == []
+    assert led.refusals_since(end - timedelta(days=1)) == {"quota": 1}
+    # CPU work is never counted against the budget
+    assert hub.spawn("ann", {"profile": "cpu"}).status_code in (201, 202)
+    led.close()

@@ -5,6 +5,7 @@ from .ledger import Ledger
 from .models import (
     Allocation,
     Claim,
+    CullWarning,
     LedgerRefusal,
     NoFreeSlice,
     QuotaExceeded,
@@ -15,6 +16,7 @@ from .models import (
 __all__ = [
     "Allocation",
     "Claim",
+    "CullWarning",
     "Ledger",
     "LedgerRefusal",
     "NoFreeSlice",

@@ -257,6 +257,25 @@ class Ledger(InventorySync, LedgerQueries):
             conn.execute(_FREE_SLICE, {"sid": slice_id, "aid": allocation_id})
         return True
 
+    def amend_end_reason(
+        self, allocation_id: int, reason: str, *, only_if: tuple[str, ...] = ("stopped",)
+    ) -> bool:
+        """Give a closed allocation a more precise end reason (``culled:gpu-idle`` after the
+        culler's stop went through the hub and the spawner closed it as ``stopped``). Changes
+        nothing unless the allocation is closed with a reason in ``only_if``; returns whether it
+        changed."""
+        with self._write() as conn:
+            res = conn.execute(
+                allocations.update()
+                .where(
+                    allocations.c.id == allocation_id,
+                    allocations.c.ended_at.is_not(None),
+                    allocations.c.end_reason.in_(only_if),
+                )
+                .values(end_reason=reason[:64])
+            )
+        return res.rowcount == 1
+
     def set_container(
         self, allocation_id: int, container_id: str | None, container_name: str | None = None
     ) -> None:

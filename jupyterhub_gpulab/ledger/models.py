@@ -79,6 +79,30 @@ def slice_from_row(row) -> Slice:
 
 
 @dataclass(frozen=True)
+class CullWarning:
+    """A server that will be stopped at ``due_at`` by ``rule`` unless its condition clears."""
+
+    user: str
+    server_name: str
+    rule: str
+    message: str
+    due_at: datetime
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row) -> CullWarning:
+        m = row._mapping
+        return cls(
+            user=m["user"],
+            server_name=m["server_name"],
+            rule=m["rule"],
+            message=m["message"],
+            due_at=_aware(m["due_at"]),
+            created_at=_aware(m["created_at"]),
+        )
+
+
+@dataclass(frozen=True)
 class Claim:
     """What :meth:`Ledger.claim` hands back: the open allocation and the slice it holds."""
 

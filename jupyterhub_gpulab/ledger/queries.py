@@ -8,8 +8,8 @@ import sqlalchemy as sa
 
 from .. import clock
 from ..inventory.model import SliceKind, SliceRequest
-from .models import Allocation
-from .schema import allocations, devices, refusals, slices
+from .models import Allocation, CullWarning
+from .schema import allocations, devices, refusals, slices, warnings
 
 
 class LedgerQueries:
@@ -30,12 +30,17 @@ class LedgerQueries:
         with self._read() as conn:
             return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
 
-    def allocations_between(self, start: datetime, end: datetime) -> list[Allocation]:
-        """Allocations that overlap ``[start, end)`` (for usage accounting)."""
+    def allocations_between(
+        self, start: datetime, end: datetime, user: str | None = None
+    ) -> list[Allocation]:
+        """Allocations that overlap ``[start, end)`` (for usage accounting); only ``user``'s
+        when given."""
         q = sa.select(allocations).where(
             allocations.c.started_at < end,
             sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= start),
         )
+        if user is not None:
+            q = q.where(allocations.c.user == user)
         with self._read() as conn:
             return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
 
@@ -127,3 +132,51 @@ class LedgerQueries:
         )
         with self._read() as conn:
             return {r: n for r, n in conn.execute(q)}
+
+    # -- cull warnings ----------------------------------------------------------------------
+
+    def set_warning(
+        self, user: str, server_name: str, rule: str, message: str, due_at: datetime
+    ) -> None:
+        """Record (or update) that ``user``'s server ``server_name`` will be stopped at ``due_at``
+        by ``rule`` (``gpu-idle``, ``idle``, ``max-age``, ``budget``); ``message`` is shown to the
+        user on the hub's home page and on their gpulab page."""
+        now = clock.utcnow()
+        with self._write() as conn:
+            conn.execute(
+                warnings.delete().where(
+                    warnings.c.user == user,
+                    warnings.c.server_name == server_name,
+                    warnings.c.rule == rule,
+                )
+            )
+            conn.execute(
+                warnings.insert().values(
+                    user=user,
+                    server_name=server_name,
+                    rule=rule[:32],
+                    message=message,
+                    due_at=due_at,
+                    created_at=now,
+                )
+            )
+
+    def clear_warnings(
+        self, user: str, server_name: str | None = None, rule: str | None = None
+    ) -> int:
+        """Drop ``user``'s warnings (for one server / one rule when given); returns how many."""
+        q = warnings.delete().where(warnings.c.user == user)
+        if server_name is not None:
+            q = q.where(warnings.c.server_name == server_name)
+        if rule is not None:
+            q = q.where(warnings.c.rule == rule)
+        with self._write() as conn:
+            return conn.execute(q).rowcount
+
+    def warnings(self, user: str | None = None) -> list[CullWarning]:
+        """Active warnings, soonest first; only ``user``'s when given."""
+        q = sa.select(warnings).order_by(warnings.c.due_at)
+        if user is not None:
+            q = q.where(warnings.c.user == user)
+        with self._read() as conn:
+            return [CullWarning.from_row(r) for r in conn.execute(q)]

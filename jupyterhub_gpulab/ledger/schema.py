@@ -132,3 +132,18 @@ refusals = sa.Table(
     sa.Column("message", sa.Text, nullable=False),
 )
 sa.Index("ix_refusals_at", refusals.c.at)
+
+# Servers the culler will stop unless their condition clears (shown on the hub's home page and
+# the user's gpulab page). One row per (user, server, rule); written by the gpulab service.
+warnings = sa.Table(
+    "cull_warnings",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("server_name", sa.String(255), nullable=False, default=""),
+    sa.Column("rule", sa.String(32), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("due_at", UTC_DATETIME, nullable=False),
+    sa.Column("created_at", UTC_DATETIME, nullable=False),
+)
+sa.Index("ix_cull_warnings_user", warnings.c.user)

@@ -19,10 +19,12 @@ import asyncio
 from dockerspawner import DockerSpawner
 from traitlets import Bool, Float, Integer, Unicode, default, validate
 
+from .. import clock
 from ..config import GPULab
 from ..errors import ConfigError, SpawnRefused
+from ..fairuse.quota import check_spawn, window_start
 from ..ledger import Claim, LedgerRefusal
-from ..policy import resolve
+from ..policy import applicable_policies, resolve
 from ..profiles import Profile, choose_profile, entitled_profiles, options_from_form
 from . import container as ct
 from .formmixin import ProfileFormMixin
@@ -268,6 +270,11 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, DockerSpawner):
                 raise
             self._emit(10, f"Profile: {profile.display_name}")
             if profile.wants_gpu:
+                budget = await asyncio.to_thread(self._budget_refusal, rt, profile)
+                if budget:
+                    err = SpawnRefused(budget, reason="quota")
+                    await self._refuse(rt, profile.slug, err)
+                    raise err
                 try:
                     claim = await self._claim(
                         rt, profile, user_limit=ent.user_limit, charge_groups=ent.charge_groups
@@ -286,6 +293,27 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, DockerSpawner):
             return await self._start_container(rt, profile, claim)
         finally:
             self._start_done = True
+
+    def _budget_refusal(self, rt: LabRuntime, profile: Profile) -> str | None:
+        """The GPU-hour budget's refusal, or ``None`` (runs in a thread: reads the ledger)."""
+        groups, is_admin, lab = self._groups(), bool(self.user.admin), rt.lab
+        now = clock.utcnow()
+        mine = applicable_policies(groups, is_admin, lab.policies, lab.default_policy)
+        start = window_start(mine, now, tz=lab.tz, term=lab.term)
+        if start >= now:
+            return None  # no budget applies to this user
+        return check_spawn(
+            self.user.name,
+            groups,
+            lab.policies,
+            rt.ledger.allocations_between(start, now, user=self.user.name),
+            now,
+            profile=profile,
+            is_admin=is_admin,
+            default_policy=lab.default_policy,
+            tz=lab.tz,
+            term=lab.term,
+        )
 
     async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
         """Claim a slice for this server in a thread (the ledger is synchronous)."""
