@@ -4,8 +4,8 @@ Two real hubs (each with its real proxy) run side by side on the same image: one
 GPUDockerSpawner over a declared 32-seat lab (attach mode ``env``: this engine has no NVIDIA
 runtime), one with ``dockerspawner.DockerSpawner``, both with the same CPU and memory limits.
 Single spawns alternate between the two (ours, plain, ours, …) so drift in the machine's load hits
-both alike; then each hub takes a storm of 30 concurrent spawns, wall time from the first request
-to the last server ready. Spawn→ready is measured as a client sees it: POST, then poll the REST
+both alike; then each hub takes storms of 30 concurrent spawns in ABBA order (ours, plain, plain, ours),
+wall time from the first request to the last server ready, averaged per side. Spawn→ready is measured as a client sees it: POST, then poll the REST
 API every 50 ms until ``ready``.
 
 Usage: ``python benchmarks/spawn.py [--rounds 10] [--storm 30]`` (needs dockerd and the image;
@@ -122,6 +122,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--storm", type=int, default=30)
+    ap.add_argument("--storm-pairs", type=int, default=2, help="1: one storm each; 2: ABBA order")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-spawn-"))
     ours = Hub(tmp / "gpubenchours", ours_config("gpubenchours", args.storm + 2))
@@ -148,10 +149,14 @@ def main(argv=None) -> int:
                 f"round {i + 1}: ours {times['ours'][-1]:.2f} s, plain {times['plain'][-1]:.2f} s",
                 file=sys.stderr,
             )
-        storm_ours = storm(ours, users, {"profile": "seat"})
-        print(f"storm of {args.storm}: ours {storm_ours:.1f} s", file=sys.stderr)
-        storm_plain = storm(plain, users, {})
-        print(f"storm of {args.storm}: plain {storm_plain:.1f} s", file=sys.stderr)
+        # Storms in ABBA order (ours, plain, plain, ours): neither side always goes first.
+        walls = {"ours": [], "plain": []}
+        for label in ("ours", "plain", "plain", "ours")[: 4 if args.storm_pairs > 1 else 2]:
+            h, opts = (ours, {"profile": "seat"}) if label == "ours" else (plain, {})
+            walls[label].append(storm(h, users, opts))
+            print(f"storm of {args.storm}: {label} {walls[label][-1]:.1f} s", file=sys.stderr)
+        storm_ours = statistics.mean(walls["ours"])
+        storm_plain = statistics.mean(walls["plain"])
         ledger = Ledger(f"sqlite:///{ours.workdir}/gpulab.sqlite")
         doubles = len(ledger.double_allocations())
         leaked = len(ledger.open_allocations())
