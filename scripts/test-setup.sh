@@ -32,7 +32,8 @@ gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-d
 
 # Install this checkout (editable), unless it is already the one Python imports: a clone tested
 # next to another checkout must not run the other checkout's code in hub subprocesses.
-installed=$(cd / && "$PYTHON" -c 'import jupyterhub_gpulab, os; print(os.path.dirname(os.path.dirname(jupyterhub_gpulab.__file__)))' 2>/dev/null || true)
+# (The test extras are checked too: demo.sh installs the package without them.)
+installed=$(cd / && "$PYTHON" -c 'import pytest, pytest_asyncio, hypothesis, psycopg, selenium, requests, jupyterhub_gpulab, os; print(os.path.dirname(os.path.dirname(jupyterhub_gpulab.__file__)))' 2>/dev/null || true)
 if [ "$installed" != "$REPO" ]; then
     (cd "$REPO" && "$PYTHON" -m pip install -q -e '.[test]' >/tmp/gpulab-pip-install.log 2>&1) \
         || { echo "test-setup: pip install -e '.[test]' failed; see /tmp/gpulab-pip-install.log" >&2; exit 1; }

@@ -256,7 +256,9 @@ def test_undraining_keeps_vanished_slices_out(ledger):
     with pytest.raises(NoFreeSlice):
         claim(ledger, mig("1g.5gb"))
     assert claim(ledger, mig("7g.40gb")).slice.id == "MIG-a100-7g-0"
-    present = {s["id"]: s["present"] for s in ledger.slices() if s["device_uuid"] == "GPU-a100-0000"}
+    present = {
+        s["id"]: s["present"] for s in ledger.slices() if s["device_uuid"] == "GPU-a100-0000"
+    }
     assert present == {
         "MIG-a100-7g-0": True,
         "MIG-a100-3g-0": False,
@@ -325,5 +327,42 @@ def test_warnings_and_amended_end_reasons(ledger):
     # usage for one user
     other = claim(ledger, SEAT, user="bob")
     start = clock.utcnow() - timedelta(hours=1)
-    assert [a.user for a in ledger.allocations_between(start, clock.utcnow(), user="bob")] == ["bob"]
+    assert [a.user for a in ledger.allocations_between(start, clock.utcnow(), user="bob")] == [
+        "bob"
+    ]
     assert other.allocation.user == "bob"
+
+
+@pytest.mark.parametrize("backend", [p for p in backends() if p.id == "postgresql"])
+def test_a_claim_in_flight_does_not_hide_the_other_free_slices(backend, tmp_path):
+    """PostgreSQL, two hub replicas: while one claim is in flight (its candidate rows locked),
+    a second claim gets another free seat instead of a false 'no free slice'."""
+    import threading
+
+    url = make_url(backend, tmp_path)
+    first, second = Ledger(url), Ledger(url)
+    first.sync_inventory(lab_inventory())
+    in_flight, go_on = threading.Event(), threading.Event()
+    real_try_hold = first._try_hold
+
+    def slow_try_hold(*args, **kw):
+        in_flight.set()
+        go_on.wait(10)
+        return real_try_hold(*args, **kw)
+
+    first._try_hold = slow_try_hold
+    result = {}
+    t = threading.Thread(
+        target=lambda: result.setdefault("a", first.claim(SEAT, user="a", profile="p"))
+    )
+    t.start()
+    try:
+        assert in_flight.wait(10)
+        got = second.claim(SEAT, user="b", profile="p")
+    finally:
+        go_on.set()
+        t.join(10)
+    assert got.slice.id != result["a"].slice.id
+    assert second.double_allocations() == []
+    first.close()
+    second.close()

@@ -178,12 +178,18 @@ class Ledger(InventorySync, LedgerQueries):
                         + ", ".join(full)
                         + ". Try again when a classmate stops a server, or pick a CPU profile."
                     )
+            # PostgreSQL: lock one candidate at a time (FOR UPDATE SKIP LOCKED, LIMIT 1), so a
+            # claim in flight hides only the row it is taking from concurrent claims, never the
+            # whole pool. SQLite: BEGIN IMMEDIATE made us the only writer; read a few at once.
+            batch = 1 if self.dialect == "postgresql" else CANDIDATES
             tried: set[str] = set()
             while True:
-                q = self._free_query(request, CANDIDATES + len(tried))
+                q = self._free_query(request, batch)
+                if tried:
+                    q = q.where(slices.c.id.not_in(tried))
                 if only_slice is not None:
                     q = q.where(slices.c.id == only_slice)
-                rows = [r for r in conn.execute(q) if r.id not in tried]
+                rows = list(conn.execute(q))
                 if not rows:
                     break
                 for row in rows:
