@@ -125,6 +125,8 @@ def test_drained_device_is_never_handed_out(ledger):
     with pytest.raises(NoFreeSlice) as e:
         claim(ledger, SEAT)
     assert "(0 of 0 free)" in e.value.message
+    assert "out of service for maintenance" in e.value.message
+    assert ledger.out_of_service(SEAT) == 4
     # the holder keeps the slice; a rescan does not undrain it
     assert ledger.get(held.allocation.id).open
     ledger.sync_inventory(lab_inventory())

@@ -290,8 +290,12 @@ def test_a_hostile_quota_reason_is_text():
 @pytest.mark.parametrize(
     ("held", "limit", "text"),
     [
-        pytest.param(0, 1, "You hold 0 of the 1 GPU slice your groups allow at once.", id="none-of-one"),
-        pytest.param(2, 3, "You hold 2 of the 3 GPU slices your groups allow at once.", id="two-of-three"),
+        pytest.param(
+            0, 1, "You hold 0 of the 1 GPU slice your groups allow at once.", id="none-of-one"
+        ),
+        pytest.param(
+            2, 3, "You hold 2 of the 3 GPU slices your groups allow at once.", id="two-of-three"
+        ),
         pytest.param(1, None, "You hold 1 GPU slice.", id="unlimited"),
     ],
 )
@@ -300,3 +304,40 @@ def test_usage_note_tells_the_user_their_use_of_the_limit(held, limit, text):
 
     assert usage_note(held, limit) == text
     assert text in render_form([], usage_note(held, limit))
+
+
+def test_a_drained_profile_says_out_of_service_not_missing():
+    from jupyterhub_gpulab.profiles import load_profiles
+    from jupyterhub_gpulab.spawner.form import form_rows
+
+    profiles = load_profiles(
+        [
+            {
+                "slug": "mig",
+                "display_name": "MIG",
+                "image": "i",
+                "slice": {"kind": "mig", "mig_profile": "1g.10gb"},
+            },
+            {
+                "slug": "a40",
+                "display_name": "A40",
+                "image": "i",
+                "slice": {"kind": "gpu", "model": "A40"},
+            },
+            {"slug": "cpu", "display_name": "CPU", "image": "i"},
+        ]
+    )
+    drained = {"mig": 2, "a40": 0}
+    rows = {
+        r.slug: r
+        for r in form_rows(
+            profiles,
+            lambda req: (0, 0),
+            preselect=None,
+            out_of_service=lambda req: drained["mig" if req.mig_profile else "a40"],
+        )
+    }
+    assert rows["mig"].capacity == "out of service"
+    assert "maintenance" in rows["mig"].disabled_reason
+    assert rows["a40"].disabled_reason == "This lab has no such GPU slice right now."
+    assert rows["cpu"].checked and rows["cpu"].disabled_reason is None

@@ -198,13 +198,16 @@ class Ledger(InventorySync, LedgerQueries):
                     if got is not None:
                         return Claim(got, slice_from_row(row))
         free, total = self.capacity(request)
+        if total:
+            advice = "Try again later or pick another profile."
+        elif self.out_of_service(request):
+            advice = (
+                "Those GPUs are out of service for maintenance; try later or pick another profile."
+            )
+        else:
+            advice = "This lab has no slice of that kind; ask an admin or pick another profile."
         raise NoFreeSlice(
-            f"No free {request.describe()} slice ({free} of {total} free). "
-            + (
-                "Try again later or pick another profile."
-                if total
-                else "This lab has no slice of that kind; ask an admin or pick another profile."
-            ),
+            f"No free {request.describe()} slice ({free} of {total} free). " + advice,
             free=free,
             total=total,
         )

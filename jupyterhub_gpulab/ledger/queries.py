@@ -62,24 +62,39 @@ class LedgerQueries:
                 for r in conn.execute(sa.select(devices).order_by(devices.c.node, devices.c.index))
             ]
 
+    @staticmethod
+    def _matching(request: SliceRequest):
+        """``SELECT count(*)`` over the slices that satisfy ``request`` (any state)."""
+        q = (
+            sa.select(sa.func.count())
+            .select_from(slices)
+            .where(slices.c.kind == request.kind.value)
+        )
+        if request.kind is SliceKind.MIG:
+            q = q.where(slices.c.mig_profile == request.mig_profile)
+        if request.min_memory_bytes:
+            q = q.where(slices.c.memory_bytes >= request.min_memory_bytes)
+        if request.model:
+            q = q.where(sa.func.lower(slices.c.device_name).contains(request.model.lower()))
+        return q
+
     def capacity(self, request: SliceRequest) -> tuple[int, int]:
         """``(free, total)`` slices matching ``request`` that are in service (not drained or
         vanished). ``free`` excludes held slices."""
-        base = (
-            sa.select(sa.func.count())
-            .select_from(slices)
-            .where(slices.c.kind == request.kind.value, slices.c.available == sa.true())
-        )
-        if request.kind is SliceKind.MIG:
-            base = base.where(slices.c.mig_profile == request.mig_profile)
-        if request.min_memory_bytes:
-            base = base.where(slices.c.memory_bytes >= request.min_memory_bytes)
-        if request.model:
-            base = base.where(sa.func.lower(slices.c.device_name).contains(request.model.lower()))
+        base = self._matching(request).where(slices.c.available == sa.true())
         with self._read() as conn:
             total = conn.execute(base).scalar_one()
             free = conn.execute(base.where(slices.c.held_by.is_(None))).scalar_one()
         return free, total
+
+    def out_of_service(self, request: SliceRequest) -> int:
+        """Slices matching ``request`` that exist but are drained (an admin took their device
+        out of service); vanished slices are not counted."""
+        q = self._matching(request).where(
+            slices.c.present == sa.true(), slices.c.available == sa.false()
+        )
+        with self._read() as conn:
+            return conn.execute(q).scalar_one()
 
     def count_open(self, *, user: str | None = None, group: str | None = None) -> int:
         """Open allocations held by ``user`` or charged to ``group``."""

@@ -56,9 +56,11 @@ def form_rows(
     *,
     preselect: str | None,
     quota_reason: str | None = None,
+    out_of_service: Callable[[SliceRequest], int] | None = None,
 ) -> list[FormRow]:
-    """One row per entitled profile. ``capacity(request)`` gives ``(free, total)``;
-    ``quota_reason`` (the user holds all the slices they may) disables every GPU profile."""
+    """One row per entitled profile. ``capacity(request)`` gives ``(free, total)`` in service;
+    ``out_of_service(request)`` counts matching slices that are drained; ``quota_reason`` (the
+    user holds all the slices they may) disables every GPU profile."""
     rows = []
     for p in entitled:
         reason = None
@@ -67,7 +69,10 @@ def form_rows(
         else:
             free, total = capacity(p.slice)
             cap = f"{free} of {total} free"
-            if total == 0:
+            if total == 0 and out_of_service is not None and out_of_service(p.slice):
+                cap = "out of service"
+                reason = "Out of service for maintenance right now; try again later."
+            elif total == 0:
                 reason = "This lab has no such GPU slice right now."
             elif free == 0:
                 reason = "All taken right now; try again later."

@@ -44,6 +44,7 @@ class ProfileFormMixin:
                 rt.ledger.capacity,
                 preselect=self.last_profile or next((p.slug for p in entitled if p.default), None),
                 quota_reason=quota_reason,
+                out_of_service=rt.ledger.out_of_service,
             )
             return render_form(rows, usage_note(*use) if use else None)
 
