@@ -137,7 +137,7 @@ def cmd_allocations(args) -> int:
     for a in rows:
         s = slices.get(a.slice_id, {})
         print(
-            f"{a.id:>5}  {a.user:<16} {a.server_name or '-':<10} {a.profile:<16} "
+            f"{a.id:>5}  {a.user:<16} {a.server_name or 'default':<10} {a.profile:<16} "
             f"{a.started_at:%Y-%m-%d %H:%M:%S}  {a.slice_id} ({s.get('device_name', '?')})"
         )
     return 0

@@ -236,13 +236,20 @@ class GPULab(LoggingConfigurable):
             )
         if errors:
             raise ConfigError(errors)
+        warnings = list(inventory.warnings)
+        for p in profiles:
+            if p.wants_gpu and not any(p.slice.matches(s) for s in inventory.slices):
+                warnings.append(
+                    f"profile {p.slug!r} asks for {p.slice.describe()}, which no GPU in this "
+                    f"inventory ({inventory.source}) provides: users will see it greyed out"
+                )
         return Lab(
             inventory=inventory,
             profiles=profiles,
             policies=policies,
             default_policy=default_policy,
             node=self.node_name,
-            warnings=inventory.warnings,
+            warnings=tuple(warnings),
             tz=tz,
             term=term,
         )

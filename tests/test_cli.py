@@ -343,3 +343,24 @@ def test_the_installed_gpulab_command_reports_errors_with_exit_status_1(bad_conf
     assert proc.returncode == 1, proc.stderr
     assert f"{len(BAD_CONFIG_ERRORS)} error(s)" in proc.stderr
     assert "duplicate UUID GPU-dup-0000" in proc.stderr
+
+
+def test_check_config_warns_about_profiles_no_gpu_can_serve(capsys, tmp_path):
+    profiles = [
+        *PROFILES,
+        {
+            "slug": "huge",
+            "display_name": "Huge",
+            "image": "i",
+            "slice": {"kind": "mig", "mig_profile": "7g.80gb"},
+        },
+    ]
+    config = write_config(
+        tmp_path, f"c.GPULab.inventory = {LAB!r}\nc.GPULab.profiles = {profiles!r}\n"
+    )
+    assert main(["check-config", "-f", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "profile 'huge' asks for MIG 7g.80gb, which no GPU in this inventory (declared) provides"
+        in out
+    )
