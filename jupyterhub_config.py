@@ -65,7 +65,8 @@ c.DockerSpawner.http_timeout = 60
 c.GPULab.db_url = os.environ.get("GPULAB_DB_URL", f"sqlite:///{state_dir}/gpulab.sqlite")
 
 found = discover()  # what NVML sees on this host (nothing, with a warning, without a driver)
-if found.devices and not os.environ.get("GPULAB_DEMO"):
+demo = not found.devices or bool(os.environ.get("GPULAB_DEMO"))
+if not demo:
     c.GPULab.inventory_source = "nvml"
     # ADMIN: "device_request" needs the NVIDIA Container Toolkit; "cdi" for Docker >= 25 with a
     # CDI spec; "env" when the default Docker runtime is nvidia.
@@ -75,6 +76,10 @@ if found.devices and not os.environ.get("GPULAB_DEMO"):
 else:
     # Demo lab: declared devices, no GPU attached (the engine has no NVIDIA runtime here).
     c.GPULab.inventory_source = "declared"
+    # Nothing reports utilisation for declared devices: count it as idle, so the GPU-idle rule
+    # shows itself (a demo server is warned, then stopped, a few minutes after it starts). A
+    # real lab keeps the default "busy": a GPU the culler cannot see is never called idle.
+    c.GPULabService.unknown_utilization = "idle"
     c.GPUDockerSpawner.attach_mode = os.environ.get("GPULAB_ATTACH_MODE", "env")
     c.GPULab.inventory = [
         {
@@ -99,7 +104,12 @@ else:
         },
     ]
 
-# ADMIN: what users pick. Every profile may set image, cpu_limit (cores), mem_limit, env, groups.
+# ADMIN: how long a GPU may sit idle (below 5 %) before its server is stopped, how long a server
+# may go unused, and the longest session. The demo uses minutes so the culler shows itself.
+gpu_idle = "3m" if demo else "30m"
+
+# ADMIN: what users pick. Every profile may set image, cpu_limit (cores), mem_limit, env, groups,
+# and the culler's idle_timeout, gpu_idle_timeout, max_age.
 c.GPULab.profiles = [
     {
         "slug": "pytorch-mig",
@@ -110,6 +120,9 @@ c.GPULab.profiles = [
         "cpu_limit": 2,
         "mem_limit": "8G",
         "default": True,
+        "gpu_idle_timeout": gpu_idle,
+        "idle_timeout": "1h",
+        "max_age": "8h",
     },
     {
         "slug": "tensorflow-seat",
@@ -119,6 +132,9 @@ c.GPULab.profiles = [
         "slice": {"kind": "shared"},
         "cpu_limit": 2,
         "mem_limit": "8G",
+        "gpu_idle_timeout": gpu_idle,
+        "idle_timeout": "1h",
+        "max_age": "8h",
     },
     {
         "slug": "pytorch-a40",
@@ -129,6 +145,9 @@ c.GPULab.profiles = [
         "cpu_limit": 8,
         "mem_limit": "64G",
         "groups": ["researchers"],
+        "gpu_idle_timeout": "1h",
+        "idle_timeout": "2h",
+        "max_age": "3d",
     },
     {
         "slug": "cpu",
@@ -137,17 +156,33 @@ c.GPULab.profiles = [
         "image": image,
         "cpu_limit": 1,
         "mem_limit": "4G",
+        "idle_timeout": "2h",
     },
 ]
 
 # ADMIN: quotas per group. How several groups combine: see jupyterhub_gpulab/policy.py.
+# gpu_hours: weighted GPU-hours per user and calendar period ("day", "week" or "term"): a whole
+# GPU hour counts 1, a 1g.10gb MIG hour 1/7, a seat its compute share; CPU profiles count nothing.
+# 5 GPU-hours a week is 35 hours of a 1g.10gb slice. max_session caps a profile's max_age.
 c.GPULab.group_policies = {
-    "students": {"profiles": ["pytorch-mig", "tensorflow-seat", "cpu"], "max_slices_per_user": 1, "max_slices": 6},
+    "students": {
+        "profiles": ["pytorch-mig", "tensorflow-seat", "cpu"],
+        "max_slices_per_user": 1,
+        "max_slices": 6,
+        "gpu_hours": 5,
+        "period": "week",
+        "max_session": "8h",
+    },
     "instructors": {"max_slices_per_user": 2},
     "researchers": {"max_slices_per_user": 2, "priority": 10},
 }
 # Users in none of those groups:
 c.GPULab.default_policy = {"profiles": ["tensorflow-seat", "cpu"], "max_slices_per_user": 1}
+# ADMIN: periods start at local midnight / Monday 00:00 in this time zone.
+# c.GPULab.quota_timezone = "Europe/Berlin"
+# ADMIN: for "period": "term" budgets, the term's first day and the day after its last:
+# c.GPULab.term_start = "2026-09-07"
+# c.GPULab.term_end = "2026-12-19"
 
 # --- The gpulab service: admin page, user page, JSON API ----------------------------------
 # Runs as a hub-managed service at /services/gpulab/ (user page: /services/gpulab/me). It reads
@@ -163,3 +198,10 @@ configure_service(
     reader_groups=["instructors"],
 )
 c.GPULabService.cookie_secret_file = f"{state_dir}/gpulab_cookie_secret"
+# The GPU-aware culler (README, "Fair use"). ADMIN: try new timeouts with cull_dry_run = True.
+if demo:
+    # a pass every 20 s and warnings a minute ahead, so the demo's 3-minute timeout shows
+    c.GPULabService.cull_every = "20s"
+    c.GPULabService.cull_warn_before = "1m"
+# else the defaults: a pass every minute, warnings 10 minutes ahead
+# c.GPULabService.cull_dry_run = True

@@ -128,6 +128,7 @@ EXPECTED = {
     "GET api/inventory": expect("forbidden", **READERS),
     "GET api/allocations": expect("forbidden", **READERS),
     "GET api/usage": expect("forbidden", **READERS),
+    "GET api/usage.csv": expect("forbidden", **READERS),
     "GET api/me": expect("ok", anonymous="forbidden"),
     "GET api/openapi.json": expect("ok"),
     "POST api/inventory/refresh": expect("forbidden", **ADMINS),
@@ -212,6 +213,16 @@ def cell_api_get(path: str, key: str):
     return cell
 
 
+def cell_api_usage_csv(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "GET", "usage.csv")
+    check_status(r, outcome)
+    if outcome == "ok":
+        assert r.headers["Content-Type"].startswith("text/csv")
+        assert r.text.startswith("period_start,period_end,user,group,")
+    else:
+        assert is_json_error(r, 403)
+
+
 def cell_api_me(ctx: Ctx, who: str, outcome: str) -> None:
     r = ctx.api(who, "GET", "me")
     check_status(r, outcome)
@@ -277,6 +288,7 @@ CELLS = {
     "GET api/inventory": cell_api_get("inventory", "nodes"),
     "GET api/allocations": cell_api_get("allocations", "allocations"),
     "GET api/usage": cell_api_get("usage", "groups"),
+    "GET api/usage.csv": cell_api_usage_csv,
     "GET api/me": cell_api_me,
     "GET api/openapi.json": cell_api_get("openapi.json", "paths"),
     "POST api/inventory/refresh": cell_api_refresh,

@@ -121,13 +121,20 @@ class UtilizationMonitor:
         seats = [s for s in slices if s.kind is SliceKind.SHARED]
         if seats:
             found.update(self._seats(now, seats, containers))
-        for sid, smp in found.items():
-            self._history.setdefault(sid, deque(maxlen=self.maxlen)).append(smp)
-        present = {s.id for s in slices}
-        for sid in set(self._history) - present:
-            del self._history[sid]
+        self.record(found, present={s.id for s in slices})
         self._gpm.forget({s.visible_id for s in hard})
         return found
+
+    def record(self, samples: Mapping[str, Sample], *, present: set[str] | None = None) -> None:
+        """Append ``samples`` (by slice id) to the history, forgetting slices not in ``present``
+        (default: the slices sampled). :meth:`sample` calls it; the service calls it directly
+        with unknown figures (``gpu_percent=None``) where it knows NVML is absent, so that the
+        history still says when the slice was looked at."""
+        for sid, smp in samples.items():
+            self._history.setdefault(sid, deque(maxlen=self.maxlen)).append(smp)
+        keep = set(samples) if present is None else present
+        for sid in set(self._history) - keep:
+            del self._history[sid]
 
     def _seats(self, now, seats: list[Slice], containers: Mapping[str, str]) -> dict[str, Sample]:
         devices = sorted({s.device_uuid for s in seats})

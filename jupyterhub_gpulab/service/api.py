@@ -4,7 +4,9 @@
     POST   inventory/refresh          re-read the inventory, sync the ledger     (admin)
     GET    allocations                open allocations, server state, activity   (read)
     DELETE allocations/<id>           release an allocation                      (admin)
-    GET    usage                      per group: held vs limits; refusals, 24 h  (read)
+    GET    usage                      per group: held vs limits; refusals, 24 h;
+                                      GPU-hours per group and user (?start=&end=) (read)
+    GET    usage.csv                  GPU-hours as CSV (?start=&end=, ISO dates)  (read)
     POST   devices/<uuid>/drain       drain a device ({"reason": "…"})           (admin)
     DELETE devices/<uuid>/drain       return it to service                       (admin)
     DELETE users/<user>/server        stop a server through the hub              (admin)
@@ -19,9 +21,10 @@ it). Errors are ``{"status": <code>, "message": "…"}``.
 from __future__ import annotations
 
 from .. import __version__
+from ..fairuse.accounting import to_csv
 from . import actions
 from .base import JSONHandler, refuse
-from .data import admin_data, user_data
+from .data import admin_data, usage_data, user_data
 from .openapi import openapi
 
 
@@ -41,7 +44,9 @@ class RootAPI(APIHandler):
             {
                 "version": __version__,
                 "openapi": base + "openapi.json",
-                "endpoints": [base + p for p in ("inventory", "allocations", "usage", "me")],
+                "endpoints": [
+                    base + p for p in ("inventory", "allocations", "usage", "usage.csv", "me")
+                ],
             }
         )
 
@@ -82,14 +87,30 @@ class AllocationAPI(APIHandler):
 class UsageAPI(APIHandler):
     async def get(self):
         self.require(read=True)
+        start, end = self.period()
         data = await admin_data(self.state, self.hub, parts=("inventory", "usage"))
+        _, gpu_hours = await usage_data(self.state, start, end)
         self.write_json(
             {
                 "totals": data["inventory"]["totals"],
                 "groups": data["groups"],
                 "refusals_24h": data["refusals_24h"],
+                "gpu_hours": gpu_hours,
             }
         )
+
+
+class UsageCSV(APIHandler):
+    """The period's GPU-hours per user, group, profile and slice kind, as a CSV download."""
+
+    async def get(self):
+        self.require(read=True)
+        start, end = self.period()
+        u, view = await usage_data(self.state, start, end)
+        name = f"gpulab-usage-{view['period']['start_date']}-{view['period']['end_date']}.csv"
+        self.set_header("Content-Type", "text/csv; charset=UTF-8")
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        self.finish(to_csv(u.rows))
 
 
 class DrainAPI(APIHandler):
@@ -142,6 +163,7 @@ def api_handlers(prefix: str) -> list[tuple]:
         (api + r"allocations", AllocationsAPI),
         (api + r"allocations/(?P<allocation_id>[0-9]+)", AllocationAPI),
         (api + r"usage", UsageAPI),
+        (api + r"usage\.csv", UsageCSV),
         (api + r"devices/(?P<uuid>[^/]+)/drain", DrainAPI),
         (api + r"users/" + user + r"/server", ServerAPI),
         (api + r"users/" + user + r"/servers/(?P<name>[^/]*)", ServerAPI),

@@ -29,14 +29,16 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth
 from tornado import web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Float, Unicode
-from traitlets.config import Config, LoggingConfigurable
+from traitlets import Float, TraitError, Unicode
+from traitlets.config import Config
 
 from ..config import GPULab, load_config_file
 from ..errors import ConfigError
 from ..ledger import Ledger, SchemaOutOfDate
 from .api import api_handlers
 from .base import OAuthCallback
+from .cullconfig import CullerTraits
+from .culling import Culler
 from .filters import FILTERS
 from .hubclient import HubClient, HubError
 from .pages import ActionPage, AdminPage, UserPage
@@ -48,8 +50,9 @@ TEMPLATES = Path(__file__).parent / "templates"
 DEFAULT_CONFIG = "jupyterhub_config.py"
 
 
-class GPULabService(LoggingConfigurable):
-    """Settings of the gpulab service (``c.GPULabService.*`` in ``jupyterhub_config.py``)."""
+class GPULabService(CullerTraits):
+    """Settings of the gpulab service (``c.GPULabService.*`` in ``jupyterhub_config.py``); the
+    culler's are in :class:`~.cullconfig.CullerTraits`."""
 
     cookie_secret_file = Unicode(
         "gpulab_cookie_secret",
@@ -72,8 +75,9 @@ class GPULabService(LoggingConfigurable):
     sample_interval = Float(
         10,
         config=True,
-        help="""Seconds between NVML utilisation samples shown on the pages.
-        ``c.GPULabService.sample_interval = 10``""",
+        help="""Seconds between NVML utilisation samples: shown on the pages, and kept as the
+        history the culler reads (``utilization_history``). ``c.GPULabService.sample_interval =
+        10``""",
     )
 
 
@@ -175,9 +179,17 @@ class Service:
         self.settings = settings
         # never upgrades the schema: the hub does (gpulab upgrade-db, or c.GPULab.db_auto_upgrade)
         self.ledger = ledger or Ledger(gpulab.db_url)
-        self.state = LabState(gpulab, self.ledger, nvml=nvml)
+        self.state = LabState(
+            gpulab,
+            self.ledger,
+            nvml=nvml,
+            history_s=settings.seconds("utilization_history"),
+            interval_s=settings.sample_interval,
+            proc_root=settings.proc_root,
+        )
         self.hub_auth = hub_auth
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
+        self.culler = Culler(self.state, self.hub, settings)
         secret = cookie_secret or read_cookie_secret(settings.cookie_secret_file)
         self.app = make_app(
             self.state,
@@ -206,12 +218,23 @@ class Service:
         for job, seconds in (
             (self.refresh_hub, self.settings.hub_poll_interval),
             (self.sample, self.settings.sample_interval),
+            (self.cull, self.culler.every_s),
         ):
             pc = PeriodicCallback(job, 1000 * seconds)
             pc.start()
             self._periodic.append(pc)
         asyncio.ensure_future(self.refresh_hub())
         log.info("gpulab service listening on %s:%d%s", address, port, self.hub_auth.base_url)
+        c = self.culler
+        log.info(
+            "culler: a pass every %g s, warnings %g s ahead, GPU idle below %g %%, unknown "
+            "utilisation counts as %s%s",
+            c.every_s,
+            c.settings.warn_before_s,
+            c.settings.threshold_percent,
+            "idle" if c.unknown_idle else "busy",
+            "; DRY RUN: nothing is warned or stopped" if c.dry_run else "",
+        )
 
     async def refresh_hub(self) -> None:
         try:
@@ -225,11 +248,18 @@ class Service:
         except Exception:
             log.exception("NVML sampling failed")
 
+    async def cull(self) -> None:
+        try:
+            await self.culler.run_pass()
+        except Exception:
+            log.exception("Culler pass failed")
+
     def stop(self) -> None:
         for pc in self._periodic:
             pc.stop()
         if self.server is not None:
             self.server.stop()
+        self.state.close()
         self.ledger.close()
 
 
@@ -264,6 +294,7 @@ async def _serve(config: Config) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("Stopping the gpulab service")
+    await service.culler.close()
     service.stop()
 
 
@@ -286,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config_file(_config_path(args.config))
         asyncio.run(_serve(config))
-    except (ConfigError, FileNotFoundError, SchemaOutOfDate) as e:
+    except (ConfigError, FileNotFoundError, SchemaOutOfDate, TraitError) as e:
         log.error("gpulab service cannot start: %s", e)
         return 1
     return 0

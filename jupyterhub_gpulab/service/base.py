@@ -24,7 +24,9 @@ from typing import Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import web
 
+from .. import clock
 from .hubconfig import ADMIN_SCOPE, READ_SCOPE
+from .usageview import PeriodError, parse_period
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,19 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def is_hub_admin(self) -> bool:
         return bool(self.current_user and self.current_user.get("admin"))
+
+    def period(self):
+        """``[start, end)`` from the ``start`` / ``end`` query arguments (ISO dates in the lab's
+        quota time zone; default: this week); a 400 saying the form otherwise."""
+        try:
+            return parse_period(
+                self.get_query_argument("start", None),
+                self.get_query_argument("end", None),
+                clock.utcnow(),
+                self.state.lab.tz,
+            )
+        except PeriodError as e:
+            raise refuse(400, str(e)) from None
 
 
 class JSONHandler(BaseHandler):

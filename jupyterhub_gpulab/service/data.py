@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 
+from .. import clock
+from ..fairuse.accounting import Usage, usage
+from ..fairuse.quota import period_window, user_budget, window_start
+from ..policy import applicable_policies
 from ..profiles import entitled_profiles
-from . import views
+from . import usageview, views
 from .hubclient import HubClient, HubError
 from .state import LabState
 
@@ -89,7 +94,11 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
             ledger.open_by_group(),
         )
 
+    def fair_use():
+        return _budget(state, name, groups, is_admin), state.ledger.warnings(name)
+
     allocations, slices_by_id, capacity, open_by_group = await asyncio.to_thread(read)
+    budget, warnings = await asyncio.to_thread(fair_use)
     data = views.user_view(
         user=name,
         groups=groups,
@@ -106,4 +115,42 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
     )
     data["hub"] = {"reachable": servers is not None}
     data["nvml"] = {"available": state.sample.problem is None, "message": state.sample.problem}
+    data["gpu_hours"] = budget
+    data["warnings"] = usageview.warnings_view(warnings)
     return data
+
+
+def _budget(state: LabState, name: str, groups, is_admin: bool) -> dict:
+    """``name``'s governing GPU-hour budget and their use in its period (without a budget: in
+    this calendar week), recomputed from the ledger (runs in a thread)."""
+    lab, now = state.lab, clock.utcnow()
+    mine = applicable_policies(groups, is_admin, lab.policies, lab.default_policy)
+    week = period_window("week", now, tz=lab.tz)
+    start = min(window_start(mine, now, tz=lab.tz, term=lab.term), week[0])
+    own = state.ledger.allocations_between(start, now, user=name)
+    budget = user_budget(
+        name,
+        groups,
+        lab.policies,
+        own,
+        now,
+        is_admin=is_admin,
+        default_policy=lab.default_policy,
+        tz=lab.tz,
+        term=lab.term,
+    )
+    used = budget.used_hours if budget else usage(own, week[0], week[1], now).hours(name)
+    return usageview.budget_view(budget, used, week, lab.tz)
+
+
+def period_usage(state: LabState, start: datetime, end: datetime) -> Usage:
+    """Weighted GPU-seconds of every allocation in ``[start, end)``, from the ledger (blocking:
+    call it in a thread)."""
+    now = clock.utcnow()
+    return usage(state.ledger.allocations_between(start, end), start, end, now)
+
+
+async def usage_data(state: LabState, start: datetime, end: datetime) -> tuple[Usage, dict]:
+    """GPU-hours used in ``[start, end)``: the accounting and its view."""
+    u = await asyncio.to_thread(period_usage, state, start, end)
+    return u, usageview.usage_view(u, state.lab.tz)

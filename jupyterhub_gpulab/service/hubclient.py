@@ -96,28 +96,46 @@ class HubClient:
             raise HubError(503, f"the hub cannot be reached ({e.strerror or e})") from None
         return resp.code, json.loads(resp.body) if resp.body else None
 
-    async def refresh_active(self) -> dict[tuple[str, str], Server]:
-        """Every running or pending server, keyed by ``(user, server_name)``; kept in
-        ``self.active`` with the time of the answer in ``self.active_at``."""
-        asked_at = clock.utcnow()
-        found: dict[tuple[str, str], Server] = {}
+    async def active_users(self) -> list[dict]:
+        """The hub's models of every user with a running or pending server (``name``,
+        ``admin``, ``groups``, ``servers`` with ``ready``, ``pending``, ``started``,
+        ``last_activity``, ``url``, ``user_options``), read page by page."""
+        users: list[dict] = []
         offset = 0
         for _ in range(MAX_PAGES):
             _, page = await self._request(
                 "GET", f"users?state=active&include_stopped_servers=0&offset={offset}&limit={PAGE}"
             )
             items = page["items"] if isinstance(page, dict) else page
-            for u in items:
-                for name, srv in (u.get("servers") or {}).items():
-                    s = _server(u["name"], {**srv, "name": name})
-                    if s.state != "stopped":
-                        found[(u["name"], name)] = s
+            users.extend(items)
             nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
             if not nxt or not items:
                 break
             offset = nxt.get("offset", offset + len(items))
+        return users
+
+    def remember_active(self, users: list[dict], asked_at: datetime) -> dict:
+        """Keep ``users``' running or pending servers (an answer of :meth:`active_users` asked
+        at ``asked_at``) as ``self.active``, keyed by ``(user, server_name)``."""
+        found: dict[tuple[str, str], Server] = {}
+        for u in users:
+            for name, srv in (u.get("servers") or {}).items():
+                s = _server(u["name"], {**srv, "name": name})
+                if s.state != "stopped":
+                    found[(u["name"], name)] = s
         self.active, self.active_at = found, asked_at
         return found
+
+    async def refresh_active(self) -> dict[tuple[str, str], Server]:
+        """Every running or pending server, keyed by ``(user, server_name)``; kept in
+        ``self.active`` with the time of the answer in ``self.active_at``."""
+        asked_at = clock.utcnow()
+        return self.remember_active(await self.active_users(), asked_at)
+
+    async def token_scopes(self) -> frozenset[str]:
+        """The scopes of this client's own token (``GET /hub/api/user``)."""
+        _, model = await self._request("GET", "user")
+        return frozenset(model.get("scopes") or ()) if isinstance(model, dict) else frozenset()
 
     async def servers_of(self, user: str) -> list[Server]:
         """``user``'s servers, stopped named ones too (default server first)."""

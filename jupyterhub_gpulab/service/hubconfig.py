@@ -11,6 +11,9 @@ What it adds (existing ``services``, ``load_roles`` and scopes of ``c`` are kept
     every user (the ``user`` role)  += access:services!service=gpulab, so the service appears in
                                     the hub's "Services" menu on every hub page, home included,
                                     and each user may open their own page there.
+    c.JupyterHub.template_vars["announcement_home"]
+                                 = the culler's warnings to the user on the hub's home page
+                                    (after any announcement the config already set)
 
 JupyterHub admins (``admin: true``) count as holding ``custom:gpulab:admin`` in the service:
 JupyterHub refuses any change to its ``admin`` role, so the scope cannot be added there.
@@ -162,6 +165,19 @@ def configure_service(
     ]
     roles = _grant_users(c, roles, [access])
     c.JupyterHub.load_roles = roles
+    _announce_warnings(c, name)
+
+
+def _announce_warnings(c, name: str) -> None:
+    """The user's culler warnings on the hub's home page (:mod:`.announce`), after the home
+    page's (or the global) announcement the config already has."""
+    from .announce import HomeAnnouncement
+
+    tvars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
+    before = tvars.get("announcement_home", tvars.get("announcement"))
+    # relative to the home page (<base_url>hub/home), so base_url may be set later in the file
+    tvars["announcement_home"] = HomeAnnouncement(c, f"../services/{name}/me", before)
+    c.JupyterHub.template_vars = tvars
 
 
 def _grant_users(c, roles: list[dict], scopes: list[str]) -> list[dict]:

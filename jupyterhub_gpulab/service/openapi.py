@@ -118,9 +118,60 @@ SCHEMAS = {
             "memory_used_bytes": INT,
         },
     },
+    "GpuHours": {
+        "type": "object",
+        "description": "Weighted GPU-hours used in the period (`rule` states the weighting).",
+        "properties": {
+            "period": {
+                "type": "object",
+                "properties": {
+                    "start": {"type": "string", "format": "date-time"},
+                    "end": {"type": "string", "format": "date-time", "description": "excluded"},
+                    "start_date": {"type": "string", "format": "date"},
+                    "end_date": {"type": "string", "format": "date"},
+                },
+            },
+            "rule": {"type": "string"},
+            "total_gpu_hours": {"type": "number"},
+            "by_group": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "group": {**STR, "description": "charge group; null: none"},
+                        "gpu_hours": {"type": "number"},
+                    },
+                },
+            },
+            "by_user": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"user": {"type": "string"}, "gpu_hours": {"type": "number"}},
+                },
+            },
+            "rows": {
+                "type": "array",
+                "description": "the CSV export's rows",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "user": {"type": "string"},
+                        "group": STR,
+                        "profile": {"type": "string"},
+                        "slice_kind": {"type": "string", "enum": ["gpu", "mig", "shared"]},
+                        "allocations": {"type": "integer"},
+                        "gpu_seconds": {"type": "number"},
+                        "gpu_hours": {"type": "number"},
+                    },
+                },
+            },
+        },
+    },
     "Usage": {
         "type": "object",
         "properties": {
+            "gpu_hours": _ref("GpuHours"),
             "totals": {"type": "object", "additionalProperties": {"type": "integer"}},
             "groups": {
                 "type": "array",
@@ -156,9 +207,51 @@ SCHEMAS = {
             "slices": {"type": "array", "items": {"type": "object"}},
             "limits": {"type": "object"},
             "profiles": {"type": "array", "items": {"type": "object"}},
+            "gpu_hours": {
+                "type": "object",
+                "description": "my governing GPU-hour budget (null: none) and my use in its "
+                "period (without one: this week)",
+                "properties": {
+                    "budget": {"type": ["object", "null"]},
+                    "describe": STR,
+                    "rule": {"type": "string"},
+                    "used_hours": {"type": "number"},
+                    "period_start": {"type": "string", "format": "date-time"},
+                    "period_end": {"type": "string", "format": "date-time"},
+                },
+            },
+            "warnings": {
+                "type": "array",
+                "description": "the culler's warnings (kind warning) and notices of servers it "
+                "stopped (kind stopped)",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "server_name": {"type": "string"},
+                        "rule": {"type": "string"},
+                        "kind": {"type": "string", "enum": ["warning", "stopped"]},
+                        "message": {"type": "string"},
+                        "due_at": {"type": "string", "format": "date-time"},
+                    },
+                },
+            },
         },
     },
 }
+
+PERIOD = [
+    {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "format": "date"},
+        "description": description,
+    }
+    for name, description in (
+        ("start", "first day (ISO date, in c.GPULab.quota_timezone); default: this Monday"),
+        ("end", "the day after the last one; default: a week after start"),
+    )
+]
 
 
 def _op(summary: str, scope: str | None, ok: dict, **extra) -> dict:
@@ -176,6 +269,7 @@ def openapi(prefix: str) -> dict:
     """The document, with ``servers`` set to ``prefix + "api"``."""
     done = {"200": _json(_ref("Done"), "done")}
     not_found = {"404": {"$ref": "#/components/responses/NotFound"}}
+    bad_request = {"400": {"$ref": "#/components/responses/BadRequest"}}
     user_param = {"name": "user", "in": "path", "required": True, "schema": {"type": "string"}}
     return {
         "openapi": "3.1.0",
@@ -235,9 +329,27 @@ def openapi(prefix: str) -> dict:
             },
             "/usage": {
                 "get": _op(
-                    "Slices held per group against limits; refusals in 24 hours",
+                    "Slices held per group against limits; refusals in 24 hours; GPU-hours "
+                    "used in a period per group and per user",
                     READ_SCOPE,
-                    {"200": _json(_ref("Usage"), "usage")},
+                    {"200": _json(_ref("Usage"), "usage"), **bad_request},
+                    parameters=PERIOD,
+                )
+            },
+            "/usage.csv": {
+                "get": _op(
+                    "GPU-hours used in a period per user, group, profile and slice kind, as CSV",
+                    READ_SCOPE,
+                    {
+                        "200": {
+                            "description": "CSV with a header row: period_start, period_end, "
+                            "user, group, profile, slice_kind, allocations, gpu_seconds, "
+                            "gpu_hours",
+                            "content": {"text/csv": {"schema": {"type": "string"}}},
+                        },
+                        **bad_request,
+                    },
+                    parameters=PERIOD,
                 )
             },
             "/devices/{uuid}/drain": {
@@ -304,6 +416,9 @@ def openapi(prefix: str) -> dict:
                 "Forbidden": _json(_ref("Error"), "not authenticated, or a scope is missing"),
                 "NotFound": _json(_ref("Error"), "no such device, allocation, user or server"),
                 "Conflict": _json(_ref("Error"), "already done"),
+                "BadRequest": _json(
+                    _ref("Error"), "a parameter is malformed; the message says how"
+                ),
             },
             "schemas": SCHEMAS,
         },

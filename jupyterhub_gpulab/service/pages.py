@@ -15,7 +15,8 @@ from tornado import web
 
 from . import actions
 from .base import BaseHandler, error_message, refuse
-from .data import admin_data, user_data
+from .data import admin_data, usage_data, user_data
+from .usageview import warnings_view
 
 FLASH_COOKIE = "gpulab-flash"
 
@@ -90,7 +91,9 @@ class PageHandler(BaseHandler):
 
 
 class AdminPage(PageHandler):
-    """Every device, slice and open allocation; group usage; refusals; the actions."""
+    """Every device, slice and open allocation; group usage; refusals; GPU-hours used in a
+    period (``?start=&end=``, default this week) per group and user, with its CSV; the culler's
+    warnings; the actions."""
 
     @web.authenticated
     async def get(self):
@@ -98,7 +101,10 @@ class AdminPage(PageHandler):
             # everyone reaches this URL from the hub's Services menu: show them their own page
             self.redirect(self.prefix + "me")
             return
+        start, end = self.period()
         data = await admin_data(self.state, self.hub)
+        _, data["gpu_hours"] = await usage_data(self.state, start, end)
+        data["warnings"] = warnings_view(await asyncio.to_thread(self.state.ledger.warnings))
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
 

@@ -1,5 +1,10 @@
 """What the service holds besides the database: the lab's configuration, the latest inventory
-read, and the latest NVML utilisation sample.
+read, the latest NVML utilisation sample and the utilisation history the culler reads.
+
+One sampler: :meth:`LabState.take_sample` reads NVML through the fair-use
+:class:`~jupyterhub_gpulab.fairuse.monitor.UtilizationMonitor` (GPM for MIG on Hopper,
+per-process attribution for shared seats), which keeps each slice's history for the culler; the
+pages show the latest of those samples.
 
 Every method here blocks (database, NVML): handlers call them through ``asyncio.to_thread``.
 The service reads the same ``c.GPULab`` configuration and the same ledger database as the hub's
@@ -16,7 +21,9 @@ from typing import Any
 
 from .. import clock
 from ..config import GPULab, Lab
-from ..inventory import Inventory, Utilization, discover, sample_utilization
+from ..fairuse.culler import Sample as SliceSample
+from ..fairuse.monitor import UtilizationMonitor
+from ..inventory import Inventory, SliceKind, Utilization, discover
 from ..ledger import Allocation, Ledger, SyncReport
 
 log = logging.getLogger(__name__)
@@ -48,11 +55,24 @@ class Sample:
 
 class LabState:
     """The lab as the service sees it. ``nvml`` is a pynvml-compatible object (tests pass a
-    fake); ``None`` uses the real ``pynvml``."""
+    fake); ``None`` uses the real ``pynvml``. ``history_s`` (seconds of utilisation history kept
+    per slice), ``interval_s`` (the sampling interval, seconds) and ``proc_root`` (the host's
+    ``/proc``) size and feed the utilisation monitor."""
 
-    def __init__(self, gpulab: GPULab, ledger: Ledger, *, nvml: Any = None):
+    def __init__(
+        self,
+        gpulab: GPULab,
+        ledger: Ledger,
+        *,
+        nvml: Any = None,
+        history_s: float = 4 * 3600,
+        interval_s: float = 10.0,
+        proc_root: str = "/proc",
+    ):
         self.gpulab = gpulab
         self.ledger = ledger
+        self._monitor_args = {"span_s": history_s, "interval_s": interval_s, "proc_root": proc_root}
+        self._sample_lock = threading.Lock()
         self.nvml = nvml
         self.node = gpulab.node_name
         self.lab: Lab = gpulab.load(nvml)
@@ -104,12 +124,37 @@ class LabState:
 
     # -- utilisation ------------------------------------------------------------------------
 
+    @property
+    def nvml(self) -> Any:
+        return self._nvml
+
+    @nvml.setter
+    def nvml(self, nvml: Any) -> None:
+        """A new NVML (tests swap the fake) gets a new monitor: history of another lab is void."""
+        with self._sample_lock:
+            old = getattr(self, "monitor", None)
+            if old is not None:
+                old.close()
+            self._nvml = nvml
+            self.monitor = UtilizationMonitor(nvml=nvml, **self._monitor_args)
+
     def take_sample(self) -> Sample:
-        """Sample NVML for every slice of the current inventory (no figures: ``problem`` says
-        why)."""
+        """Sample NVML for every slice of the current inventory, record it in the monitor's
+        history, and keep it as the latest sample (no figures: ``problem`` says why). Where NVML
+        is absent the history records unknown figures (``gpu_percent=None``) without asking it."""
         inventory = self.inventory
         problem = self.nvml_problem
-        by_slice = {} if problem else sample_utilization(inventory, nvml=self.nvml)
+        by_slice: dict[str, Utilization] = {}
+        with self._sample_lock:
+            if problem:
+                now = clock.utcnow()
+                self.monitor.record({s.id: SliceSample(now, None) for s in inventory.slices})
+            else:
+                samples = self.monitor.sample(inventory, self._containers(inventory))
+                by_slice = {
+                    sid: Utilization(smp.gpu_percent, smp.memory_used_bytes)
+                    for sid, smp in samples.items()
+                }
         if (
             not problem
             and by_slice
@@ -121,6 +166,23 @@ class LabState:
             problem = "NVML answers but knows none of these devices"
         self.sample = Sample(by_slice, clock.utcnow(), problem)
         return self.sample
+
+    def _containers(self, inventory: Inventory) -> dict[str, str]:
+        """Held seats' container ids (the monitor maps seat processes to containers)."""
+        if not any(s.kind is SliceKind.SHARED for s in inventory.slices):
+            return {}
+        return {
+            a.slice_id: a.container_id for a in self.ledger.open_allocations() if a.container_id
+        }
+
+    def history(self, slice_id: str) -> tuple[SliceSample, ...]:
+        """``slice_id``'s utilisation samples, oldest first (for the culler)."""
+        with self._sample_lock:
+            return self.monitor.history(slice_id)
+
+    def close(self) -> None:
+        with self._sample_lock:
+            self.monitor.close()
 
     # -- reads ------------------------------------------------------------------------------
 

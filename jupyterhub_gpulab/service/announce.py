@@ -1,0 +1,89 @@
+"""The culler's warnings on the hub's home page: ``c.JupyterHub.template_vars["announcement_home"]``.
+
+JupyterHub calls a callable template variable with the current user on every render of every hub
+page (one indexed query on the ledger each time) and inserts an announcement's text unescaped
+(``{{ announcement | safe }}``), so :func:`warnings_html` escapes everything it writes. :class:`HomeAnnouncement` reads the user's
+warnings from the ledger (one small :class:`~jupyterhub_gpulab.ledger.Ledger` per hub process,
+built on first use from ``c.GPULab.db_url``) and never raises: a page must render even when the
+ledger cannot be read.
+
+This module imports nothing heavy at import time: ``configure_service`` uses it inside
+``jupyterhub_config.py``.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+log = logging.getLogger("gpulab.announce")
+
+#: Rules of the notices the culler leaves after stopping a server (``culled:gpu-idle``).
+NOTICE_PREFIX = "culled:"
+
+
+def warnings_html(warnings: Iterable[Any], page_url: str) -> str:
+    """The user's warnings (``CullWarning`` rows) as an HTML fragment, every text escaped; ``""``
+    when there are none. ``page_url``: the user's gpulab page, linked once."""
+    items = [
+        f'<li class="gpulab-{"notice" if w.rule.startswith(NOTICE_PREFIX) else "warning"}" '
+        f'data-server="{html.escape(w.server_name)}" data-rule="{html.escape(w.rule)}">'
+        f"{html.escape(w.message)}</li>"
+        for w in warnings
+    ]
+    if not items:
+        return ""
+    return (
+        '<div class="gpulab-warnings"><ul class="list-unstyled mb-1">'
+        + "".join(items)
+        + f'</ul><a href="{html.escape(page_url)}">Your GPU and its limits</a></div>'
+    )
+
+
+class HomeAnnouncement:
+    """``announcement_home(user) -> str``: ``before`` (an announcement the config already had,
+    a string or a callable), then the user's culler warnings."""
+
+    def __init__(self, config: Any, page_url: str, before: Any = None):
+        self.config = config
+        self.page_url = page_url
+        self.before = before
+        self._ledger = None
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo):
+        # traitlets copies config values; one announcement (and its ledger) per hub process
+        return self
+
+    def ledger(self):
+        with self._lock:
+            if self._ledger is None:
+                from ..config import GPULab
+                from ..ledger import Ledger
+
+                self._ledger = Ledger(GPULab(config=self.config).db_url)
+            return self._ledger
+
+    def _before(self, user) -> str:
+        if callable(self.before):
+            try:
+                return self.before(user) or ""
+            except Exception:
+                log.exception("The configured announcement_home failed")
+                return ""
+        return self.before if isinstance(self.before, str) else ""
+
+    def __call__(self, user) -> str:
+        text = self._before(user)
+        name = getattr(user, "name", None)
+        if not name:
+            return text
+        try:
+            ours = warnings_html(self.ledger().warnings(name), self.page_url)
+        except Exception:
+            log.exception("Cannot read %s's GPU warnings from the ledger", name)
+            return text
+        return f"{text}{ours}" if text and ours else text or ours

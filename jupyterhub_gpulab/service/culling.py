@@ -1,0 +1,281 @@
+"""The GPU-aware culler, run by the service every ``c.GPULabService.cull_every``.
+
+Each pass (:meth:`Culler.run_pass`):
+
+1. lists every running server from the hub (named servers included, with ``last_activity`` and
+   the user's groups) with the service's own token;
+2. matches them with the ledger's open allocations, reads each slice's utilisation history (the
+   service's one sampler, :meth:`~.state.LabState.take_sample`), each user's GPU-hour budget
+   over the ledger's allocations of the period, and the warnings already given (kept in the
+   ledger, so a restarted service neither forgets them nor warns twice);
+3. decides with :func:`~jupyterhub_gpulab.fairuse.rounds.cull_round`: a warning is written to the
+   ledger (``set_warning``; the hub's home page and the gpulab user page show it); a stop goes
+   through the hub API (``DELETE /hub/api/users/<user>/servers/<name>``), which makes the spawner
+   close the allocation (``stopped``); the culler then amends its end reason to
+   ``culled:<rule>`` (or closes it so if the spawner could not) and leaves the user a notice;
+4. clears warnings whose condition cleared or whose server stopped.
+
+``c.GPULabService.cull_dry_run`` logs every decision (``[dry-run] …``) and changes nothing. A
+failure on one server (the hub refuses its stop, the database is busy) is logged and the pass
+goes on; the server is tried again next pass.
+
+Busy kernels
+------------
+The culler asks a server for busy kernels (``GET /user/<u>/<server>/api/kernels`` through the
+proxy) only when the ``idle`` rule is about to stop it, and only when the service's token holds
+``access:servers`` and ``c.GPULabService.proxy_url`` is set. ``configure_service`` grants
+neither, so by default that signal is skipped, for two reasons:
+
+- ``access:servers`` lets its holder use every user's server (run code, read files): more than a
+  monitoring service should hold;
+- the proxy stamps every answered request as activity on the server's route, and the hub copies
+  that into the server's ``last_activity``: polling kernels every pass would itself keep every
+  server "active". Asking only at the moment of a cull keeps that harmless (a busy kernel keeps
+  the server, as activity should; an idle one is stopped anyway).
+
+Without it, a busy *GPU* still counts as activity (the utilisation history), which covers a
+training run in a GPU server with its tab closed; the single-user server's own activity reports
+(kernel messages included) reach the hub's ``last_activity``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+from tornado.httpclient import HTTPClientError, HTTPRequest
+
+from .. import clock
+from ..fairuse.culler import Decision, Server, Settings, decide
+from ..fairuse.rounds import RoundReport, cull_round
+from ..ledger import Allocation
+from .cullconfig import CullerTraits
+from .cullplan import Running, budget_window_start, plan, running_servers, to_clear, warnings_map
+from .hubclient import HubClient, HubError
+from .state import LabState
+
+log = logging.getLogger("gpulab.culler")
+
+#: The scope a token needs to ask a single-user server for its kernels.
+KERNELS_SCOPE = "access:servers"
+
+
+def kernels_busy(models: object) -> bool | None:
+    """Whether any kernel in ``GET …/api/kernels``'s answer is executing (``None``: not a list
+    of kernel models)."""
+    if not isinstance(models, list):
+        return None
+    return any(isinstance(k, dict) and k.get("execution_state") == "busy" for k in models)
+
+
+class KernelProbe:
+    """Asks a server whether a kernel is busy, where the service's token may (module docstring)."""
+
+    def __init__(self, hub: HubClient, proxy_url: str):
+        self.hub = hub
+        self.proxy_url = proxy_url.rstrip("/")
+        self._allowed: bool | None = None
+
+    async def allowed(self) -> bool:
+        if self._allowed is not None:
+            return self._allowed
+        if not self.proxy_url:
+            self._allowed = False
+            return False
+        try:
+            scopes = await self.hub.token_scopes()
+        except HubError as e:
+            log.warning("culler: cannot read the service token's scopes: %s", e.message)
+            return False
+        self._allowed = KERNELS_SCOPE in scopes
+        if not self._allowed:
+            log.info(
+                "culler: not reading kernels: the service's token lacks %s (see the README's "
+                "'Fair use')",
+                KERNELS_SCOPE,
+            )
+        return self._allowed
+
+    async def busy(self, url_path: str) -> bool | None:
+        """Whether the server at ``url_path`` (``/user/alice/``) runs a busy kernel; ``None``
+        when it cannot tell."""
+        req = HTTPRequest(
+            f"{self.proxy_url}{url_path.rstrip('/')}/api/kernels?no_track_activity=1",
+            headers={"Authorization": f"token {self.hub.token}"},
+            request_timeout=10,
+        )
+        try:
+            resp = await self.hub.http.fetch(req)
+            return kernels_busy(json.loads(resp.body))
+        except (HTTPClientError, OSError, ValueError) as e:
+            log.info("culler: cannot read kernels of %s: %s", url_path, e)
+            return None
+
+
+class Culler:
+    """One culler per service; :meth:`run_pass` is called every ``cull_every``."""
+
+    def __init__(self, state: LabState, hub: HubClient, traits: CullerTraits):
+        self.state = state
+        self.hub = hub
+        self.dry_run = traits.cull_dry_run
+        self.every_s = traits.seconds("cull_every")
+        self.settings = Settings(
+            threshold_percent=traits.gpu_idle_threshold,
+            warn_before_s=traits.seconds("cull_warn_before"),
+            max_sample_gap_s=traits.seconds("max_sample_gap"),
+            tz=state.lab.tz,
+        )
+        self.unknown_idle = traits.unknown_utilization == "idle"
+        self.kernels = KernelProbe(hub, traits.proxy_url)
+        #: warnings "given" in a dry run (never written to the ledger)
+        self._dry_warnings: dict = {}
+        #: servers being stopped in the background: left alone until the hub says they stopped
+        self._stopping: set[tuple[str, str]] = set()
+        self._held: dict[tuple[str, str], tuple[Allocation, ...]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self.last_report: RoundReport | None = None
+
+    async def run_pass(self) -> RoundReport | None:
+        """One pass over every running server (module docstring); ``None`` when the hub could
+        not be asked (nothing is decided without it)."""
+        now = clock.utcnow()
+        try:
+            users = await self.hub.active_users()
+        except HubError as e:
+            log.warning(
+                "culler: cannot list servers from the hub, skipping this pass: %s", e.message
+            )
+            return None
+        self.hub.remember_active(users, now)
+        running = [r for r in running_servers(users) if r.key not in self._stopping]
+        planned, given = await asyncio.to_thread(self._gather, running, now)
+        self._held = {r.key: held for r, _, held in planned}
+        urls = {r.key: r.url for r in running}
+        warnings = self._dry_warnings if self.dry_run else warnings_map(given)
+        servers = await self._ask_kernels([s for _, s, _ in planned], warnings, now, urls)
+        report = await cull_round(
+            servers,
+            warnings,
+            now,
+            self.settings,
+            warn=self._warn,
+            stop=self._stop,
+            dry_run=self.dry_run,
+            logger=log,
+        )
+        if self.dry_run:
+            for d in report.decisions:
+                if d.action == "keep":
+                    log.info(d.log_line(True))
+        else:
+            await asyncio.to_thread(self._tidy, given, warnings, running, now)
+        acted = report.decisions and any(d.action != "keep" for d in report.decisions)
+        log.log(
+            logging.INFO if acted or report.failures or self.dry_run else logging.DEBUG,
+            "culler%s: %d server(s), %d warned, %d culled, %d failed",
+            " [dry-run]" if self.dry_run else "",
+            len(servers),
+            report.count("warn"),
+            report.count("cull"),
+            len(report.failures),
+        )
+        self.last_report = report
+        return report
+
+    # -- reads (in a thread) ------------------------------------------------------------------
+
+    def _gather(self, running: list[Running], now):
+        ledger, lab = self.state.ledger, self.state.lab
+        start = budget_window_start(lab, now)
+        period = ledger.allocations_between(start, now) if start < now else []
+        planned = plan(
+            running,
+            ledger.open_allocations(),
+            lab,
+            self.state.history,
+            period,
+            now,
+            within_s=self.settings.warn_before_s,
+            unknown_idle=self.unknown_idle,
+        )
+        return planned, ledger.warnings()
+
+    async def _ask_kernels(self, servers: Sequence[Server], warnings, now, urls) -> list[Server]:
+        """Servers the ``idle`` rule would stop now, with ``kernels_busy`` where they tell."""
+        found = []
+        for s in servers:
+            key = (s.user, s.name)
+            d = decide(s, warnings.get(key, {}), now, self.settings)
+            if d.action == "cull" and d.rule == "idle" and await self.kernels.allowed():
+                busy = await self.kernels.busy(urls.get(key, ""))
+                if busy is not None:
+                    s = replace(s, kernels_busy=busy)
+            found.append(s)
+        return found
+
+    # -- actions ------------------------------------------------------------------------------
+
+    async def _warn(self, d: Decision) -> None:
+        ledger = self.state.ledger
+        await asyncio.to_thread(ledger.set_warning, d.user, d.server_name, d.rule, d.message, d.at)
+
+    async def _stop(self, d: Decision) -> None:
+        key = (d.user, d.server_name)
+        held = [a.id for a in self._held.get(key, ())]
+        stopped = await self.hub.stop(d.user, d.server_name)
+        if stopped:
+            await self._close(d, held)
+            return
+        self._stopping.add(key)
+        task = asyncio.ensure_future(self._close_when_stopped(d, held))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _close_when_stopped(self, d: Decision, held: list[int]) -> None:
+        key = (d.user, d.server_name)
+        try:
+            if await self.hub.wait_stopped(d.user, d.server_name):
+                await self._close(d, held)
+            else:
+                log.warning("culler: %s/%r did not stop; will try again", d.user, d.server_name)
+        except Exception:
+            log.exception("culler: closing %s/%r after its stop failed", d.user, d.server_name)
+        finally:
+            self._stopping.discard(key)
+
+    async def _close(self, d: Decision, held: list[int]) -> None:
+        """The server is stopped: its allocations end as ``culled:<rule>`` (amending the
+        spawner's ``stopped``, or closing them if the spawner could not), and its user gets a
+        notice."""
+        ledger = self.state.ledger
+
+        def work():
+            for aid in held:
+                if not ledger.amend_end_reason(aid, d.end_reason):
+                    a = ledger.get(aid)
+                    if a is not None and a.open:
+                        ledger.release(aid, d.end_reason)
+            ledger.set_warning(d.user, d.server_name, d.end_reason, d.message, d.now)
+
+        await asyncio.to_thread(work)
+        log.info(
+            "culler: stopped %s/%r (%s), allocations %s ended %s",
+            d.user,
+            d.server_name,
+            d.profile,
+            held,
+            d.end_reason,
+        )
+
+    def _tidy(self, given, warnings, running, now) -> None:
+        for user, name, rule in to_clear(given, warnings, running, now):
+            self.state.ledger.clear_warnings(user, name, rule)
+
+    async def close(self) -> None:
+        """Let background stops finish (at most a few seconds) before the service exits."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5)

@@ -1,0 +1,234 @@
+"""What the culler knows about every running server, built from the hub's answer, the ledger and
+the utilisation history. Pure logic, no I/O: :mod:`.culling` reads, this module combines.
+
+- **Servers** come from the hub (``GET /hub/api/users?state=active``): every *ready* server,
+  named ones included, with its ``last_activity`` and its user's groups. A server still starting
+  or stopping is left alone.
+- **Slices** come from the ledger's open allocations, matched by ``(user, server_name)``: the
+  allocation gives the profile, the slice and ``started_at`` (the slice has been held since).
+  A server without one is CPU-only: its profile is the one in its ``user_options``, else the
+  lab's default profile, and only the ``idle`` and ``max-age`` rules apply to it.
+- **Limits**: the profile's ``idle_timeout``, ``gpu_idle_timeout`` and ``max_age``, the latter
+  capped by the user's policies' ``max_session`` (:func:`~..fairuse.quota.session_limit`).
+- **Utilisation**: the slice's history from the monitor; with ``unknown_idle`` a sample without
+  a figure counts as 0 % (``c.GPULabService.unknown_utilization = "idle"``).
+- **Budgets**: each user's governing GPU-hour budget over the ledger's allocations of the period
+  (:func:`~..fairuse.quota.user_budget`); servers whose user runs out within ``within_s`` get
+  ``budget_exhausted_at`` (:func:`~..fairuse.quota.over_budget_servers`).
+
+Warnings live in the ledger (``cull_warnings``): :func:`warnings_map` turns them into what
+:func:`~..fairuse.rounds.cull_round` keeps, and :func:`to_clear` says which rows a pass made
+obsolete. A server the culler stopped gets a notice whose rule is its end reason
+(``culled:<rule>``), shown to its user until they start that server again or for
+:data:`NOTICE_TTL`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+
+from ..config import Lab
+from ..fairuse.culler import RULES, Limits, Sample, Server
+from ..fairuse.quota import over_budget_servers, session_limit, user_budget, window_start
+from ..ledger import Allocation, CullWarning
+from ..policy import applicable_policies
+from ..profiles import Profile
+from .announce import NOTICE_PREFIX
+
+__all__ = [
+    "NOTICE_PREFIX",
+    "NOTICE_TTL",
+    "Running",
+    "budget_window_start",
+    "hub_time",
+    "plan",
+    "running_servers",
+    "to_clear",
+    "warnings_map",
+]
+
+#: How long a "your server was stopped" notice stays at most.
+NOTICE_TTL = timedelta(hours=24)
+
+
+def hub_time(text: str | None) -> datetime | None:
+    """A JupyterHub timestamp (``2026-03-02T12:00:00.123Z``) as an aware UTC datetime."""
+    if not text:
+        return None
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A ready server as the hub reports it."""
+
+    user: str
+    name: str
+    groups: tuple[str, ...]
+    admin: bool
+    started: datetime | None
+    last_activity: datetime | None
+    url: str
+    profile: str | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.user, self.name)
+
+
+def running_servers(users: Iterable[Mapping]) -> list[Running]:
+    """Every ready server in the hub's user models (servers starting or stopping are left out:
+    their ``pending`` is set and ``ready`` is false)."""
+    found = []
+    for u in users:
+        for name, srv in (u.get("servers") or {}).items():
+            if not srv.get("ready") or srv.get("pending"):
+                continue
+            options = srv.get("user_options") or {}
+            profile = options.get("profile") if isinstance(options, Mapping) else None
+            found.append(
+                Running(
+                    user=u["name"],
+                    name=name,
+                    groups=tuple(u.get("groups") or ()),
+                    admin=bool(u.get("admin")),
+                    started=hub_time(srv.get("started")),
+                    last_activity=hub_time(srv.get("last_activity")),
+                    url=srv.get("url") or "",
+                    profile=profile if isinstance(profile, str) else None,
+                )
+            )
+    return sorted(found, key=lambda r: r.key)
+
+
+def _default_profile(lab: Lab) -> Profile | None:
+    return next((p for p in lab.profiles if p.default), lab.profiles[0] if lab.profiles else None)
+
+
+def budget_window_start(lab: Lab, now: datetime) -> datetime:
+    """Where to read the ledger from to compute any user's budget now."""
+    policies = list(lab.policies.values())
+    if lab.default_policy is not None:
+        policies.append(lab.default_policy)
+    return window_start(policies, now, tz=lab.tz, term=lab.term)
+
+
+def _budgets(
+    running: Sequence[Running], lab: Lab, period: Iterable[Allocation], now: datetime
+) -> dict[str, object]:
+    by_user: dict[str, list[Allocation]] = {}
+    for a in period:
+        by_user.setdefault(a.user, []).append(a)
+    found = {}
+    for r in running:
+        if r.user not in found:
+            found[r.user] = user_budget(
+                r.user,
+                r.groups,
+                lab.policies,
+                by_user.get(r.user, ()),
+                now,
+                is_admin=r.admin,
+                default_policy=lab.default_policy,
+                tz=lab.tz,
+                term=lab.term,
+            )
+    return found
+
+
+def _seen(samples: Sequence[Sample], unknown_idle: bool) -> tuple[Sample, ...]:
+    if not unknown_idle:
+        return tuple(samples)
+    return tuple(replace(s, gpu_percent=0.0) if s.gpu_percent is None else s for s in samples)
+
+
+def plan(
+    running: Sequence[Running],
+    open_allocations: Iterable[Allocation],
+    lab: Lab,
+    history: Callable[[str], Sequence[Sample]],
+    period_allocations: Iterable[Allocation],
+    now: datetime,
+    *,
+    within_s: float,
+    unknown_idle: bool = False,
+) -> list[tuple[Running, Server, tuple[Allocation, ...]]]:
+    """One culler :class:`~..fairuse.culler.Server` per running server (module docstring), with
+    the hub's record and the open allocations it holds (oldest first). ``history(slice_id)``
+    gives a slice's samples; ``period_allocations``: the ledger's allocations since
+    :func:`budget_window_start` (every user's; only running users' count)."""
+    held: dict[tuple[str, str], list[Allocation]] = {}
+    for a in open_allocations:
+        held.setdefault((a.user, a.server_name), []).append(a)
+    for allocations in held.values():
+        allocations.sort(key=lambda a: a.id)
+    budgets = _budgets(running, lab, period_allocations, now)
+    mine_open = [a for r in running for a in held.get(r.key, ())]
+    exhausted: dict[int, datetime] = {
+        ob.allocation.id: ob.exhausted_at
+        for ob in over_budget_servers(mine_open, budgets, now, within_s=within_s)
+    }
+    found = []
+    for r in running:
+        allocations = tuple(held.get(r.key, ()))
+        first = allocations[0] if allocations else None
+        slug = first.profile if first else r.profile
+        profile = lab.profile(slug) if slug else None
+        if profile is None and first is None:
+            profile = _default_profile(lab)
+        mine = applicable_policies(r.groups, r.admin, lab.policies, lab.default_policy)
+        limits = Limits.for_profile(profile, session_limit(profile, mine)) if profile else Limits()
+        started = first.started_at if first else (r.started or now)
+        dues = [exhausted[a.id] for a in allocations if a.id in exhausted]
+        server = Server(
+            user=r.user,
+            name=r.name,
+            profile=slug or (profile.slug if profile else "?"),
+            started_at=started,
+            limits=limits,
+            last_activity=r.last_activity,
+            kernels_busy=None,
+            has_gpu=first is not None,
+            samples=_seen(history(first.slice_id), unknown_idle) if first else (),
+            budget_exhausted_at=min(dues) if dues else None,
+        )
+        found.append((r, server, allocations))
+    return found
+
+
+def warnings_map(warnings: Iterable[CullWarning]) -> dict[tuple[str, str], dict[str, datetime]]:
+    """The ledger's warnings as :func:`~..fairuse.rounds.cull_round` keeps them:
+    ``{(user, server_name): {rule: when warned}}`` (notices left out)."""
+    found: dict[tuple[str, str], dict[str, datetime]] = {}
+    for w in warnings:
+        if w.rule in RULES:
+            found.setdefault((w.user, w.server_name), {})[w.rule] = w.created_at
+    return found
+
+
+def to_clear(
+    warnings: Iterable[CullWarning],
+    kept: Mapping[tuple[str, str], Mapping[str, datetime]],
+    running: Iterable[Running],
+    now: datetime,
+) -> list[tuple[str, str, str]]:
+    """``(user, server_name, rule)`` of the ledger's warnings a pass made obsolete: warnings no
+    longer in ``kept`` (cancelled, acted on, or their server stopped), and notices of a cull
+    whose server runs again (a pass after the cull sees it ready: it was started since) or that
+    are older than :data:`NOTICE_TTL`."""
+    again = {r.key for r in running}
+    found = []
+    for w in warnings:
+        key = (w.user, w.server_name)
+        if w.rule in RULES:
+            if w.rule not in kept.get(key, {}):
+                found.append((w.user, w.server_name, w.rule))
+        elif w.rule.startswith(NOTICE_PREFIX) and (key in again or now - w.created_at > NOTICE_TTL):
+            found.append((w.user, w.server_name, w.rule))
+    return found

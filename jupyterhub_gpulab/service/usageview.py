@@ -1,0 +1,155 @@
+"""Pure builders of the fair-use figures the pages and the API show: GPU-hours used in a period
+(per group, per user), a user's budget and usage, and the culler's warnings. No I/O.
+
+The accounting rule (:mod:`jupyterhub_gpulab.fairuse.accounting`), as the pages state it:
+:data:`RULE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
+
+from ..fairuse.accounting import Usage
+from ..fairuse.quota import Budget, period_window
+from ..ledger import CullWarning
+from .announce import NOTICE_PREFIX
+from .views import iso
+
+__all__ = ["RULE", "PeriodError", "budget_view", "parse_period", "usage_view", "warnings_view"]
+
+RULE = (
+    "GPU-hours are weighted by the slice's share of a device: a whole GPU (or vGPU) counts 1, a "
+    "MIG instance its compute slices over the GPU's 7 (a 1g.10gb hour is 1/7 of a GPU-hour), a "
+    "shared seat its compute share. Only time inside the period counts; a running server counts "
+    "up to now; CPU-only servers count nothing. A group's figure is what was charged to it (each "
+    "allocation is charged to one of its user's groups); a user's is all their allocations."
+)
+
+#: The longest period the API sums at once (days).
+MAX_DAYS = 400
+
+
+class PeriodError(ValueError):
+    """A period the caller wrote wrong; the message says the accepted form."""
+
+
+def _day(text: str, what: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise PeriodError(f"{what} {text!r} is not an ISO date such as 2026-03-02") from None
+
+
+def parse_period(
+    start: str | None, end: str | None, now: datetime, tz: tzinfo = timezone.utc
+) -> tuple[datetime, datetime]:
+    """``[start, end)`` in UTC from two ISO dates (local midnights in ``tz``; ``end`` is the day
+    after the last one counted). Both missing: this calendar week (Monday to Monday, as the
+    budgets count). One missing: a week from, or up to, the other."""
+    if not start and not end:
+        return period_window("week", now, tz=tz)
+    first = _day(start, "start") if start else None
+    last = _day(end, "end") if end else None
+    if first is None:
+        first = last - timedelta(days=7)
+    if last is None:
+        last = first + timedelta(days=7)
+    if last <= first:
+        raise PeriodError(f"end {last} must be after start {first}")
+    if (last - first).days > MAX_DAYS:
+        raise PeriodError(f"a period of at most {MAX_DAYS} days, please")
+
+    def midnight(d: date) -> datetime:
+        return datetime.combine(d, time(0), tzinfo=tz).astimezone(timezone.utc)
+
+    return midnight(first), midnight(last)
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600.0, 4)
+
+
+def usage_view(u: Usage, tz: tzinfo = timezone.utc) -> dict:
+    """GPU-hours in ``u``'s period: total, per charge group (``null``: charged to none) and per
+    user, largest first; the period's dates in ``tz`` for the CSV link and the form."""
+    local_start = u.start.astimezone(tz).date()
+    local_end = u.end.astimezone(tz).date()
+    return {
+        "period": {
+            "start": iso(u.start),
+            "end": iso(u.end),
+            "start_date": local_start.isoformat(),
+            "end_date": local_end.isoformat(),
+        },
+        "rule": RULE,
+        "total_gpu_hours": _hours(u.total),
+        "by_group": [
+            {"group": g or None, "gpu_hours": _hours(s)}
+            for g, s in sorted(u.by_group.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
+        "by_user": [
+            {"user": name, "gpu_hours": _hours(s)}
+            for name, s in sorted(u.by_user.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
+        # what the CSV export holds, one row per user, group, profile and slice kind
+        "rows": [
+            {
+                "user": r.user,
+                "group": r.group or None,
+                "profile": r.profile,
+                "slice_kind": r.slice_kind,
+                "allocations": r.allocations,
+                "gpu_seconds": round(r.gpu_seconds, 1),
+                "gpu_hours": _hours(r.gpu_seconds),
+            }
+            for r in u.rows
+        ],
+    }
+
+
+def budget_view(
+    budget: Budget | None, used_hours: float, period: tuple[datetime, datetime], tz: tzinfo
+) -> dict:
+    """A user's governing budget (``None``: none applies) and what they used in its period (or,
+    without a budget, in ``period``: this week)."""
+    if budget is None:
+        return {
+            "budget": None,
+            "describe": None,
+            "rule": RULE,
+            "used_hours": round(used_hours, 4),
+            "period_start": iso(period[0]),
+            "period_end": iso(period[1]),
+        }
+    return {
+        "budget": {
+            "group": budget.group,
+            "period": budget.period,
+            "limit_hours": budget.limit_hours,
+            "remaining_hours": round(budget.remaining_hours, 4),
+            "exhausted": budget.exhausted,
+            "resets_at": iso(budget.resets_at),
+        },
+        "describe": budget.describe(tz),
+        "rule": RULE,
+        "used_hours": round(budget.used_hours, 4),
+        "period_start": iso(budget.start),
+        "period_end": iso(budget.resets_at),
+    }
+
+
+def warnings_view(warnings: Iterable[CullWarning]) -> list[dict]:
+    """The culler's warnings and notices, soonest first: ``kind`` is ``warning`` (the server
+    will be stopped at ``due_at``) or ``stopped`` (a notice that it was)."""
+    return [
+        {
+            "user": w.user,
+            "server_name": w.server_name,
+            "rule": w.rule,
+            "kind": "stopped" if w.rule.startswith(NOTICE_PREFIX) else "warning",
+            "message": w.message,
+            "due_at": iso(w.due_at),
+        }
+        for w in warnings
+    ]

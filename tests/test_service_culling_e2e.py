@@ -1,0 +1,103 @@
+"""The culler end to end: a real hub runs GPUDockerSpawner (real containers, attach mode "env",
+the declared lab of e2e_support) and the gpulab service as a managed service, with real time and
+short timeouts. No GPU reports a figure here, so the lab counts unknown utilisation as idle
+(``c.GPULabService.unknown_utilization = "idle"``, as the demo does)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from e2e_support import (
+    PROFILES,
+    containers_with_label,
+    new_hub,
+    remove_node_containers,
+    require_docker,
+)
+from hubtools import free_port
+from service_support import ledger_for, login, parse_html, wait_for_service
+
+pytestmark = pytest.mark.docker
+
+GPU_IDLE_S = 8
+
+
+def service_extra(port: int) -> str:
+    profiles = [
+        {**p, "gpu_idle_timeout": f"{GPU_IDLE_S}s"} if p["slug"] == "mig" else p for p in PROFILES
+    ]
+    return f"""
+from jupyterhub_gpulab.service.hubconfig import configure_service
+c.GPULab.profiles = {profiles!r}
+configure_service(c, config_file=__file__, url="http://127.0.0.1:{port}")
+import os
+c.GPULabService.cookie_secret_file = os.path.join(os.path.dirname(__file__), "gpulab_cookie")
+c.GPULabService.sample_interval = 1
+c.GPULabService.cull_every = "1s"
+c.GPULabService.cull_warn_before = "3s"
+c.GPULabService.max_sample_gap = "10s"
+c.GPULabService.unknown_utilization = "idle"
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    require_docker()
+    hub = new_hub(tmp_path_factory.mktemp("culling-e2e"), extra=service_extra(free_port()))
+    hub.start()
+    try:
+        wait_for_service(hub)
+        hub.create_user("student1", ["students"])
+        yield hub
+    finally:
+        hub.stop()
+        remove_node_containers(hub.workdir.name)
+
+
+def wait_for(what, check, timeout: float, hub) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.25)
+    raise AssertionError(f"{what} within {timeout}s:\n{hub.log_tail(40)}")
+
+
+def test_a_real_server_over_an_idle_slice_is_warned_then_culled(hub):
+    ledger = ledger_for(hub)
+    try:
+        r = hub.spawn("student1", {"profile": "mig"})
+        assert r.status_code in (201, 202), r.text
+        container = hub.wait_ready("student1")["state"]["object_name"]
+        [held] = ledger.open_allocations("student1")
+        session = login(hub, "student1")
+
+        warning = wait_for(
+            "a gpu-idle warning",
+            lambda: [w for w in ledger.warnings("student1") if w.rule == "gpu-idle"],
+            GPU_IDLE_S + 20,
+            hub,
+        )[0]
+        home = parse_html(session.get(hub.url + "/hub/home", timeout=30).text)
+        announcement = home.find("div", cls="announcement").text()
+        assert "Your server will be stopped at" in announcement
+        assert warning.message in announcement
+
+        wait_for("the cull", lambda: not ledger.get(held.id).open, 30, hub)
+        wait_for(
+            "the end reason",
+            lambda: ledger.get(held.id).end_reason == "culled:gpu-idle",
+            15,
+            hub,
+        )
+        assert hub.server("student1") is None
+        assert containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}") == []
+        gone = subprocess.run(["docker", "inspect", container], capture_output=True)
+        assert gone.returncode != 0  # the container was removed
+        home = parse_html(session.get(hub.url + "/hub/home", timeout=30).text)
+        assert "Your server was stopped" in home.find("div", cls="announcement").text()
+    finally:
+        ledger.close()
