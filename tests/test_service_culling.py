@@ -98,17 +98,17 @@ def hub(tmp_path_factory, token):
     )
     hub.extra_config += f'c.GPULabService.proxy_url = "{hub.url}"\n'
     hub.write_config()
-    boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
     try:
-        start_hub(hub.workdir, hub=hub)
-    finally:
-        boot.stop()
-    for name, groups in USERS.items():
-        hub.create_user(name, groups)
-    try:
+        boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
+        try:
+            start_hub(hub.workdir, hub=hub)
+        finally:
+            boot.stop()
+        for name, groups in USERS.items():
+            hub.create_user(name, groups)
         yield hub
     finally:
-        hub.stop()
+        hub.stop()  # also when it failed to start: its proxy may run
 
 
 class Clock:

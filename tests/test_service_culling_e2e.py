@@ -46,8 +46,8 @@ c.GPULabService.unknown_utilization = "idle"
 def hub(tmp_path_factory):
     require_docker()
     hub = new_hub(tmp_path_factory.mktemp("culling-e2e"), extra=service_extra(free_port()))
-    hub.start()
     try:
+        hub.start()
         wait_for_service(hub)
         hub.create_user("student1", ["students"])
         yield hub
