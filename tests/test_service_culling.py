@@ -426,3 +426,24 @@ def test_only_a_busy_kernel_saves_a_server_from_the_idle_rule(hub, svc, at, ledg
         assert running(hub, "fay") and rules(ledger, "fay") == set()  # warning withdrawn
     finally:
         busy.unlink()
+
+
+def test_an_admin_cannot_release_the_slice_of_a_running_server(hub, svc, at, ledger):
+    """Found by a fresh reviewer: releasing a running server's allocation let a second user take
+    the GPU its container still used. The service now refuses (409) until the server stops."""
+    from jupyterhub_gpulab.service import actions
+
+    spawn(hub, "ann")
+    a = hold(ledger, "ann", "A40")
+
+    def release():
+        return actions.release(svc.service.state, svc.service.hub, a.id, by="admin")
+
+    with pytest.raises(actions.ActionError) as e:
+        svc.call(release)
+    assert e.value.status == 409
+    assert "Stop the server instead" in e.value.message
+    assert ledger.get(a.id).open
+    hub.stop_server("ann")
+    assert "is free" in svc.call(release)
+    assert not ledger.get(a.id).open

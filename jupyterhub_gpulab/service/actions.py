@@ -60,21 +60,36 @@ async def undrain(state: LabState, uuid: str, *, by: str) -> str:
     return f"GPU {d['index']} ({d['name']}) is back in service."
 
 
-async def release(state: LabState, allocation_id: int, *, by: str) -> str:
-    """Close an allocation and free its slice (a stale one: its server is gone)."""
-
-    def work():
-        a = state.ledger.get(allocation_id)
-        if a is None:
-            raise ActionError(404, f"No allocation {allocation_id}.")
-        if not a.open:
+async def release(state: LabState, hub: HubClient, allocation_id: int, *, by: str) -> str:
+    """Close a *stale* allocation and free its slice: its server is not running, or its slice
+    left the inventory. An allocation whose server runs is refused (409): its container still
+    uses the GPU, so freeing the slice would hand it to a second user; stop the server instead.
+    """
+    a = await asyncio.to_thread(state.ledger.get, allocation_id)
+    if a is None:
+        raise ActionError(404, f"No allocation {allocation_id}.")
+    if not a.open:
+        raise ActionError(409, f"Allocation {allocation_id} is already closed ({a.end_reason}).")
+    if a.slice_id in state.present_slice_ids():
+        try:
+            servers = await hub.servers_of(a.user)
+        except HubError as e:
             raise ActionError(
-                409, f"Allocation {allocation_id} is already closed ({a.end_reason})."
+                503,
+                f"Cannot check {a.user}'s servers with the hub ({e.message}); nothing released.",
+            ) from None
+        live = next((s for s in servers if s.name == a.server_name and s.state != "stopped"), None)
+        if live is not None:
+            label = (
+                f"{a.user}'s server {a.server_name!r}" if a.server_name else f"{a.user}'s server"
             )
-        state.ledger.release(allocation_id, ADMIN_REASON)
-        return a
-
-    a = await asyncio.to_thread(work)
+            raise ActionError(
+                409,
+                f"{label} is {live.state}: its container still uses this slice, so releasing it "
+                "would give the GPU to two users. Stop the server instead.",
+            )
+    if not await asyncio.to_thread(state.ledger.release, allocation_id, ADMIN_REASON):
+        raise ActionError(409, f"Allocation {allocation_id} was closed meanwhile.")
     log.info("%s released allocation %d (%s on %s)", by, a.id, a.user, a.slice_id)
     return f"Released allocation {a.id}: {a.user}'s slice {a.slice_id} is free."
 

@@ -81,7 +81,7 @@ class AllocationsAPI(APIHandler):
 class AllocationAPI(APIHandler):
     async def delete(self, allocation_id: str):
         self.require(admin=True)
-        await self.run(actions.release(self.state, int(allocation_id), by=self.who))
+        await self.run(actions.release(self.state, self.hub, int(allocation_id), by=self.who))
 
 
 class UsageAPI(APIHandler):

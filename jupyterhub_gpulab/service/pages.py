@@ -133,7 +133,7 @@ class ActionPage(PageHandler):
             elif action == "undrain":
                 msg = await actions.undrain(self.state, arg("device"), by=by)
             elif action == "release":
-                msg = await actions.release(self.state, _int(arg("allocation")), by=by)
+                msg = await actions.release(self.state, self.hub, _int(arg("allocation")), by=by)
             elif action == "stop":
                 user, server = await self._server_of(arg("allocation", ""))
                 msg, _ = await actions.stop_server(self.state, self.hub, user, server, by=by)
