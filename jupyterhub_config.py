@@ -30,7 +30,10 @@ c.JupyterHub.hub_connect_ip = os.environ.get("GPULAB_HUB_CONNECT_IP", "172.17.0.
 c.JupyterHub.db_url = f"sqlite:///{state_dir}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = f"{state_dir}/jupyterhub_cookie_secret"
 c.ConfigurableHTTPProxy.pid_file = f"{state_dir}/jupyterhub-proxy.pid"
-# A hub restart (upgrade, config change) keeps users' servers and their GPU slices running.
+c.JupyterHub.hub_port = int(os.environ.get("GPULAB_HUB_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('GPULAB_PROXY_API_PORT', '8001')}"
+# A hub restart (upgrade, config change) keeps users' servers and their GPU slices running. The
+# proxy keeps routing while the hub is down; the restarted hub replaces it (a ~3 s gap).
 c.JupyterHub.cleanup_servers = False
 c.JupyterHub.cleanup_proxy = False
 c.JupyterHub.allow_named_servers = True
