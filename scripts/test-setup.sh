@@ -3,7 +3,7 @@
 #
 # Why: sessions and CI start with no Docker engine, PostgreSQL stopped, a proxy command that does
 # not run as installed, and no single-user image (there is no registry to pull one from).
-# What, in order: scripts/ensure-packages.sh, scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
+# What, in order (the image needs the installed JupyterHub's version): scripts/ensure-packages.sh, scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
 # images/build-singleuser.sh (skipped when the image is current), then `pip install -e '.[test]'`
 # unless this checkout is already the installed one. Idempotent; ~1 s when everything is already up.
 # It cannot export into its caller; on success it prints lines a caller may eval:
@@ -26,10 +26,6 @@ run_step packages "$REPO/scripts/ensure-packages.sh"
 run_step docker "$REPO/scripts/ensure-docker.sh"
 pg_url=$(run_step postgres "$REPO/scripts/ensure-postgres.sh" | tail -n 1)
 run_step proxy "$REPO/scripts/ensure-proxy.sh"
-image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
-# A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
-gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
-
 # Install this checkout (editable), unless it is already the one Python imports: a clone tested
 # next to another checkout must not run the other checkout's code in hub subprocesses.
 # (The test extras are checked too: demo.sh installs the package without them.)
@@ -38,6 +34,10 @@ if [ "$installed" != "$REPO" ]; then
     (cd "$REPO" && "$PYTHON" -m pip install -q -e '.[test]' >/tmp/gpulab-pip-install.log 2>&1) \
         || { echo "test-setup: pip install -e '.[test]' failed; see /tmp/gpulab-pip-install.log" >&2; exit 1; }
 fi
+image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
+# A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
+gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
+
 
 echo "GPULAB_TEST_POSTGRES_URL=$pg_url"
 echo "GPULAB_TEST_IMAGE=$image"
