@@ -76,7 +76,7 @@ async def test_mig_layout_changed_after_reboot_flags_allocation_and_never_hands_
 
     # the admin releases the stale allocation: the vanished slice is still never handed out,
     # not even after the device is drained and returned to service
-    assert await actions.release(after, held.id, by="admin")
+    assert await actions.release(after, NO_SERVERS, held.id, by="admin")
     await actions.drain(after, A100_UUID, "maintenance", by="admin")
     await actions.undrain(after, A100_UUID, by="admin")
     assert ledger.capacity(MIG_1G) == (0, 0)
@@ -162,6 +162,16 @@ async def test_drain_keeps_holders_and_stops_new_claims(ledger):
     assert ledger.claim(a40, user="bob", profile="a40").allocation.slice_id == "GPU-a40-0001"
 
 
+class _NoServers:
+    """The hub's answer for a user who runs nothing (the real hub is in test_service_culling)."""
+
+    async def servers_of(self, user):
+        return []
+
+
+NO_SERVERS = _NoServers()
+
+
 async def test_actions_on_what_does_not_exist_say_so(ledger):
     state = LabState(gpulab(inventory=LAB), ledger, nvml=FakeNVML.library_missing())
     state.sync()
@@ -169,10 +179,10 @@ async def test_actions_on_what_does_not_exist_say_so(ledger):
         await actions.drain(state, "GPU-nope", by="admin")
     assert e.value.status == 404
     with pytest.raises(actions.ActionError) as e:
-        await actions.release(state, 12345, by="admin")
+        await actions.release(state, NO_SERVERS, 12345, by="admin")
     assert e.value.status == 404
     a = ledger.claim(SliceRequest(kind=SliceKind.SHARED), user="u", profile="p").allocation
-    await actions.release(state, a.id, by="admin")
+    await actions.release(state, NO_SERVERS, a.id, by="admin")
     with pytest.raises(actions.ActionError) as e:
-        await actions.release(state, a.id, by="admin")
+        await actions.release(state, NO_SERVERS, a.id, by="admin")
     assert e.value.status == 409 and "already closed" in e.value.message
