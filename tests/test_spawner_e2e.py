@@ -153,7 +153,11 @@ def test_a_killed_container_frees_its_slice_at_the_next_poll(hub, ledger):
     assert ledger.open_allocations() == []
     closed = ledger.get(state["gpulab_allocation"])
     assert closed.end_reason in ("container-gone", "exited", "stopped")
-    # and the slice can be taken again
+    # the hub notices too (it may still be finishing the stop), and the slice can be taken again
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and hub.server("researcher1") is not None:
+        time.sleep(0.3)
+    assert hub.server("researcher1") is None
     spawn_ready(hub, "researcher1", "a40")
 
 
