@@ -8,7 +8,7 @@ maps processes to containers through ``/proc``.
 Where each slice's figures come from:
 
 - **whole GPU**: GPM's busy share over the interval (Hopper or newer,
-  :class:`~jupyterhub_gpulab.inventory.nvml.GpmActivity`), else ``nvmlDeviceGetUtilizationRates``
+  :class:`~jupyterhub_gpulab.inventory.nvml_sampling.GpmActivity`), else ``nvmlDeviceGetUtilizationRates``
   (the share of the driver's last sample period, 1/6 s to 1 s, in which a kernel ran);
   memory from ``nvmlDeviceGetMemoryInfo``.
 - **MIG device**: GPM's per-GPU-instance busy share (Hopper or newer). NVML offers no MIG
@@ -37,7 +37,8 @@ from typing import Any
 
 from .. import clock
 from ..inventory.model import Inventory, Slice, SliceKind
-from ..inventory.nvml import GpmActivity, ProcessReport, process_utilization, sample_utilization
+from ..inventory.nvml import sample_utilization
+from ..inventory.nvml_sampling import GpmActivity, ProcessReport, process_utilization
 from .culler import Sample
 
 __all__ = ["UtilizationMonitor", "container_of_pid"]
