@@ -80,12 +80,30 @@ def cmd_inventory(args) -> int:
     return 0
 
 
-def cmd_check_config(args) -> int:
+def _service_errors(config: Config) -> list[str]:
+    """Problems in ``c.GPULabService`` (the culler's durations, unknown_utilization …)."""
+    from traitlets import TraitError
+
+    from .service.app import GPULabService
+
     try:
-        lab = _lab(args)
+        GPULabService(config=config)
+    except TraitError as e:
+        return [f"c.GPULabService: {e}"]
+    return []
+
+
+def cmd_check_config(args) -> int:
+    config = _config(args.config)
+    errors = _service_errors(config)
+    lab = None
+    try:
+        lab = GPULab(config=config).load()
     except ConfigError as e:
-        print(f"{args.config or DEFAULT_CONFIG}: {len(e.errors)} error(s):", file=sys.stderr)
-        for m in e.errors:
+        errors = e.errors + errors
+    if errors:
+        print(f"{args.config or DEFAULT_CONFIG}: {len(errors)} error(s):", file=sys.stderr)
+        for m in errors:
             print(f"  - {m}", file=sys.stderr)
         return 1
     for w in lab.warnings:

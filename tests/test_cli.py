@@ -364,3 +364,14 @@ def test_check_config_warns_about_profiles_no_gpu_can_serve(capsys, tmp_path):
         "profile 'huge' asks for MIG 7g.80gb, which no GPU in this inventory (declared) provides"
         in out
     )
+
+
+def test_check_config_lists_bad_service_settings_too(capsys, tmp_path):
+    config = write_config(
+        tmp_path,
+        f"c.GPULab.inventory = {LAB!r}\nc.GPULab.profiles = {PROFILES!r}\n"
+        'c.GPULabService.cull_every = "soon"\n',
+    )
+    assert main(["check-config", "-f", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "c.GPULabService" in err and "soon" in err
