@@ -427,14 +427,16 @@ def test_user_page_shows_my_slice_its_isolation_my_limits_and_what_i_may_start(c
         r.attrs["data-profile"]: r.find("td", cls="free").text()
         for r in page.find_all("tr", cls="profile")
     }
+    limit_note = "you hold all the slices you may; stop a server first"
     assert free == {
         "cpu": "no GPU needed",
-        "mig-small": "1 of 2 free",
-        "shared-seat": "3 of 4 free",
+        "mig-small": "1 of 2 free " + limit_note,
+        "shared-seat": "3 of 4 free " + limit_note,
     }
 
     seat_page = parse_html(ctx.page("researcher", "me").text)
     assert seat_page.find("span", cls="isolation").text() == "soft isolation"
+    assert not seat_page.find_all("small", cls="at-limit")  # researchers may hold more
     assert "a40" in {r.attrs["data-profile"] for r in seat_page.find_all("tr", cls="profile")}
 
 
