@@ -1,7 +1,7 @@
 """The slice ledger: SQLAlchemy tables, Alembic migrations, and atomic claim / release."""
 
 from .db import SchemaOutOfDate, make_engine
-from .ledger import Ledger
+from .ledger import Ledger, close_shared_ledgers, shared_ledger
 from .models import (
     Allocation,
     Claim,
@@ -24,5 +24,7 @@ __all__ = [
     "ReconcileReport",
     "SchemaOutOfDate",
     "SyncReport",
+    "close_shared_ledgers",
     "make_engine",
+    "shared_ledger",
 ]

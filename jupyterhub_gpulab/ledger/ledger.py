@@ -7,6 +7,7 @@ several processes (hub, service, a second hub replica on PostgreSQL) may share o
 from __future__ import annotations
 
 import logging
+import threading
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -341,3 +342,25 @@ class Ledger(InventorySync, LedgerQueries):
 
 class _Taken(Exception):
     """Internal: the slice row was taken between our read and our write."""
+
+
+_shared: dict[str, Ledger] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_ledger(url: str, *, auto_upgrade: bool = False) -> Ledger:
+    """The process's one :class:`Ledger` for ``url`` (one engine, pool and WAL checkpointer),
+    built on first use: the hub's spawners and its home-page warnings share it."""
+    with _shared_lock:
+        ledger = _shared.get(url)
+        if ledger is None:
+            ledger = _shared[url] = Ledger(url, auto_upgrade=auto_upgrade)
+        return ledger
+
+
+def close_shared_ledgers() -> None:
+    """Close every shared ledger (tests that build several labs in one process)."""
+    with _shared_lock:
+        for ledger in _shared.values():
+            ledger.close()
+        _shared.clear()

@@ -3,8 +3,8 @@
 JupyterHub calls a callable template variable with the current user on every render of every hub
 page (one indexed query on the ledger each time) and inserts an announcement's text unescaped
 (``{{ announcement | safe }}``), so :func:`warnings_html` escapes everything it writes. :class:`HomeAnnouncement` reads the user's
-warnings from the ledger (one small :class:`~jupyterhub_gpulab.ledger.Ledger` per hub process,
-built on first use from ``c.GPULab.db_url``) and never raises: a page must render even when the
+warnings from the ledger (the hub process's shared :class:`~jupyterhub_gpulab.ledger.Ledger` for
+``c.GPULab.db_url``, the spawners' own) and never raises: a page must render even when the
 ledger cannot be read.
 
 This module imports nothing heavy at import time: ``configure_service`` uses it inside
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import logging
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,21 +50,20 @@ class HomeAnnouncement:
         self.config = config
         self.page_url = page_url
         self.before = before
-        self._ledger = None
-        self._lock = threading.Lock()
 
     def __deepcopy__(self, memo):
-        # traitlets copies config values; one announcement (and its ledger) per hub process
+        # traitlets copies config values; keep one announcement per hub process
         return self
 
-    def ledger(self):
-        with self._lock:
-            if self._ledger is None:
-                from ..config import GPULab
-                from ..ledger import Ledger
+    _url: str | None = None
 
-                self._ledger = Ledger(GPULab(config=self.config).db_url)
-            return self._ledger
+    def ledger(self):
+        from ..config import GPULab
+        from ..ledger import shared_ledger
+
+        if self._url is None:
+            self._url = GPULab(config=self.config).db_url
+        return shared_ledger(self._url)
 
     def _before(self, user) -> str:
         if callable(self.before):

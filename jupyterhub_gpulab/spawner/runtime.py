@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from .. import clock
 from ..config import GPULab, Lab
-from ..ledger import Ledger, ReconcileReport
+from ..ledger import ReconcileReport, close_shared_ledgers, shared_ledger
 from .container import LABEL_ALLOCATION, LABEL_NODE
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class LabRuntime:
         self.lab: Lab = gpulab.load()
         for w in self.lab.warnings:
             log.warning("gpulab inventory: %s", w)
-        self.ledger = Ledger(gpulab.db_url, auto_upgrade=gpulab.db_auto_upgrade)
+        self.ledger = shared_ledger(gpulab.db_url, auto_upgrade=gpulab.db_auto_upgrade)
         report = self.ledger.sync_inventory(self.lab.inventory, node=self.lab.node)
         log.info(
             "gpulab: %d device(s), %d slice(s) from %s (added %d, vanished %d)",
@@ -89,8 +89,7 @@ def get_runtime(gpulab: GPULab) -> LabRuntime:
 
 
 def forget_runtimes() -> None:
-    """Close and drop every runtime (tests that build several labs in one process)."""
+    """Drop every runtime and close the ledgers (tests that build several labs in one process)."""
     with _lock:
-        for rt in _runtimes.values():
-            rt.ledger.close()
         _runtimes.clear()
+    close_shared_ledgers()
