@@ -55,6 +55,7 @@ __all__ = [
     "load_policies",
     "applicable_policies",
     "resolve",
+    "user_limit",
 ]
 
 #: The policy key that applies to JupyterHub admins.
@@ -285,6 +286,13 @@ def applicable_policies(
     return (default_policy,) if default_policy is not None else ()
 
 
+def user_limit(policies: Iterable[GroupPolicy]) -> int | None:
+    """The most slices a user under ``policies`` may hold at once: the most generous of them (a
+    policy without ``max_slices_per_user`` means no limit, as does having no policy)."""
+    limits = [p.max_slices_per_user for p in policies]
+    return None if not limits or None in limits else max(limits)
+
+
 def resolve(
     groups: Iterable[str],
     is_admin: bool,
@@ -303,8 +311,7 @@ def resolve(
     priority = max((p.priority for p in mine), default=0)
     if not profile.slice.wants_gpu:
         return Entitlement(user_limit=None, charge_groups=(), priority=priority, counted=False)
-    limits = [p.max_slices_per_user for p in mine]
-    user_limit = None if not limits or None in limits else max(limits)
+    limit = user_limit(mine)
     covering = sorted(
         (p for p in mine if p.allows(profile.slug)), key=lambda p: (-p.priority, p.group)
     )
@@ -315,7 +322,7 @@ def resolve(
             reason="not-entitled",
         )
     return Entitlement(
-        user_limit=user_limit,
+        user_limit=limit,
         charge_groups=tuple((p.group, p.max_slices) for p in covering),
         priority=priority,
     )

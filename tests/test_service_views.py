@@ -11,7 +11,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpulab.ledger import Allocation
-from jupyterhub_gpulab.policy import GroupPolicy
+from jupyterhub_gpulab.policy import GroupPolicy, user_limit
 from jupyterhub_gpulab.profiles import load_profiles
 from jupyterhub_gpulab.service import views
 from jupyterhub_gpulab.service.api import api_handlers
@@ -152,7 +152,7 @@ def test_group_usage_against_caps_marks_full_groups():
 )
 def test_user_limit_is_the_most_generous_of_their_policies(limits, expected):
     policies = [GroupPolicy(f"g{i}", max_slices_per_user=n) for i, n in enumerate(limits)]
-    assert views.user_limit(policies) == expected
+    assert user_limit(policies) == expected
 
 
 def test_user_view_shows_slice_isolation_limits_and_capacity():

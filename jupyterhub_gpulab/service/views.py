@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from ..inventory import SliceKind, Utilization
 from ..ledger import Allocation
-from ..policy import GroupPolicy, applicable_policies
+from ..policy import GroupPolicy, applicable_policies, user_limit
 from ..profiles import Profile
 from ..units import format_bytes
 
@@ -268,13 +268,6 @@ def refusal_view(refusals: Mapping[str, int]) -> list[dict]:
         {"reason": r, "count": n}
         for r, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0]))
     ]
-
-
-def user_limit(policies: Iterable[GroupPolicy]) -> int | None:
-    """The most slices a user may hold at once: the most generous of their policies (a policy
-    without a per-user limit means none), as :func:`jupyterhub_gpulab.policy.resolve` rules."""
-    limits = [p.max_slices_per_user for p in policies]
-    return None if not limits or None in limits else max(limits)
 
 
 def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utilization]) -> dict:
