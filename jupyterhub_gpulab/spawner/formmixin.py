@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..errors import SpawnRefused
-from ..policy import resolve
+from ..policy import applicable_policies, user_limit
 from .form import form_rows, render_form, usage_note
 from .runtime import LabRuntime
 
@@ -16,16 +15,13 @@ class ProfileFormMixin:
 
     def _slice_use(self, rt: LabRuntime, entitled) -> tuple[int, int | None] | None:
         """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
-        gpu = next((p for p in entitled if p.wants_gpu), None)
-        if gpu is None:
+        if not any(p.wants_gpu for p in entitled):
             return None
-        try:
-            ent = resolve(
-                self._groups(), bool(self.user.admin), gpu, rt.lab.policies, rt.lab.default_policy
-            )
-        except SpawnRefused:
-            return None
-        return rt.ledger.count_open(user=self.user.name), ent.user_limit
+        lab = rt.lab
+        mine = applicable_policies(
+            self._groups(), bool(self.user.admin), lab.policies, lab.default_policy
+        )
+        return rt.ledger.count_open(user=self.user.name), user_limit(mine)
 
     async def _render_options_form(self, spawner=None) -> str:
         rt = self.runtime()
