@@ -2,7 +2,7 @@
 # build-singleuser.sh [--force] [--refresh-base] [TAG] — build the single-user image without a registry.
 #
 # Why: development and CI machines reach PyPI and Debian's apt mirror but no container registry,
-# so `docker pull`/`docker build FROM …` are impossible (shared/notes/docker-on-this-machine.md).
+# so `docker pull`/`docker build FROM …` are impossible .
 # What: a Debian bookworm minbase rootfs (debootstrap, cached as a tarball under
 # $GPULAB_CACHE_DIR, default /var/cache/gpulab) + a venv at /opt/venv holding
 # jupyterhub==<the host's jupyterhub version> and jupyter_server (plus jupyterlab when
@@ -45,9 +45,9 @@ done
 command -v debootstrap >/dev/null 2>&1 || die "debootstrap missing: apt-get install -y debootstrap"
 timeout 10 docker info >/dev/null 2>&1 || die "the Docker engine does not answer; run scripts/ensure-docker.sh"
 
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python}
 hub_version=$("$PYTHON" -c 'import jupyterhub; print(jupyterhub.__version__)') \
-    || die "cannot import jupyterhub with $PYTHON; pip install -e '.[test]' first"
+    || die "cannot import jupyterhub with $PYTHON; run scripts/ensure-venv.sh first"
 lab=0
 [ "${GPULAB_IMAGE_LAB:-0}" = 1 ] && lab=1
 if [ -z "$tag" ]; then

@@ -9,15 +9,15 @@
 # On a host with NVIDIA GPUs the same config discovers them through NVML.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=${PYTHON:-python3}
 cd "$REPO"
 
 step() { echo "demo: $*" >&2; }
 step "packages";  scripts/ensure-packages.sh --hub-only
 step "docker";    scripts/ensure-docker.sh
 step "proxy";     scripts/ensure-proxy.sh
-step "install";   "$PYTHON" -m pip install -q -e . >/tmp/gpulab-pip-demo.log 2>&1 \
-    || { echo "demo: pip install failed; see /tmp/gpulab-pip-demo.log" >&2; exit 1; }
+step "install (virtual environment $REPO/.venv)"
+PYTHON=$(scripts/ensure-venv.sh | tail -n 1)
+export PYTHON PATH="$(dirname "$PYTHON"):$PATH"
 step "image (first time ~1-2 min)"
 export GPULAB_IMAGE_LAB=1
 GPULAB_IMAGE=$(images/build-singleuser.sh | tail -n 1)

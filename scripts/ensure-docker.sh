@@ -2,7 +2,7 @@
 # ensure-docker.sh — make sure a Docker engine answers on /var/run/docker.sock.
 #
 # Why: the end-to-end tests and the single-user image build need a real engine, but neither
-# development sessions nor CI start with dockerd running (see shared/notes/docker-on-this-machine.md).
+# development sessions nor CI start with dockerd running.
 # What: installs Debian's docker.io with apt when `dockerd` is missing; when `docker info` does not
 # answer, starts dockerd detached (setsid, log in /var/log/gpulab-dockerd.log) and waits up to
 # GPULAB_DOCKER_WAIT seconds (default 60). Never starts a second dockerd while one is already

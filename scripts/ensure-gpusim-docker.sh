@@ -45,7 +45,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 NAME=gpulab-gpusim
 LIB=/usr/local/lib/$NAME
 BIN=$LIB/bin

@@ -16,7 +16,7 @@ CLUSTER=main
 PORT=5432
 ROLE=gpulab
 PASSWORD=gpulab
-DB=gpulab_test
+DB=${GPULAB_TEST_PG_DB:-gpulab_test}  # one database per checkout when several run at once
 
 die() { echo "ensure-postgres: $*" >&2; exit 1; }
 as_pg() { (cd / && runuser -u postgres -- "$@"); }  # cd: postgres may not read $PWD

@@ -7,7 +7,6 @@
 # (e.g. `scripts/test.sh -k ledger -x`).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHON=${PYTHON:-python3}
 
 setup=$("$REPO/scripts/test-setup.sh")
 while IFS='=' read -r key value; do
@@ -15,4 +14,5 @@ while IFS='=' read -r key value; do
 done <<<"$setup"
 
 cd "$REPO"
-exec "$PYTHON" -m pytest "$@"
+export PATH="$(dirname "$GPULAB_PYTHON"):$PATH"
+exec "$GPULAB_PYTHON" -m pytest "$@"
