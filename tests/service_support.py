@@ -197,11 +197,14 @@ class InProcessService:
     hub that declares it unmanaged (``start_hub(managed=False, api_token=…)``), so a test can
     hand it a fake NVML through its constructor and change that fake between requests."""
 
-    def __init__(self, hub: Hub, api_token: str, *, nvml=None, ledger: Ledger | None = None):
+    def __init__(
+        self, hub: Hub, api_token: str, *, nvml=None, ledger: Ledger | None = None, grants=None
+    ):
         self.hub = hub
         self.api_token = api_token
         self.nvml = nvml
         self.ledger = ledger
+        self.grants = grants  # who the service thinks holds which gpulab scope (default: config)
         self.loop = None
         self.service = None
         self._thread = None
@@ -241,6 +244,7 @@ class InProcessService:
                     hub_auth=self._hub_auth(),
                     ledger=self.ledger,
                     nvml=self.nvml,
+                    grants=self.grants,
                 )
                 await self.service.start("127.0.0.1", self.hub.service_port)
 

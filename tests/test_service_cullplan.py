@@ -213,6 +213,10 @@ def test_the_default_period_is_this_calendar_week_in_the_quota_time_zone():
         pytest.param("2026-3-1", None, "ISO date", id="not-iso"),
         pytest.param("2026-03-08", "2026-03-01", "after start", id="backwards"),
         pytest.param("2020-01-01", "2026-01-01", "at most", id="too-long"),
+        pytest.param("0001-01-01", None, "between", id="year-1"),
+        pytest.param(None, "0001-01-03", "between", id="ends-in-year-1"),
+        pytest.param("9999-12-31", None, "between", id="year-9999"),
+        pytest.param("2" * 5000, None, "5000 characters", id="long"),
     ],
 )
 def test_a_malformed_period_says_what_is_accepted(start, end, says):

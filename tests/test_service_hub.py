@@ -311,7 +311,7 @@ def test_matrix_covers_every_route():
     from jupyterhub_gpulab.service.api import api_handlers
 
     names = {
-        "(?P<allocation_id>[0-9]+)": "{id}", "(?P<uuid>[^/]+)": "{uuid}",
+        "(?P<allocation_id>[^/]+)": "{id}", "(?P<uuid>[^/]+)": "{uuid}",
         "(?P<user>[^/]+)": "{user}", "(?P<name>[^/]*)": "{name}", "\\.": ".",
     }  # fmt: skip
     routes = set()

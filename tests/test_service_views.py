@@ -13,9 +13,10 @@ from traitlets.config import Config
 from jupyterhub_gpulab.ledger import Allocation
 from jupyterhub_gpulab.policy import GroupPolicy, user_limit
 from jupyterhub_gpulab.profiles import load_profiles
-from jupyterhub_gpulab.service import views
+from jupyterhub_gpulab.service import inputs, views
 from jupyterhub_gpulab.service.api import api_handlers
 from jupyterhub_gpulab.service.app import read_cookie_secret
+from jupyterhub_gpulab.service.grants import RoleGrants
 from jupyterhub_gpulab.service.hubconfig import configure_service
 from jupyterhub_gpulab.service.openapi import openapi
 
@@ -234,6 +235,74 @@ def test_configure_service_adds_service_scopes_and_roles_keeping_what_was_there(
     assert "access:services!service=gpulab" in c.JupyterHub.extra_user_scopes
 
 
+def test_jupyterhub_admins_get_the_gpulab_admin_role():
+    c = existing_config()
+    c.Authenticator.admin_users.add("Boss")  # extended in place: a lazy config value
+    configure_service(c, admin_groups="gpu-admins")
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert roles["gpulab-admin"]["users"] == ["Boss"]
+    assert roles["gpulab-admin"]["groups"] == ["gpu-admins"]
+
+    named = Config()
+    named.Authenticator.admin_users = {"root"}
+    configure_service(named, admin_users=["ann"])
+    assert {r["name"]: r for r in named.JupyterHub.load_roles}["gpulab-admin"]["users"] == ["ann"]
+
+
+def test_a_login_asks_for_the_gpulab_scopes_the_configs_roles_grant():
+    c = Config()
+    c.Authenticator.admin_users = {"Boss"}
+    configure_service(c, admin_groups=["gpu-admins"], reader_groups=["instructors"])
+    c.JupyterHub.load_roles.append(
+        {"name": "ta", "scopes": ["custom:gpulab:read", "list:users"], "users": ["tim"]}
+    )
+    grants = RoleGrants.from_config(c)
+    assert grants.for_user("boss") == {"custom:gpulab:admin"}  # names as the hub normalises
+    assert grants.for_user("ann", ["gpu-admins"]) == {"custom:gpulab:admin"}
+    assert grants.for_user("ivy", ["instructors", "x"]) == {"custom:gpulab:read"}
+    assert grants.for_user("tim") == {"custom:gpulab:read"}
+    assert grants.for_user("sam", ["students"]) == set()
+
+    c.JupyterHub.extra_user_scopes = {"custom:gpulab:read", "access:services!service=gpulab"}
+    assert RoleGrants.from_config(c).for_user("sam") == {"custom:gpulab:read"}
+    redefined = Config(c)
+    redefined.JupyterHub.load_roles = [*c.JupyterHub.load_roles, {"name": "user", "scopes": []}]
+    assert RoleGrants.from_config(redefined).for_user("sam") == set()  # as JupyterHub does
+    c.Authenticator.manage_roles = True  # roles come from the authenticator: ask for all
+    assert RoleGrants.from_config(c).for_user("sam") == {
+        "custom:gpulab:admin",
+        "custom:gpulab:read",
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [str(2**63), str(2**31), "-1", "0", "", "1.5", "1e3", "٣", " ", "9" * 5000],
+)
+def test_an_allocation_id_out_of_range_or_malformed_is_a_400(text):
+    with pytest.raises(inputs.web.HTTPError) as e:
+        inputs.allocation_id(text)
+    assert e.value.status_code == 400 and "2147483647" in e.value.args[0]
+    assert len(e.value.args[0]) < 200
+
+
+def test_inputs_at_their_limits_pass():
+    assert inputs.allocation_id(str(2**31 - 1)) == 2**31 - 1
+    assert inputs.allocation_id(" 7 ") == 7
+    assert inputs.drain_reason(" " + "r" * 255 + " ") == "r" * 255
+    assert inputs.device_uuid("MIG-" + "a" * 92) == "MIG-" + "a" * 92
+    assert inputs.name("", "server name", empty=True) == ""
+    for bad in (lambda: inputs.drain_reason("r" * 256), lambda: inputs.drain_reason(3),
+                lambda: inputs.device_uuid("G" * 97), lambda: inputs.device_uuid("GPU-\n1"),
+                lambda: inputs.name("", "user name"), lambda: inputs.name("u" * 256, "user name")):  # fmt: skip
+        with pytest.raises(inputs.web.HTTPError) as e:
+            bad()
+        assert e.value.status_code == 400
+    with pytest.raises(inputs.web.HTTPError) as e:
+        inputs.body_size(inputs.MAX_BODY + 1)
+    assert e.value.status_code == 413
+
+
 def test_configure_service_extends_a_redefined_user_role():
     c = existing_config()
     c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "custom:other:x"]}]
@@ -264,7 +333,7 @@ def test_openapi_documents_every_api_route():
     documented = {"/services/gpulab/api" + p for p in doc["paths"]}
     routes = set()
     for pattern, _ in api_handlers("/services/gpulab/"):
-        path = pattern.replace("(?P<allocation_id>[0-9]+)", "{id}").replace(
+        path = pattern.replace("(?P<allocation_id>[^/]+)", "{id}").replace(
             "(?P<uuid>[^/]+)", "{uuid}"
         )
         path = path.replace("(?P<user>[^/]+)", "{user}").replace("(?P<name>[^/]*)", "{name}")

@@ -11,13 +11,13 @@ import logging
 
 from ..errors import ConfigError
 from .hubclient import HubClient, HubError
+from .inputs import MAX_REASON, shown
 from .state import LabState
 
 log = logging.getLogger(__name__)
 
 #: ``end_reason`` of allocations an admin closes.
 ADMIN_REASON = "admin"
-MAX_REASON = 255
 
 
 class ActionError(Exception):
@@ -31,12 +31,13 @@ def _device(state: LabState, uuid: str) -> dict:
     for d in state.ledger.devices():
         if d["uuid"] == uuid:
             return d
-    raise ActionError(404, f"No device {uuid!r} in the ledger.")
+    raise ActionError(404, f"No device {shown(uuid)} in the ledger.")
 
 
 async def drain(state: LabState, uuid: str, reason: str = "", *, by: str) -> str:
     """Take a device out of service: its free slices are no longer handed out; holders keep
-    theirs until they stop."""
+    theirs until they stop. Callers check ``reason`` (:func:`.inputs.drain_reason`); a longer
+    one is cut to what the ledger holds."""
     reason = (reason or "").strip()[:MAX_REASON] or f"drained by {by}"
 
     def work():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import __version__
 from ..fairuse.accounting import to_csv
-from . import actions
+from . import actions, inputs
 from .base import JSONHandler, refuse
 from .data import admin_data, usage_data, user_data
 from .openapi import openapi
@@ -81,7 +81,8 @@ class AllocationsAPI(APIHandler):
 class AllocationAPI(APIHandler):
     async def delete(self, allocation_id: str):
         self.require(admin=True)
-        await self.run(actions.release(self.state, self.hub, int(allocation_id), by=self.who))
+        aid = inputs.allocation_id(allocation_id)
+        await self.run(actions.release(self.state, self.hub, aid, by=self.who))
 
 
 class UsageAPI(APIHandler):
@@ -116,14 +117,13 @@ class UsageCSV(APIHandler):
 class DrainAPI(APIHandler):
     async def post(self, uuid: str):
         self.require(admin=True)
-        reason = self.json_body().get("reason", "")
-        if not isinstance(reason, str):
-            raise refuse(400, "'reason' must be a string.")
+        uuid = inputs.device_uuid(uuid)
+        reason = inputs.drain_reason(self.json_body({"reason"}).get("reason", ""))
         await self.run(actions.drain(self.state, uuid, reason, by=self.who))
 
     async def delete(self, uuid: str):
         self.require(admin=True)
-        await self.run(actions.undrain(self.state, uuid, by=self.who))
+        await self.run(actions.undrain(self.state, inputs.device_uuid(uuid), by=self.who))
 
 
 class ServerAPI(APIHandler):
@@ -131,10 +131,10 @@ class ServerAPI(APIHandler):
 
     async def delete(self, user: str, name: str = ""):
         self.require(admin=True)
+        user = inputs.name(user, "user name")
+        name = inputs.name(name or "", "server name", empty=True)
         try:
-            message, done = await actions.stop_server(
-                self.state, self.hub, user, name or "", by=self.who
-            )
+            message, done = await actions.stop_server(self.state, self.hub, user, name, by=self.who)
         except actions.ActionError as e:
             raise refuse(e.status, e.message) from None
         status = 200 if done else 202
@@ -149,7 +149,7 @@ class MeAPI(APIHandler):
 
 class NotFoundAPI(APIHandler):
     def prepare(self):
-        raise refuse(404, f"No such endpoint: {self.request.path}")
+        raise refuse(404, f"No such endpoint: {inputs.shown(self.request.path, 200)}")
 
 
 def api_handlers(prefix: str) -> list[tuple]:
@@ -161,7 +161,7 @@ def api_handlers(prefix: str) -> list[tuple]:
         (api + r"inventory", InventoryAPI),
         (api + r"inventory/refresh", InventoryRefreshAPI),
         (api + r"allocations", AllocationsAPI),
-        (api + r"allocations/(?P<allocation_id>[0-9]+)", AllocationAPI),
+        (api + r"allocations/(?P<allocation_id>[^/]+)", AllocationAPI),
         (api + r"usage", UsageAPI),
         (api + r"usage\.csv", UsageCSV),
         (api + r"devices/(?P<uuid>[^/]+)/drain", DrainAPI),

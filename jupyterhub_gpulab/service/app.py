@@ -29,7 +29,7 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth
 from tornado import web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Float, TraitError, Unicode
+from traitlets import Float, Integer, TraitError, Unicode
 from traitlets.config import Config
 
 from ..config import GPULab, load_config_file
@@ -40,7 +40,9 @@ from .base import OAuthCallback
 from .cullconfig import CullerTraits
 from .culling import Culler
 from .filters import FILTERS
+from .grants import RoleGrants
 from .hubclient import HubClient, HubError
+from .inputs import MAX_BODY_READ
 from .pages import ActionPage, AdminPage, UserPage
 from .state import LabState
 
@@ -62,6 +64,18 @@ class GPULabService(CullerTraits):
         Kept across restarts so users stay logged in to the service. Relative to the service's
         working directory (the hub's). ``c.GPULabService.cookie_secret_file =
         "/srv/jupyterhub/gpulab_cookie_secret"``
+        """,
+    )
+
+    auth_cache_max_age = Integer(
+        5,
+        config=True,
+        help="""Seconds the service trusts the hub's answer about a token (who it is, which
+        scopes it holds).
+
+        A revoked token, a user removed from a group or a role, stops working in the service
+        within this time. Each signed-in user's first request after it asks the hub again (one
+        API call of a few milliseconds). ``c.GPULabService.auth_cache_max_age = 5``
         """,
     )
 
@@ -105,8 +119,10 @@ def make_app(
     cookie_secret: bytes,
     prefix: str,
     hub_base: str = "/",
+    grants: RoleGrants | None = None,
 ) -> web.Application:
-    """The Tornado application under ``prefix`` (``/services/gpulab/``)."""
+    """The Tornado application under ``prefix`` (``/services/gpulab/``); ``grants``: the gpulab
+    scopes the hub's roles give each user, asked for at page logins (none by default)."""
     handlers = [
         (prefix, AdminPage),
         (prefix + "me", UserPage),
@@ -123,6 +139,7 @@ def make_app(
         gpulab_hub=hub,
         gpulab_prefix=prefix,
         gpulab_hub_base=hub_base,
+        gpulab_grants=grants or RoleGrants(),
         gpulab_jinja=jinja_env(),
         log_function=_log_request,
     )
@@ -175,7 +192,10 @@ class Service:
         ledger: Ledger | None = None,
         nvml: Any = None,
         cookie_secret: bytes | None = None,
+        grants: RoleGrants | None = None,
     ):
+        """``grants``: who holds which gpulab scope (default: from the roles in the config
+        ``gpulab`` was loaded from, the hub's own file)."""
         self.settings = settings
         # never upgrades the schema: the hub does (gpulab upgrade-db, or c.GPULab.db_auto_upgrade)
         self.ledger = ledger or Ledger(gpulab.db_url)
@@ -198,6 +218,7 @@ class Service:
             cookie_secret=secret,
             prefix=hub_auth.base_url,
             hub_base=hub_auth.hub_prefix.rsplit("hub/", 1)[0] or "/",
+            grants=grants or RoleGrants.from_config(gpulab.config),
         )
         self._periodic: list[PeriodicCallback] = []
         self.server = None
@@ -214,7 +235,9 @@ class Service:
                 a.slice_id,
             )
         await self.sample()
-        self.server = self.app.listen(port, address=address, xheaders=True)
+        self.server = self.app.listen(
+            port, address=address, xheaders=True, max_body_size=MAX_BODY_READ
+        )
         for job, seconds in (
             (self.refresh_hub, self.settings.hub_poll_interval),
             (self.sample, self.settings.sample_interval),
@@ -281,7 +304,8 @@ def _listen_address() -> tuple[str, int]:
 async def _serve(config: Config) -> None:
     gpulab = GPULab(config=config)
     settings = GPULabService(config=config)
-    service = Service(gpulab, settings, hub_auth=HubOAuth(config=config, cache_max_age=60))
+    hub_auth = HubOAuth(config=config, cache_max_age=settings.auth_cache_max_age)
+    service = Service(gpulab, settings, hub_auth=hub_auth)
     address, port = _listen_address()
     await service.start(address, port)
     # what start built (modules, config, templates) lives as long as the process: keep the

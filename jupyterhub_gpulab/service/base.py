@@ -1,39 +1,52 @@
 """The request handler every page and API endpoint builds on: who is asking, with what scopes.
 
 Authentication is JupyterHub's: ``HubOAuthenticated`` — the OAuth cookie for pages, an
-``Authorization: token …`` header for the API. Authorisation is by scope:
+``Authorization: token …`` header for the API. Authorisation is by the scopes the request's
+token carries (the hub's answer for that token), never by its owner's admin flag:
 
 - ``access:services!service=<name>`` (every user, via the ``user`` role): the user page and
   ``/api/me``;
 - ``custom:gpulab:read``: the admin page (read-only) and the read API;
-- ``custom:gpulab:admin`` (the ``gpulab-admin`` role), or being a JupyterHub admin: the
-  actions.
+- ``custom:gpulab:admin`` (the ``gpulab-admin`` role, JupyterHub admins included): the actions.
+
+The hub's answer about a token is cached ``c.GPULabService.auth_cache_max_age`` seconds, so a
+revoked token, a removed group or role stops working within that time.
 
 XSRF: a cookie-authenticated request that changes state must carry the ``_xsrf`` token (form
 field or ``X-XSRFToken`` header); without it HubOAuth does not accept the cookie, so the request
 is anonymous and refused. Token-authenticated requests cannot be forged by another site and need
-none. The user is resolved in :meth:`BaseHandler.prepare`, asynchronously.
+none.
+
+Bodies are streamed: the handler counts a body as it arrives and keeps at most
+:data:`~.inputs.MAX_BODY` bytes of it, so a body of any size (up to
+:data:`~.inputs.MAX_BODY_READ`) is answered with a 413 and a message, without being held in
+memory. Hence the user is resolved once the body is in, in :meth:`BaseHandler.ready`, which runs
+before every ``get``/``post``/``delete`` of every subclass (``__init_subclass__`` wraps them).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
-from tornado import web
+from tornado import httputil, web
+from tornado.httputil import url_concat
 
 from .. import clock
 from .hubconfig import ADMIN_SCOPE, READ_SCOPE
+from .inputs import MAX_BODY, body_size, refuse, shown
 from .usageview import PeriodError, parse_period
+
+__all__ = ["BaseHandler", "JSONHandler", "OAuthCallback", "error_message", "refuse"]
 
 log = logging.getLogger(__name__)
 
-
-def refuse(status: int, message: str) -> web.HTTPError:
-    """An HTTP error whose ``message`` is shown to the caller (and logged verbatim)."""
-    return web.HTTPError(status, "%s", message)
+#: A scope every OAuth token of the hub's holds (reading its owner's name).
+IDENTIFY_SCOPE = "read:users:name!user"
 
 
 def error_message(status_code: int, reason: str, exc_info) -> str:
@@ -45,11 +58,35 @@ def error_message(status_code: int, reason: str, exc_info) -> str:
     return reason
 
 
+def _after_ready(method):
+    """``method`` run after :meth:`BaseHandler.ready` (unless that finished the request)."""
+
+    @functools.wraps(method)
+    async def run(self, *args, **kwargs):
+        await self.ready()
+        if self._finished:
+            return
+        result = method(self, *args, **kwargs)
+        if inspect.isawaitable(result):
+            await result
+
+    return run
+
+
+@web.stream_request_body
 class BaseHandler(HubOAuthenticated, web.RequestHandler):
     """Common ground: the lab state, the hub client, the current user and their scopes."""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for verb in ("get", "post", "delete"):
+            if verb in vars(cls):
+                setattr(cls, verb, _after_ready(vars(cls)[verb]))
+
     _resolving_user = False
     _denied: str | None = None
+    #: gpulab scopes a login started by this request asks the hub for (besides access)
+    login_scopes: frozenset[str] = frozenset()
 
     @property
     def hub_auth(self):
@@ -83,7 +120,37 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         if self._resolving_user:
             self.hub_auth.check_xsrf_cookie(self)
 
-    async def prepare(self):
+    def prepare(self):
+        # before the body (streamed): data_received counts it and keeps its first MAX_BODY bytes
+        self._body = bytearray()
+        self._body_size = 0
+
+    def data_received(self, chunk: bytes) -> None:
+        self._body_size += len(chunk)
+        if self._body_size <= MAX_BODY:
+            self._body += chunk
+
+    async def ready(self) -> None:
+        """Once the body is in: refuse it if too large (413), parse its form fields, and resolve
+        the user from the token or the login cookie (whose form ``_xsrf`` field is in it)."""
+        if self._body_size > MAX_BODY:
+            self._hub_auth_user_cache = self.current_user = None
+            body_size(self._body_size)
+        self.request.body = body = bytes(self._body)
+        if body:
+            try:
+                httputil.parse_body_arguments(
+                    self.request.headers.get("Content-Type", ""),
+                    body,
+                    self.request.body_arguments,
+                    self.request.files,
+                    self.request.headers,
+                )
+            except httputil.HTTPInputError as e:
+                self._hub_auth_user_cache = self.current_user = None
+                raise refuse(400, f"The body cannot be read: {e}") from None
+            for key, values in self.request.body_arguments.items():
+                self.request.arguments.setdefault(key, []).extend(values)
         self._resolving_user = True
         try:
             model = await self.hub_auth.get_user(self, sync=False)
@@ -98,11 +165,23 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         self._hub_auth_user_cache = user
         self.current_user = user
 
+    @property
+    def token_authenticated(self) -> bool:
+        """The request carried a token (header), not the login cookie."""
+        return bool(getattr(self, "_token_authenticated", False))
+
     def get_login_url(self):
         # a user the hub knows but who may not use this service: no login loop, a 403
         if self._denied:
             raise refuse(403, f"{self._denied} may not use this service.")
-        return super().get_login_url()
+        if self._hub_login_url is None:
+            # ask for access to this service and the gpulab scopes this user is known to hold
+            # (grants.py), not every scope the service may request: the hub warns about each
+            # requested scope it has to drop. (An empty list would mean "all of them".)
+            own = {s for s in self.hub_auth.access_scopes if "!service=" in s}
+            scopes = sorted((own or {IDENTIFY_SCOPE}) | self.login_scopes)
+            self._hub_login_url = url_concat(super().get_login_url(), {"scope": " ".join(scopes)})
+        return self._hub_login_url
 
     @property
     def scopes(self) -> frozenset[str]:
@@ -115,16 +194,13 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def can_admin(self) -> bool:
-        # JupyterHub admins count as holding custom:gpulab:admin: JupyterHub refuses extra
-        # scopes on its admin role. Their request passed hub_scopes (access to this service).
-        return ADMIN_SCOPE in self.scopes or self.is_hub_admin()
+        # the request's scopes only: an admin's token limited to access:services is no admin
+        # here (JupyterHub admins get custom:gpulab:admin through the gpulab-admin role)
+        return ADMIN_SCOPE in self.scopes
 
     @property
     def who(self) -> str:
         return self.current_user["name"] if self.current_user else "anonymous"
-
-    def is_hub_admin(self) -> bool:
-        return bool(self.current_user and self.current_user.get("admin"))
 
     def period(self):
         """``[start, end)`` from the ``start`` / ``end`` query arguments (ISO dates in the lab's
@@ -164,15 +240,23 @@ class JSONHandler(BaseHandler):
         self.set_status(status)
         self.finish(json.dumps(data))
 
-    def json_body(self) -> dict:
+    def json_body(self, allowed: frozenset[str] | set[str] = frozenset()) -> dict:
+        """The body as a JSON object holding only the keys in ``allowed`` (``{}`` when empty);
+        a 400 saying what is wrong otherwise. :meth:`prepare` already refused a body over
+        :data:`~.inputs.MAX_BODY`."""
         if not self.request.body:
             return {}
         try:
             body = json.loads(self.request.body)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: nesting deeper than the parser's stack ([[[[…)
             raise refuse(400, "The body is not valid JSON.") from None
         if not isinstance(body, dict):
             raise refuse(400, "The body must be a JSON object.")
+        unknown = sorted(set(body) - set(allowed))
+        if unknown:
+            may = ", ".join(repr(k) for k in sorted(allowed)) or "no fields"
+            raise refuse(400, f"Unknown field {shown(unknown[0])} in the body; it may hold {may}.")
         return body
 
     def write_error(self, status_code: int, **kwargs):

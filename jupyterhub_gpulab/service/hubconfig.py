@@ -5,7 +5,8 @@ What it adds (existing ``services``, ``load_roles`` and scopes of ``c`` are kept
     c.JupyterHub.services        += the managed service "gpulab" (command, url, OAuth settings)
     c.JupyterHub.custom_scopes   += custom:gpulab:admin (implies custom:gpulab:read),
                                     custom:gpulab:read
-    c.JupyterHub.load_roles      += gpulab-admin  (custom:gpulab:admin) for ``admin_groups``
+    c.JupyterHub.load_roles      += gpulab-admin  (custom:gpulab:admin) for ``admin_groups`` and
+                                    ``admin_users`` (default: c.Authenticator.admin_users)
                                     gpulab-reader (custom:gpulab:read)  for ``reader_groups``
                                     gpulab-service (the hub scopes the service itself needs)
     every user (the ``user`` role)  += access:services!service=gpulab, so the service appears in
@@ -15,8 +16,10 @@ What it adds (existing ``services``, ``load_roles`` and scopes of ``c`` are kept
                                  = the culler's warnings to the user on the hub's home page
                                     (after any announcement the config already set)
 
-JupyterHub admins (``admin: true``) count as holding ``custom:gpulab:admin`` in the service:
-JupyterHub refuses any change to its ``admin`` role, so the scope cannot be added there.
+The service decides every permission from the scopes a request's token carries, never from the
+owner's admin flag: a hub admin's token limited to ``access:services!service=gpulab`` may only
+open its owner's user page. JupyterHub admins get ``custom:gpulab:admin`` through the
+``gpulab-admin`` role (JupyterHub refuses any change to its own ``admin`` role).
 
 This module imports nothing heavy: it runs inside ``jupyterhub_config.py``.
 """
@@ -55,6 +58,15 @@ SERVICE_SCOPES = [
 ]
 
 
+def config_value(section, key: str, empty):
+    """``section[key]`` (``empty`` when unset), also where the config file extended it in place:
+    ``c.JupyterHub.load_roles.append(...)`` before any assignment holds a ``LazyConfigValue``."""
+    from traitlets.config import LazyConfigValue
+
+    value = section[key] if section and key in section else empty
+    return value.get_value(empty) if isinstance(value, LazyConfigValue) else value
+
+
 def access_scope(name: str) -> str:
     return f"access:services!service={name}"
 
@@ -83,6 +95,7 @@ def configure_service(
     url: str = "http://127.0.0.1:10101",
     admin_groups: Iterable[str] = (),
     reader_groups: Iterable[str] = (),
+    admin_users: Iterable[str] | None = None,
     managed: bool = True,
     api_token: str | None = None,
 ) -> None:
@@ -92,7 +105,10 @@ def configure_service(
       ``__file__`` from that file); made absolute here.
     - ``url``: where the service listens (the hub's proxy routes ``/services/<name>/`` to it).
     - ``admin_groups`` / ``reader_groups``: JupyterHub groups granted ``custom:gpulab:admin`` /
-      ``custom:gpulab:read``. JupyterHub admins are gpulab admins without a role.
+      ``custom:gpulab:read``.
+    - ``admin_users``: users granted ``custom:gpulab:admin`` by name; by default the JupyterHub
+      admins in ``c.Authenticator.admin_users`` (so set those before this call). An admin made
+      in the hub's admin panel is not a gpulab admin until named here or in an admin group.
     - ``managed=False``: the hub does not start the service (run ``python -m
       jupyterhub_gpulab.service`` yourself, with the ``JUPYTERHUB_*`` environment a managed
       service gets); give it an ``api_token`` then.
@@ -105,6 +121,9 @@ def configure_service(
     """
     config_file = os.path.abspath(os.fspath(config_file))
     admin_groups, reader_groups = _names(admin_groups), _names(reader_groups)
+    if admin_users is None:
+        admin_users = config_value(c.Authenticator, "admin_users", set())
+    admin_users = sorted(_names(admin_users))
     service: dict = {
         "name": name,
         "url": url,
@@ -149,6 +168,7 @@ def configure_service(
             "description": "Steer GPU allocation in the gpulab service",
             "scopes": [ADMIN_SCOPE, access],
             "groups": admin_groups,
+            "users": admin_users,
         },
         {
             "name": "gpulab-reader",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import __version__
 from .hubconfig import ADMIN_SCOPE, READ_SCOPE
+from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
 
 
 def _ref(name: str) -> dict:
@@ -17,6 +18,8 @@ def _json(schema: dict, description: str) -> dict:
 ERRORS = {
     "403": {"$ref": "#/components/responses/Forbidden"},
 }
+BAD_REQUEST = {"400": {"$ref": "#/components/responses/BadRequest"}}
+TOO_LARGE = {"413": {"$ref": "#/components/responses/TooLarge"}}
 
 NUM = {"type": ["number", "null"]}
 INT = {"type": ["integer", "null"]}
@@ -269,8 +272,9 @@ def openapi(prefix: str) -> dict:
     """The document, with ``servers`` set to ``prefix + "api"``."""
     done = {"200": _json(_ref("Done"), "done")}
     not_found = {"404": {"$ref": "#/components/responses/NotFound"}}
-    bad_request = {"400": {"$ref": "#/components/responses/BadRequest"}}
-    user_param = {"name": "user", "in": "path", "required": True, "schema": {"type": "string"}}
+    bad_request = BAD_REQUEST
+    name = {"type": "string", "maxLength": MAX_NAME}
+    user_param = {"name": "user", "in": "path", "required": True, "schema": name}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -316,13 +320,18 @@ def openapi(prefix: str) -> dict:
                 "delete": _op(
                     "Release an allocation (close it, free its slice)",
                     ADMIN_SCOPE,
-                    {**done, **not_found, "409": {"$ref": "#/components/responses/Conflict"}},
+                    {
+                        **done,
+                        **bad_request,
+                        **not_found,
+                        "409": {"$ref": "#/components/responses/Conflict"},
+                    },
                     parameters=[
                         {
                             "name": "id",
                             "in": "path",
                             "required": True,
-                            "schema": {"type": "integer"},
+                            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
                         }
                     ],
                 )
@@ -354,26 +363,36 @@ def openapi(prefix: str) -> dict:
             },
             "/devices/{uuid}/drain": {
                 "parameters": [
-                    {"name": "uuid", "in": "path", "required": True, "schema": {"type": "string"}}
+                    {
+                        "name": "uuid",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "maxLength": MAX_UUID},
+                    }
                 ],
                 "post": _op(
                     "Drain a device: its free slices are no longer handed out",
                     ADMIN_SCOPE,
-                    {**done, **not_found},
+                    {**done, **bad_request, **not_found, **TOO_LARGE},
                     requestBody={
                         "required": False,
                         "content": {
                             "application/json": {
                                 "schema": {
                                     "type": "object",
-                                    "properties": {"reason": {"type": "string"}},
+                                    "properties": {
+                                        "reason": {"type": "string", "maxLength": MAX_REASON}
+                                    },
+                                    "additionalProperties": False,
                                 }
                             }
                         },
                     },
                 ),
                 "delete": _op(
-                    "Return a drained device to service", ADMIN_SCOPE, {**done, **not_found}
+                    "Return a drained device to service",
+                    ADMIN_SCOPE,
+                    {**done, **bad_request, **not_found},
                 ),
             },
             "/users/{user}/server": {
@@ -381,18 +400,28 @@ def openapi(prefix: str) -> dict:
                 "delete": _op(
                     "Stop the user's default server through the hub",
                     ADMIN_SCOPE,
-                    {**done, "202": _json(_ref("Done"), "the hub is stopping it"), **not_found},
+                    {
+                        **done,
+                        "202": _json(_ref("Done"), "the hub is stopping it"),
+                        **bad_request,
+                        **not_found,
+                    },
                 ),
             },
             "/users/{user}/servers/{name}": {
                 "parameters": [
                     user_param,
-                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": "name", "in": "path", "required": True, "schema": name},
                 ],
                 "delete": _op(
                     "Stop one of the user's named servers through the hub",
                     ADMIN_SCOPE,
-                    {**done, "202": _json(_ref("Done"), "the hub is stopping it"), **not_found},
+                    {
+                        **done,
+                        "202": _json(_ref("Done"), "the hub is stopping it"),
+                        **bad_request,
+                        **not_found,
+                    },
                 ),
             },
             "/me": {
@@ -419,6 +448,7 @@ def openapi(prefix: str) -> dict:
                 "BadRequest": _json(
                     _ref("Error"), "a parameter is malformed; the message says how"
                 ),
+                "TooLarge": _json(_ref("Error"), f"the body is over {MAX_BODY} bytes"),
             },
             "schemas": SCHEMAS,
         },

@@ -13,16 +13,46 @@ from types import SimpleNamespace
 from markupsafe import Markup
 from tornado import web
 
-from . import actions
+from . import actions, inputs
 from .base import BaseHandler, error_message, refuse
 from .data import admin_data, usage_data, user_data
 from .usageview import warnings_view
 
 FLASH_COOKIE = "gpulab-flash"
+#: Remembers which gpulab scopes a login already asked the hub for (see PageHandler.prepare).
+ASKED_COOKIE = "gpulab-scopes-asked"
+#: The longest flash message (characters): the cookie that carries it must stay far below the
+#: 4 kB browsers and the proxy accept.
+MAX_FLASH = 1000
 
 
 class PageHandler(BaseHandler):
-    """Renders our templates inside the hub's ``page.html``."""
+    """Renders our templates inside the hub's ``page.html``.
+
+    A page login asks the hub only for the access scope (the user is not known yet). Once they
+    are, a page view whose token lacks gpulab scopes the config's roles grant them
+    (:mod:`.grants`) logs in once more asking for those, so the hub never has to drop a
+    requested scope, and an instructor added to a reader group gets read access on their next
+    page view. A cookie records what was asked, so a scope the hub does not grant after all is
+    asked for once, not in a loop.
+    """
+
+    async def ready(self):
+        await super().ready()
+        user = self.current_user
+        if user is None or self.token_authenticated or self.request.method != "GET":
+            return
+        wanted = self.settings["gpulab_grants"].for_user(user["name"], user.get("groups", ()))
+        if wanted <= self.scopes:
+            return
+        asked = json.dumps([user["name"], sorted(wanted)])
+        if self.get_signed_cookie(ASKED_COOKIE, max_age_days=1) == asked.encode():
+            return
+        self.set_signed_cookie(
+            ASKED_COOKIE, asked, expires_days=None, path=self.prefix, httponly=True
+        )
+        self.login_scopes = wanted
+        self.redirect(self.get_login_url())
 
     def template_namespace(self) -> dict:
         hub_prefix = self.hub_auth.hub_prefix
@@ -40,7 +70,8 @@ class PageHandler(BaseHandler):
             else None,
             "admin_access": False,
             "no_spawner_check": True,
-            "parsed_scopes": {"admin-ui"} if self.is_hub_admin() else set(),
+            # display only (the hub's nav shows its own Admin link; the hub checks who uses it)
+            "parsed_scopes": {"admin-ui"} if user and user.get("admin") else set(),
             "services": [],
             "login_url": self.hub_auth.login_url,
             "logout_url": hub_prefix + "logout",
@@ -52,6 +83,7 @@ class PageHandler(BaseHandler):
             "xsrf_form": Markup(self.xsrf_form_html()) if user else "",
             "can_read": self.can_read,
             "can_admin": self.can_admin,
+            "max_reason": inputs.MAX_REASON,
         }
 
     def render_page(self, name: str, **ns) -> None:
@@ -71,7 +103,7 @@ class PageHandler(BaseHandler):
     def flash(self, kind: str, message: str) -> None:
         self.set_signed_cookie(
             FLASH_COOKIE,
-            json.dumps({"kind": kind, "message": message}),
+            json.dumps({"kind": kind, "message": message[:MAX_FLASH]}),
             expires_days=None,
             path=self.prefix,
             httponly=True,
@@ -127,20 +159,21 @@ class ActionPage(PageHandler):
         by = self.who
         try:
             if action == "drain":
-                device = arg("device")
+                device = inputs.device_uuid(arg("device"))
                 reason = arg(f"reason:{device}", "") or arg("reason", "")
-                msg = await actions.drain(self.state, device, reason, by=by)
+                msg = await actions.drain(self.state, device, inputs.drain_reason(reason), by=by)
             elif action == "undrain":
-                msg = await actions.undrain(self.state, arg("device"), by=by)
+                msg = await actions.undrain(self.state, inputs.device_uuid(arg("device")), by=by)
             elif action == "release":
-                msg = await actions.release(self.state, self.hub, _int(arg("allocation")), by=by)
+                aid = inputs.allocation_id(arg("allocation"))
+                msg = await actions.release(self.state, self.hub, aid, by=by)
             elif action == "stop":
                 user, server = await self._server_of(arg("allocation", ""))
                 msg, _ = await actions.stop_server(self.state, self.hub, user, server, by=by)
             elif action == "refresh":
                 msg = await actions.refresh_inventory(self.state, by=by)
             else:
-                raise refuse(404, f"No action {action!r}.")
+                raise refuse(404, f"No action {inputs.shown(action)}.")
         except actions.ActionError as e:
             self.flash("danger", e.message)
         else:
@@ -151,15 +184,11 @@ class ActionPage(PageHandler):
         """The server holding ``allocation`` (the admin page's Stop buttons name allocations);
         else the form's ``user`` and ``server`` fields."""
         if not allocation:
-            return self.get_body_argument("user"), self.get_body_argument("server", "")
-        a = await asyncio.to_thread(self.state.ledger.get, _int(allocation))
+            user = inputs.name(self.get_body_argument("user"), "user name")
+            server = inputs.name(self.get_body_argument("server", ""), "server name", empty=True)
+            return user, server
+        aid = inputs.allocation_id(allocation)
+        a = await asyncio.to_thread(self.state.ledger.get, aid)
         if a is None:
-            raise actions.ActionError(404, f"No allocation {allocation}.")
+            raise actions.ActionError(404, f"No allocation {aid}.")
         return a.user, a.server_name
-
-
-def _int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise refuse(400, f"{value!r} is not an allocation id.") from None

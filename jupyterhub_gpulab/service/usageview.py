@@ -14,6 +14,7 @@ from ..fairuse.accounting import Usage
 from ..fairuse.quota import Budget, period_window
 from ..ledger import CullWarning
 from .announce import NOTICE_PREFIX
+from .inputs import shown
 from .views import iso
 
 __all__ = ["RULE", "PeriodError", "budget_view", "parse_period", "usage_view", "warnings_view"]
@@ -28,6 +29,10 @@ RULE = (
 
 #: The longest period the API sums at once (days).
 MAX_DAYS = 400
+#: The dates a period may start or end on: the ledger holds nothing earlier, and nothing past
+#: this is a plan anyone makes (far dates overflow Python's datetime near year 1 and 9999).
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date(2999, 12, 31)
 
 
 class PeriodError(ValueError):
@@ -36,9 +41,12 @@ class PeriodError(ValueError):
 
 def _day(text: str, what: str) -> date:
     try:
-        return date.fromisoformat(text)
+        day = date.fromisoformat(text)
     except ValueError:
-        raise PeriodError(f"{what} {text!r} is not an ISO date such as 2026-03-02") from None
+        raise PeriodError(f"{what} {shown(text)} is not an ISO date such as 2026-03-02") from None
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise PeriodError(f"{what} {day} is not between {FIRST_DAY} and {LAST_DAY}")
+    return day
 
 
 def parse_period(
@@ -46,7 +54,9 @@ def parse_period(
 ) -> tuple[datetime, datetime]:
     """``[start, end)`` in UTC from two ISO dates (local midnights in ``tz``; ``end`` is the day
     after the last one counted). Both missing: this calendar week (Monday to Monday, as the
-    budgets count). One missing: a week from, or up to, the other."""
+    budgets count). One missing: a week from, or up to, the other. Raises :class:`PeriodError`
+    for a malformed date, one outside ``[FIRST_DAY, LAST_DAY]``, an end not after the start, or
+    a period longer than :data:`MAX_DAYS`."""
     if not start and not end:
         return period_window("week", now, tz=tz)
     first = _day(start, "start") if start else None

@@ -1,0 +1,86 @@
+"""Bounds on everything a caller sends the service: path ids, names, form fields, JSON bodies.
+
+Each check returns the clean value or raises an HTTP 4xx whose message says what is accepted
+(:func:`refuse`). Text a caller sent is quoted back cut short (:func:`shown`), so no message,
+log line or flash cookie grows with the input. The limits follow the ledger's columns, so a value
+that passes can be stored and looked up without a database error.
+"""
+
+from __future__ import annotations
+
+from tornado import web
+
+#: Allocation ids are the ledger's SQL ``INTEGER`` (32-bit on PostgreSQL).
+MAX_ID = 2**31 - 1
+#: User and server names (JupyterHub's and the ledger's columns hold 255 characters).
+MAX_NAME = 255
+#: A device UUID (the ledger's ``devices.uuid``).
+MAX_UUID = 96
+#: A drain reason (the ledger's ``devices.drain_reason``).
+MAX_REASON = 255
+#: The largest request body (JSON or form) a handler reads, in bytes; larger ones are a 413.
+MAX_BODY = 64 * 1024
+#: The HTTP server's own limit (bytes). Bodies are streamed (at most MAX_BODY bytes are kept),
+#: so one up to this size is read, dropped and answered with a 413 and a message; a larger one
+#: makes the server close the connection.
+MAX_BODY_READ = 1024**3
+
+
+def refuse(status: int, message: str) -> web.HTTPError:
+    """An HTTP error whose ``message`` is shown to the caller (and logged verbatim)."""
+    return web.HTTPError(status, "%s", message)
+
+
+def shown(text: object, limit: int = 60) -> str:
+    """``text`` quoted for a message: its ``repr``, cut to about ``limit`` characters."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) <= limit:
+        return repr(s)
+    return f"{s[:limit]!r}… ({len(s)} characters)"
+
+
+def allocation_id(text: str) -> int:
+    """An allocation id from a path or form field: a whole number from 1 to :data:`MAX_ID`."""
+    t = (text or "").strip()
+    if t.isascii() and t.isdigit() and len(t) <= len(str(MAX_ID)) and 1 <= int(t) <= MAX_ID:
+        return int(t)
+    raise refuse(400, f"{shown(text)} is not an allocation id: a whole number from 1 to {MAX_ID}.")
+
+
+def device_uuid(text: str) -> str:
+    """A device UUID as the ledger stores it (``GPU-…``): printable, at most :data:`MAX_UUID`."""
+    t = (text or "").strip()
+    if t and len(t) <= MAX_UUID and t.isprintable():
+        return t
+    raise refuse(
+        400, f"{shown(text)} is not a device UUID (printable, at most {MAX_UUID} characters)."
+    )
+
+
+def name(text: str, what: str, *, empty: bool = False) -> str:
+    """A user or server name (``what`` says which): printable, at most :data:`MAX_NAME`
+    characters; empty only where ``empty`` (the default server)."""
+    if (text or empty) and len(text) <= MAX_NAME and text.isprintable():
+        return text
+    raise refuse(400, f"{shown(text)} is not a {what} (printable, at most {MAX_NAME} characters).")
+
+
+def drain_reason(value: object) -> str:
+    """A drain reason: a string of at most :data:`MAX_REASON` characters (stripped)."""
+    if not isinstance(value, str):
+        raise refuse(400, "'reason' must be a string.")
+    reason = value.strip()
+    if len(reason) > MAX_REASON:
+        raise refuse(
+            400,
+            f"A drain reason has at most {MAX_REASON} characters; this one has {len(reason)}.",
+        )
+    return reason
+
+
+def body_size(size: int) -> None:
+    """Refuse (413) a request body larger than :data:`MAX_BODY` bytes."""
+    if size > MAX_BODY:
+        raise refuse(
+            413, f"The request body has {size} bytes; the service reads at most {MAX_BODY}."
+        )

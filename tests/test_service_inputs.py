@@ -1,0 +1,171 @@
+"""Every input to the service is bounded: out-of-range ids, far or malformed dates, long names and
+reasons, unknown fields, deep or oversized bodies are each a 4xx with a short message, and change
+nothing. Against a real hub starting the real service, through the proxy, as a client would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from service_support import PREFIX, ledger_for, login, start_hub, user_token, wait_for_service
+
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+
+TARGET_GPU = "GPU-p40-0003"
+SEAT = SliceRequest(kind=SliceKind.SHARED)
+#: No message quotes more than a short piece of what it was sent.
+MAX_MESSAGE = 300
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    hub = start_hub(tmp_path_factory.mktemp("inputs-hub"))
+    try:
+        wait_for_service(hub)
+        yield hub
+    finally:
+        hub.stop()
+
+
+@pytest.fixture(scope="module")
+def ledger(hub):
+    ledger = ledger_for(hub)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture(scope="module")
+def admin(hub):
+    return login(hub, "admin")
+
+
+@pytest.fixture(scope="module")
+def token(hub, admin):
+    return user_token(hub, admin, "admin")
+
+
+@pytest.fixture
+def lab(ledger):
+    """An allocation held, nothing drained; yields what the ledger holds, to compare after."""
+    a = ledger.claim(SEAT, user="researcher", profile="shared-seat").allocation
+    yield (
+        lambda: (
+            sorted((d["uuid"], bool(d["drained"]), d["drain_reason"]) for d in ledger.devices()),
+            sorted((x.id, x.user, x.slice_id) for x in ledger.open_allocations()),
+        ),
+        a,
+    )
+    for d in ledger.devices():
+        if d["drained"]:
+            ledger.set_drained(d["uuid"], False)
+    for x in ledger.open_allocations():
+        ledger.release(x.id, "test-cleanup")
+
+
+def deep_json(depth: int) -> bytes:
+    return b'{"reason": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+API_CASES = [
+    pytest.param("DELETE", f"allocations/{2**63}", None, 400, id="id-2^63"),
+    pytest.param("DELETE", f"allocations/{2**31}", None, 400, id="id-2^31"),
+    pytest.param("DELETE", "allocations/-1", None, 400, id="id-negative"),
+    pytest.param("DELETE", "allocations/0", None, 400, id="id-zero"),
+    pytest.param("GET", "usage?start=0001-01-01", None, 400, id="usage-year-1"),
+    pytest.param("GET", "usage?end=0001-01-03", None, 400, id="usage-end-year-1"),
+    pytest.param("GET", "usage?start=9999-12-31", None, 400, id="usage-year-9999"),
+    pytest.param("GET", "usage.csv?start=9999-12-25", None, 400, id="csv-year-9999"),
+    pytest.param("GET", "usage?start=" + "2" * 5000, None, 400, id="usage-malformed-long"),
+    pytest.param(
+        "POST", f"devices/{TARGET_GPU}/drain", {"reason": "r" * 20_000}, 400, id="reason-20kB"
+    ),
+    pytest.param(
+        "POST", f"devices/{TARGET_GPU}/drain", {"reason": "x", "drained": False}, 400,
+        id="unknown-field",
+    ),
+    pytest.param("POST", f"devices/{TARGET_GPU}/drain", deep_json(30_000), 400, id="deep-json"),
+    pytest.param(
+        "POST", f"devices/{TARGET_GPU}/drain", {"reason": "x", "pad": "p" * 200_000}, 413,
+        id="body-200kB",
+    ),
+    pytest.param(
+        "POST", f"devices/{TARGET_GPU}/drain", b" " * (5 * 2**20) + b"{}", 413, id="body-5MB"
+    ),
+    pytest.param("DELETE", f"devices/{'G' * 500}/drain", None, 400, id="uuid-500"),
+    pytest.param("DELETE", f"users/{'u' * 5000}/server", None, 400, id="user-5000"),
+    pytest.param("DELETE", f"users/student/servers/{'n' * 300}", None, 400, id="server-300"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("method, path, body, status", API_CASES)
+def test_bad_api_input_is_a_4xx_with_a_short_message_and_changes_nothing(
+    hub, token, lab, method, path, body, status
+):
+    snapshot, _ = lab
+    before = snapshot()
+    kw = {"data": body} if isinstance(body, bytes) else {"json": body} if body else {}
+
+    r = requests.request(
+        method,
+        hub.url + PREFIX + "api/" + path,
+        headers={"Authorization": f"token {token}"},
+        timeout=60,
+        **kw,
+    )
+
+    assert r.status_code == status, r.text[:500]
+    assert r.headers["Content-Type"].startswith("application/json")
+    error = r.json()
+    assert error["status"] == status and error["message"], error
+    assert len(error["message"]) <= MAX_MESSAGE, error["message"]
+    assert snapshot() == before
+
+
+def form_cases(allocation_id: int) -> list[tuple[str, dict, int]]:
+    return [
+        ("release", {"allocation": str(2**63)}, 400),
+        ("release", {"allocation": "-1"}, 400),
+        ("stop", {"allocation": str(2**63)}, 400),
+        ("drain", {"device": TARGET_GPU, "reason": "r" * 20_000}, 400),
+        ("drain", {"device": TARGET_GPU, f"reason:{TARGET_GPU}": "r" * 20_000}, 400),
+        ("drain", {"device": "G" * 20_000}, 400),
+        ("undrain", {"device": "G" * 20_000}, 400),
+        ("stop", {"user": "u" * 5000}, 400),
+        ("stop", {"user": "student", "server": "s" * 300}, 400),
+        ("drain", {"device": TARGET_GPU, "reason": "ok", "pad": "p" * 200_000}, 413),
+    ]
+
+
+def test_bad_form_input_on_the_admin_page_is_a_4xx_and_changes_nothing(hub, admin, lab):
+    snapshot, a = lab
+    before = snapshot()
+    xsrf = admin.cookies.get("_xsrf", path=PREFIX)
+    for action, fields, status in form_cases(a.id):
+        r = admin.post(
+            hub.url + PREFIX + "actions/" + action,
+            data={**fields, "_xsrf": xsrf},
+            allow_redirects=False,
+            timeout=60,
+        )
+        what = f"{action} {json.dumps({k: len(v) for k, v in fields.items()})}"
+        assert r.status_code == status, (what, r.status_code, r.text[:300])
+        # the page says why, and no cookie (the flash message) grows with the input
+        assert "text/html" in r.headers["Content-Type"], what
+        assert len(r.headers.get("Set-Cookie", "")) < 1000, what
+        assert snapshot() == before, what
+    # the admin page still works
+    assert admin.get(hub.url + PREFIX, timeout=30).status_code == 200
+
+
+def test_a_valid_reason_at_the_limit_is_kept_whole(hub, token, ledger, lab):
+    reason = "fan " * 63 + "bad"  # 255 characters
+    r = requests.post(
+        f"{hub.url}{PREFIX}api/devices/{TARGET_GPU}/drain",
+        headers={"Authorization": f"token {token}"},
+        json={"reason": reason},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    assert next(d for d in ledger.devices() if d["uuid"] == TARGET_GPU)["drain_reason"] == reason
