@@ -242,7 +242,7 @@ class JSONHandler(BaseHandler):
 
     def json_body(self, allowed: frozenset[str] | set[str] = frozenset()) -> dict:
         """The body as a JSON object holding only the keys in ``allowed`` (``{}`` when empty);
-        a 400 saying what is wrong otherwise. :meth:`prepare` already refused a body over
+        a 400 saying what is wrong otherwise. :meth:`ready` already refused a body over
         :data:`~.inputs.MAX_BODY`."""
         if not self.request.body:
             return {}
