@@ -39,13 +39,17 @@ def test_ci_installs_with_debians_own_python():
 
 
 def test_ensure_venv_is_idempotent_and_names_the_venv_python():
-    out = subprocess.run(
-        ["bash", str(REPO / "scripts/ensure-venv.sh"), "test"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            ["bash", str(REPO / "scripts/ensure-venv.sh"), "test"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert Path(out).resolve() == Path(sys.executable).resolve() or Path(out) == Path(
         sys.prefix, "bin", "python"
     )
