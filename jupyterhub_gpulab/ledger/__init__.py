@@ -1,11 +1,14 @@
 """The slice ledger: SQLAlchemy tables, Alembic migrations, and atomic claim / release."""
 
 from .db import SchemaOutOfDate, make_engine
+from .labs import peek_identity
 from .ledger import Ledger, close_shared_ledgers, shared_ledger
 from .models import (
     Allocation,
     Claim,
     CullWarning,
+    ForeignContainer,
+    LabIdentity,
     LedgerRefusal,
     NoFreeSlice,
     QuotaExceeded,
@@ -17,6 +20,8 @@ __all__ = [
     "Allocation",
     "Claim",
     "CullWarning",
+    "ForeignContainer",
+    "LabIdentity",
     "Ledger",
     "LedgerRefusal",
     "NoFreeSlice",
@@ -26,5 +31,6 @@ __all__ = [
     "SyncReport",
     "close_shared_ledgers",
     "make_engine",
+    "peek_identity",
     "shared_ledger",
 ]

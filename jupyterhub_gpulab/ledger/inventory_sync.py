@@ -23,6 +23,10 @@ class InventorySync:
         New slices are added, changed ones updated (their holders kept), slices no longer present
         are marked unavailable — never handed out again — and open allocations on them are
         reported in ``vanished_held`` for an admin to look at. Drain state survives.
+
+        A device (or slice) the ledger knows under another node name is the same hardware under
+        a renamed ``c.GPULab.node_name``: it is moved to ``node`` with its slices (holders and
+        drain state kept) and its open allocations, reported in ``moved`` and logged.
         """
         now = clock.utcnow()
         dev_rows = [
@@ -45,14 +49,20 @@ class InventorySync:
             for d in inventory.devices
         ]
         wanted = {s.id: s for s in inventory.slices}
+        incoming = [r["uuid"] for r in dev_rows]
         added, updated = [], []
         with self._write() as conn:
-            known_devices = {
-                r.uuid: r.drained
-                for r in conn.execute(
-                    sa.select(devices.c.uuid, devices.c.drained).where(devices.c.node == node)
+            # this node's devices, and any of the incoming ones the ledger knows under another
+            # node name (a renamed c.GPULab.node_name): the same hardware, moved here
+            known = list(
+                conn.execute(
+                    sa.select(devices.c.uuid, devices.c.node, devices.c.drained).where(
+                        sa.or_(devices.c.node == node, devices.c.uuid.in_(incoming))
+                    )
                 )
-            }
+            )
+            known_devices = {r.uuid: r.drained for r in known}
+            moved = tuple(sorted((r.uuid, r.node) for r in known if r.node != node))
             for row in dev_rows:
                 if row["uuid"] in known_devices:
                     conn.execute(
@@ -60,7 +70,7 @@ class InventorySync:
                     )
                 else:
                     conn.execute(devices.insert().values(drained=False, **row))
-            gone_devices = set(known_devices) - {r["uuid"] for r in dev_rows}
+            gone_devices = {r.uuid for r in known if r.node == node} - set(incoming)
             if gone_devices:
                 conn.execute(
                     devices.update()
@@ -68,8 +78,29 @@ class InventorySync:
                     .values(present=False, updated_at=now)
                 )
             drained = {u for u, d in known_devices.items() if d}
+            moved_uuids = [u for u, _ in moved]
+            if moved:
+                conn.execute(
+                    slices.update().where(slices.c.device_uuid.in_(moved_uuids)).values(node=node)
+                )
+                # open allocations on moved devices run here now: reconcile them on this node
+                conn.execute(
+                    allocations.update()
+                    .where(
+                        allocations.c.ended_at.is_(None),
+                        allocations.c.slice_id.in_(
+                            sa.select(slices.c.id).where(slices.c.device_uuid.in_(moved_uuids))
+                        ),
+                    )
+                    .values(node=node)
+                )
             existing = {
-                r.id: r for r in conn.execute(sa.select(slices).where(slices.c.node == node))
+                r.id: r
+                for r in conn.execute(
+                    sa.select(slices).where(
+                        sa.or_(slices.c.node == node, slices.c.id.in_(list(wanted)))
+                    )
+                )
             }
             for sid, s in wanted.items():
                 values = {
@@ -111,6 +142,16 @@ class InventorySync:
                         )
                     )
                 ]
+        for uuid, former in moved:
+            log.warning(
+                "GPU %s was on node %r in the ledger and is now on %r (c.GPULab.node_name "
+                "changed?): moved it, with its slices and open allocations. If a hub still runs "
+                "as %r with this GPU in its inventory, give each hub its own GPUs.",
+                uuid,
+                former,
+                node,
+                former,
+            )
         for a in vanished_held:
             log.warning(
                 "Slice %s held by %s's server %r (allocation %d) is no longer in the inventory",
@@ -119,7 +160,9 @@ class InventorySync:
                 a.server_name,
                 a.id,
             )
-        return SyncReport(tuple(added), tuple(updated), tuple(vanished), tuple(vanished_held))
+        return SyncReport(
+            tuple(added), tuple(updated), tuple(vanished), tuple(vanished_held), moved
+        )
 
     def set_drained(self, device_uuid: str, drained: bool, reason: str | None = None) -> bool:
         """Drain (``True``) or return to service a device. A drained device's free slices are

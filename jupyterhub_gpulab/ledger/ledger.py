@@ -19,6 +19,7 @@ from .. import clock
 from ..inventory.model import SliceKind, SliceRequest
 from . import db
 from .inventory_sync import InventorySync
+from .labs import LabRecords
 from .models import (
     Allocation,
     Claim,
@@ -57,7 +58,7 @@ _FREE_SLICE = (
 CANDIDATES = 4
 
 
-class Ledger(InventorySync, LedgerQueries):
+class Ledger(InventorySync, LabRecords, LedgerQueries):
     """The allocation ledger over one database URL.
 
     ``url`` is a SQLAlchemy URL (``sqlite:////srv/gpulab/gpulab.sqlite``,

@@ -119,6 +119,59 @@ class SyncReport:
     updated: tuple[str, ...]
     vanished: tuple[str, ...]
     vanished_held: tuple[Allocation, ...]
+    #: ``(device uuid, former node)`` of devices the ledger knew under another node name and
+    #: moved to this one (``c.GPULab.node_name`` was renamed), with their slices and open
+    #: allocations.
+    moved: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class LabIdentity:
+    """Which lab a ledger belongs to: ``uuid`` (36 characters, made once per ledger, on every
+    container label) and the optional ``name`` people call it (``c.GPULab.lab_name``)."""
+
+    uuid: str
+    name: str | None = None
+
+    def describe(self) -> str:
+        """``"lab 'staging' (3f2c…)"`` or ``"lab 3f2c…"``: how logs and pages name it."""
+        short = self.uuid[:8]
+        return f"lab {self.name!r} ({short})" if self.name else f"lab {short}"
+
+
+@dataclass(frozen=True)
+class ForeignContainer:
+    """A running container that is not this lab's but holds GPUs of this lab's inventory.
+
+    ``lab_uuid``/``lab_name``: the other lab, from its labels (``None``: not a gpulab
+    container); ``devices``: this lab's device or MIG ids it holds (``"all"`` expanded to every
+    device); ``attached_by``: how (``"device request"``, ``"NVIDIA_VISIBLE_DEVICES"``);
+    ``seen_at``: when the hub last looked (``None`` before it is recorded)."""
+
+    container_id: str
+    container_name: str
+    lab_uuid: str | None
+    lab_name: str | None
+    user: str | None
+    devices: tuple[str, ...]
+    attached_by: str
+    seen_at: datetime | None = None
+
+    def lab_label(self) -> str | None:
+        """Whose it is: ``"lab 'prod' (1a2b3c4d)"``, ``"a gpulab hub from before lab ids"``, or
+        ``None`` for a container gpulab did not start."""
+        if self.lab_uuid:
+            return LabIdentity(self.lab_uuid, self.lab_name).describe()
+        return "a gpulab hub from before lab ids" if self.user is not None else None
+
+    def describe(self) -> str:
+        """One line for logs and ``gpulab check-config``."""
+        who = self.lab_label() or "not started by gpulab"
+        user = f", user {self.user!r}" if self.user else ""
+        return (
+            f"container {self.container_name} ({self.container_id[:12]}; {who}{user}) holds "
+            f"{', '.join(self.devices)} by {self.attached_by}"
+        )
 
 
 @dataclass(frozen=True)

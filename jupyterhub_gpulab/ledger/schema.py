@@ -6,6 +6,10 @@ whatever process, thread or hub replica writes. ``slices.held_by`` mirrors the o
 the search for a free slice walks an index of free slices only (``ix_slices_free``) and stays
 O(log n) in a nearly full lab; it is written in the same transaction as the allocation row.
 
+The ``lab`` table holds the lab's identity: one row, written once by migration 0003, whose
+``uuid`` every container of this lab carries as a label. Two labs (two ledgers) may share one
+Docker engine; each touches only containers labelled with its own id.
+
 Migrations live in ``migrations/`` (Alembic); change a table there and here together.
 """
 
@@ -147,3 +151,36 @@ warnings = sa.Table(
     sa.Column("created_at", UTC_DATETIME, nullable=False),
 )
 sa.Index("ix_cull_warnings_user", warnings.c.user)
+
+# This ledger's lab: exactly one row (id 1), created by migration 0003 with a random uuid. The
+# uuid labels every container the lab starts; the name is c.GPULab.lab_name, for people.
+lab = sa.Table(
+    "lab",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("uuid", sa.String(36), nullable=False),
+    sa.Column("name", sa.String(64), nullable=True),
+    sa.Column("created_at", UTC_DATETIME, nullable=False),
+    sa.CheckConstraint("id = 1", name="one_row"),
+)
+
+# Running containers that are not this lab's but hold a GPU of its inventory (another lab on the
+# same Docker engine, or a container started by hand), as the hub's latest look at the engine
+# on ``node`` found them; the admin page shows them. Rewritten for a node at every look.
+foreign_containers = sa.Table(
+    "foreign_containers",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("node", sa.String(255), nullable=False),
+    sa.Column("container_id", sa.String(128), nullable=False),
+    sa.Column("container_name", sa.String(255), nullable=False),
+    # the other lab's id and name from its labels (None: not a gpulab container)
+    sa.Column("lab_uuid", sa.String(36), nullable=True),
+    sa.Column("lab_name", sa.String(64), nullable=True),
+    sa.Column("user", sa.String(255), nullable=True),
+    # the ids of this lab's devices and MIG instances it holds, space-separated
+    sa.Column("devices", sa.Text, nullable=False),
+    sa.Column("attached_by", sa.String(64), nullable=False),
+    sa.Column("seen_at", UTC_DATETIME, nullable=False),
+)
+sa.Index("ix_foreign_containers_node", foreign_containers.c.node)
