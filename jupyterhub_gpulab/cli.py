@@ -1,7 +1,7 @@
 """The ``gpulab`` command: look at the inventory, check a config, list allocations, upgrade the db.
 
     gpulab inventory [--json] [-f jupyterhub_config.py]
-    gpulab check-config -f jupyterhub_config.py
+    gpulab check-config -f jupyterhub_config.py   (with GPUDockerSpawner: also looks at the engine)
     gpulab allocations [--json] [-f jupyterhub_config.py]
     gpulab upgrade-db [-f jupyterhub_config.py]
 
@@ -17,6 +17,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from traitlets import TraitError
 from traitlets.config import Config
 
 from .config import GPULab, Lab, load_config_file
@@ -82,7 +83,6 @@ def cmd_inventory(args) -> int:
 
 def _service_errors(config: Config) -> list[str]:
     """Problems in ``c.GPULabService`` (the culler's durations, unknown_utilization …)."""
-    from traitlets import TraitError
 
     from .service.app import GPULabService
 
@@ -93,12 +93,77 @@ def _service_errors(config: Config) -> list[str]:
     return []
 
 
+def _uses_gpulab_spawner(config: Config) -> bool:
+    cls = config.JupyterHub.get("spawner_class") if "JupyterHub" in config else None
+    if isinstance(cls, str):
+        return cls == "gpulab" or cls.endswith("GPUDockerSpawner")
+    return getattr(cls, "__name__", "") == "GPUDockerSpawner" or any(
+        b.__name__ == "GPUDockerSpawner" for b in getattr(cls, "__mro__", ())
+    )
+
+
+def _spawner_setting(config: Config, name: str, default):
+    for section in ("GPUDockerSpawner", "DockerSpawner"):
+        if section in config and name in config[section]:
+            return config[section][name]
+    return default
+
+
+def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
+    """Lines about the Docker engine the spawner uses: other labs' containers holding GPUs of
+    this inventory, and other labs using this lab's container prefix."""
+    import docker
+    from docker.utils import kwargs_from_env
+
+    from .ledger import Ledger, SchemaOutOfDate, peek_identity
+    from .spawner.engine import EngineSurvey
+
+    identity = peek_identity(gl.db_url)
+    kwargs = {"version": "auto", **kwargs_from_env()}
+    tls = _spawner_setting(config, "tls_config", None)
+    if tls:
+        kwargs["tls"] = docker.tls.TLSConfig(**tls)
+    kwargs.update(_spawner_setting(config, "client_kwargs", {}))
+    ledger = None
+    try:
+        if identity is not None:
+            ledger = Ledger(gl.db_url)
+        client = docker.APIClient(**kwargs)
+        survey = EngineSurvey().look(client, identity, lab.inventory, ledger)
+    except (docker.errors.DockerException, SchemaOutOfDate, OSError) as e:
+        return [f"warning: could not look at the Docker engine ({e}): other labs not checked"]
+    finally:
+        if ledger is not None:
+            ledger.close()
+    me = identity.describe() if identity else "this lab (no ledger yet)"
+    lines = [
+        f"warning: {f.describe()}, in the inventory of {me} too: two ledgers hand out the same "
+        "GPU. Take it out of one lab's inventory (c.GPULab.inventory, or drain it there), or "
+        "stop that container."
+        for f in survey.foreign
+    ]
+    prefix = _spawner_setting(config, "prefix", "jupyter")
+    clash = sorted(n for n in survey.other_labs if n.startswith(prefix + "-"))
+    if clash:
+        other = survey.other_labs[clash[0]]
+        lines.append(
+            f"warning: {other.describe() if other else 'another lab'} names its containers "
+            f"{prefix}-… on this Docker engine too ({clash[0]}): a user with a server in both "
+            "labs is refused in the second. Set c.GPUDockerSpawner.prefix to a name of this "
+            "lab's own."
+        )
+    if not lines:
+        lines.append(f"Docker engine: no other lab's container holds a GPU of {me}")
+    return lines
+
+
 def cmd_check_config(args) -> int:
     config = _config(args.config)
     errors = _service_errors(config)
     lab = None
     try:
-        lab = GPULab(config=config).load()
+        gl = GPULab(config=config)
+        lab = gl.load()
     except ConfigError as e:
         errors = e.errors + errors
     if errors:
@@ -116,6 +181,9 @@ def cmd_check_config(args) -> int:
         f"OK: {len(lab.inventory.devices)} GPU(s) ({summary}) from {lab.inventory.source}, "
         f"{len(lab.profiles)} profile(s), {len(lab.policies)} group policy(ies)"
     )
+    if _uses_gpulab_spawner(config):
+        for line in _engine_report(config, gl, lab):
+            print(line)
     return 0
 
 

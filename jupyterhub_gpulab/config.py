@@ -81,6 +81,18 @@ class GPULab(LoggingConfigurable):
     def _default_node_name(self):
         return socket.gethostname()
 
+    lab_name = Unicode(
+        "",
+        config=True,
+        help="""A name people know this lab by (at most 64 characters), shown next to its id.
+
+        Each ledger is one lab with a random id, made once; every container the lab starts is
+        labelled with both, so two labs on one Docker engine (staging beside production) never
+        touch each other's containers, and each names the other when it finds it holding one of
+        its GPUs. ``c.GPULab.lab_name = "staging"``
+        """,
+    )
+
     inventory_source = Unicode(
         "auto",
         config=True,
@@ -229,6 +241,11 @@ class GPULab(LoggingConfigurable):
             except ConfigError as e:
                 errors.extend(f"c.GPULab.{m}" for m in e.errors)
         tz, term = self._fair_use_settings(errors)
+        if len(self.lab_name) > 64 or not self.lab_name.isprintable():
+            errors.append(
+                f"c.GPULab.lab_name {self.lab_name!r} must be at most 64 printable characters, "
+                "e.g. 'staging'"
+            )
         if term is None and any(p.gpu_hours and p.period == "term" for p in policies.values()):
             errors.append(
                 "c.GPULab.group_policies: a policy counts GPU-hours per 'term' but "

@@ -11,6 +11,8 @@ from jupyterhub_gpulab.inventory import SliceKind, load_declared
 from jupyterhub_gpulab.spawner.container import (
     ATTACH_MODES,
     LABEL_ALLOCATION,
+    LABEL_LAB,
+    LABEL_LAB_NAME,
     LABEL_NODE,
     LABEL_PROFILE,
     LABEL_SERVER,
@@ -209,8 +211,12 @@ def test_labels_tie_a_gpu_container_to_its_allocation():
         profile="pytorch-mig",
         slice_id=MIG.id,
         node="gpu01",
+        lab="0b5e1c1e-7a52-4c0e-9d25-5a1f6e8f2a10",
+        lab_name="staging",
     )
     assert out == {
+        LABEL_LAB: "0b5e1c1e-7a52-4c0e-9d25-5a1f6e8f2a10",
+        LABEL_LAB_NAME: "staging",
         LABEL_ALLOCATION: "42",
         LABEL_USER: "alice@uni.edu",
         LABEL_SERVER: "lab",
@@ -223,8 +229,15 @@ def test_labels_tie_a_gpu_container_to_its_allocation():
 
 def test_a_cpu_only_container_has_no_allocation_or_slice_label():
     out = labels(
-        allocation_id=None, user="bob", server_name="", profile="cpu", slice_id=None, node="n"
+        allocation_id=None,
+        user="bob",
+        server_name="",
+        profile="cpu",
+        slice_id=None,
+        node="n",
+        lab="L",
     )
+    assert out[LABEL_LAB] == "L" and LABEL_LAB_NAME not in out
     assert LABEL_ALLOCATION not in out
     assert LABEL_SLICE not in out
     assert out[LABEL_SERVER] == ""
@@ -232,7 +245,9 @@ def test_a_cpu_only_container_has_no_allocation_or_slice_label():
 
 
 def test_allocation_zero_is_still_labelled():
-    out = labels(allocation_id=0, user="u", server_name="", profile="p", slice_id="s", node="n")
+    out = labels(
+        allocation_id=0, user="u", server_name="", profile="p", slice_id="s", node="n", lab="L"
+    )
     assert out[LABEL_ALLOCATION] == "0"
 
 

@@ -12,7 +12,7 @@ from ..fairuse.accounting import Usage, usage
 from ..fairuse.quota import period_window, user_budget, window_start
 from ..policy import applicable_policies
 from ..profiles import entitled_profiles
-from . import usageview, views
+from . import labview, usageview, views
 from .hubclient import HubClient, HubError
 from .state import LabState
 
@@ -49,6 +49,11 @@ async def admin_data(
             sample.taken_at,
             holders={a.id: a.user for a in snap.allocations},
         )
+        identity, foreign = await asyncio.to_thread(
+            lambda: (state.ledger.identity(), state.ledger.foreign_containers())
+        )
+        out["inventory"]["lab"] = labview.lab_view(identity, state.gpulab.lab_name)
+        out["inventory"]["foreign_containers"] = labview.foreign_view(foreign)
     if "allocations" in parts:
         servers, servers_at = await hub_servers(hub)
         rows = views.allocation_view(

@@ -97,6 +97,30 @@ SCHEMAS = {
                 },
             },
             "totals": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "lab": {
+                "type": "object",
+                "description": "this lab: its ledger's id (on every container label) and name",
+                "properties": {"id": {"type": "string"}, "name": STR, "label": {"type": "string"}},
+            },
+            "foreign_containers": {
+                "type": "array",
+                "description": "containers not of this lab holding its GPUs, as the hub last "
+                "saw the Docker engine: another ledger hands out the same GPUs",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "container_id": {"type": "string"},
+                        "container_name": {"type": "string"},
+                        "lab_id": {**STR, "description": "null: not a gpulab container"},
+                        "lab_name": STR,
+                        "lab": STR,
+                        "user": STR,
+                        "devices": {"type": "array", "items": {"type": "string"}},
+                        "attached_by": {"type": "string"},
+                        "seen_at": {"type": "string", "format": "date-time"},
+                    },
+                },
+            },
         },
     },
     "Allocation": {

@@ -16,6 +16,11 @@ LABEL_SERVER = "org.jupyter.gpulab.server"
 LABEL_SLICE = "org.jupyter.gpulab.slice"
 LABEL_PROFILE = "org.jupyter.gpulab.profile"
 LABEL_NODE = "org.jupyter.gpulab.node"
+#: The lab's id (its ledger's, a uuid) and name: a hub touches only its own lab's containers.
+#: (Not ``…gpulab.lab``: images/build-singleuser.sh labels the image with that, and a container
+#: inherits its image's labels.)
+LABEL_LAB = "org.jupyter.gpulab.lab-id"
+LABEL_LAB_NAME = "org.jupyter.gpulab.lab-name"
 
 ATTACH_MODES = ("device_request", "cdi", "env")
 
@@ -108,14 +113,20 @@ def labels(
     profile: str,
     slice_id: str | None,
     node: str,
+    lab: str,
+    lab_name: str | None = None,
 ) -> dict[str, str]:
-    """The labels that let a restarted hub match containers to allocations."""
+    """The labels that let a restarted hub match containers to allocations, and tell this
+    lab's containers (``lab``: the ledger's lab id) from another lab's on the same engine."""
     out = {
+        LABEL_LAB: lab,
         LABEL_USER: user,
         LABEL_SERVER: server_name,
         LABEL_PROFILE: profile,
         LABEL_NODE: node,
     }
+    if lab_name:
+        out[LABEL_LAB_NAME] = lab_name
     if allocation_id is not None:
         out[LABEL_ALLOCATION] = str(allocation_id)
     if slice_id is not None:

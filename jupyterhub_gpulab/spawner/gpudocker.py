@@ -28,6 +28,7 @@ from ..policy import applicable_policies, resolve
 from ..profiles import Profile, choose_profile, entitled_profiles, options_from_form
 from . import container as ct
 from .formmixin import ProfileFormMixin
+from .labguard import LabGuardMixin
 from .names import check_prefix, container_name
 from .recovery import RecoveryMixin
 from .runtime import LabRuntime, get_runtime
@@ -35,7 +36,7 @@ from .runtime import LabRuntime, get_runtime
 _REASON_OF_REFUSAL = {"quota": "quota", "no-free-slice": "no-free-slice"}
 
 
-class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, DockerSpawner):
+class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpawner):
     """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
     CPU profile). Profiles, inventory, policies and the ledger come from ``c.GPULab``."""
 
@@ -391,6 +392,7 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, DockerSpawner):
         # DockerSpawner has rendered its templates (so user-controlled names are never templated).
         if method == "create_container":
             s = self._current_slice
+            rt = self.runtime()
             host_config = kwargs.setdefault("host_config", {})
             requests = ct.device_requests(s, self.attach_mode)
             host_config["DeviceRequests"] = requests or None
@@ -402,7 +404,9 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, DockerSpawner):
                     server_name=self.name or "",
                     profile=self.profile_slug,
                     slice_id=s.id if s else None,
-                    node=self.runtime().lab.node,
+                    node=rt.lab.node,
+                    lab=rt.identity.uuid,
+                    lab_name=rt.identity.name,
                 ),
             }
         return super().docker(method, *args, **kwargs)

@@ -13,8 +13,8 @@ from datetime import timedelta
 
 from .. import clock
 from ..config import GPULab, Lab
-from ..ledger import ReconcileReport, close_shared_ledgers, shared_ledger
-from .container import LABEL_ALLOCATION, LABEL_NODE
+from ..ledger import ForeignContainer, ReconcileReport, close_shared_ledgers, shared_ledger
+from .engine import EngineSurvey
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,12 @@ class LabRuntime:
         for w in self.lab.warnings:
             log.warning("gpulab inventory: %s", w)
         self.ledger = shared_ledger(gpulab.db_url, auto_upgrade=gpulab.db_auto_upgrade)
+        #: this lab's id and name: on every container label; only such containers are ours
+        self.identity = self.ledger.name_lab(gpulab.lab_name.strip())
         report = self.ledger.sync_inventory(self.lab.inventory, node=self.lab.node)
         log.info(
-            "gpulab: %d device(s), %d slice(s) from %s (added %d, vanished %d)",
+            "gpulab: %s; %d device(s), %d slice(s) from %s (added %d, vanished %d)",
+            self.identity.describe(),
             len(self.lab.inventory.devices),
             len(self.lab.inventory.slices),
             self.lab.inventory.source,
@@ -41,6 +44,8 @@ class LabRuntime:
             len(report.vanished),
         )
         self.reconciled = False
+        self.engine = EngineSurvey()
+        self._foreign: dict[str, tuple[str, ...]] | None = None
 
     def reconcile(self, docker_client, *, grace_s: float = 600) -> ReconcileReport:
         """Close open allocations on this node whose container is gone, and return labelled
@@ -49,16 +54,13 @@ class LabRuntime:
         Allocations younger than ``grace_s`` seconds are spared: their spawn may still be creating
         the container. Runs the Docker call synchronously: call it in a thread.
         """
-        containers = docker_client.containers(
-            all=False, filters={"label": [LABEL_ALLOCATION, f"{LABEL_NODE}={self.lab.node}"]}
-        )
-        live: dict[str, int | None] = {}
-        for c in containers:
-            raw = (c.get("Labels") or {}).get(LABEL_ALLOCATION)
-            try:
-                live[c["Id"]] = int(raw) if raw else None
-            except ValueError:
-                live[c["Id"]] = None
+        # only this lab's containers (labelled with its id; see engine.py for older ones)
+        survey = self.engine.look(docker_client, self.identity, self.lab.inventory, self.ledger)
+        try:
+            self._report_foreign(survey.foreign)
+        except Exception:  # the report must not stop the reconcile
+            log.exception("gpulab: could not record other labs' containers")
+        live = survey.live
         report = self.ledger.reconcile(
             live,
             node=self.lab.node,
@@ -75,6 +77,24 @@ class LabRuntime:
             )
         self.reconciled = True
         return report
+
+    def _report_foreign(self, found: list[ForeignContainer]) -> None:
+        """Record other containers holding our GPUs for the admin page; log each one once."""
+        now = {f.container_id: f.devices for f in found}
+        if now or self._foreign is None or self._foreign:
+            self.ledger.record_foreign(self.lab.node, found)
+        for f in found:
+            if (self._foreign or {}).get(f.container_id) != f.devices:
+                log.warning(
+                    "gpulab: %s, in this lab's inventory (%s) too: two ledgers hand out the "
+                    "same GPU. Take it out of one lab's inventory (c.GPULab.inventory, or drain "
+                    "it there), or stop that container.",
+                    f.describe(),
+                    self.identity.describe(),
+                )
+        for cid in set(self._foreign or {}) - set(now):
+            log.info("gpulab: container %s no longer holds a GPU of this lab", cid[:12])
+        self._foreign = now
 
 
 def get_runtime(gpulab: GPULab) -> LabRuntime:

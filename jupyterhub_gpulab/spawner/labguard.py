@@ -1,0 +1,64 @@
+"""A spawner touches only its own lab's containers, even one found under its own name.
+
+DockerSpawner finds a server's container by name; two labs on one Docker engine with the same
+container prefix give a user of the same name the same container name. Found that way, another
+lab's container (:func:`~.engine.owner` says ``OTHER``) is never reused, polled, stopped or
+removed: a start is refused with the fix for the admin (a distinct
+``c.GPUDockerSpawner.prefix``), and ``poll``/``stop`` see no container of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..errors import SpawnRefused
+from ..ledger import LabIdentity
+from . import engine
+from .container import LABEL_LAB, LABEL_LAB_NAME
+
+
+def _owner(labels, container_id, rt) -> str:
+    aid = engine.allocation_label(labels)
+    allocations = rt.ledger.allocations_by_id([aid]) if aid is not None else {}
+    return engine.owner(labels, container_id, rt.identity.uuid, allocations)
+
+
+class LabGuardMixin:
+    """Mixed into :class:`~.gpudocker.GPUDockerSpawner` (before DockerSpawner in the MRO)."""
+
+    async def get_object(self):
+        obj = await super().get_object()
+        if obj is None:
+            return None
+        rt = self.runtime()
+        labels = (obj.get("Config") or {}).get("Labels") or {}
+        if await asyncio.to_thread(_owner, labels, obj["Id"], rt) != engine.OTHER:
+            return obj
+        # not ours: forget its id, so nothing here stops or removes it
+        self.object_id = ""
+        other = (
+            LabIdentity(labels[LABEL_LAB], labels.get(LABEL_LAB_NAME)).describe()
+            if labels.get(LABEL_LAB)
+            else "another lab (a gpulab hub from before lab ids)"
+        )
+        name = (obj.get("Name") or self.object_name).lstrip("/")
+        detail = (
+            f"Container {name} ({obj['Id'][:12]}) on this Docker engine belongs to {other}, not "
+            f"to this {rt.identity.describe()}"
+        )
+        if self._start_done:
+            self.log.warning("%s; %s's own container is gone, that one is left alone", detail, name)
+            return None
+        err = SpawnRefused(
+            "Your server cannot start: another lab on this host uses the same container name. "
+            "The administrators have been told; please try again later.",
+            reason="container-name-taken",
+            status_code=503,
+            log_message=(
+                f"{detail}. Two labs on one Docker engine need different container names: set "
+                "c.GPUDockerSpawner.prefix (e.g. 'staging') in one of them."
+            ),
+        )
+        self.log.error(err.log_message)
+        await self._refuse(rt, self.profile_slug or None, err)
+        raise err
