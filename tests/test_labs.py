@@ -370,3 +370,19 @@ def test_the_hubs_findings_are_kept_per_node_until_its_next_look(url):
     led.record_foreign("gpu01", [])  # the next look found none
     assert [f.container_name for f in led.foreign_containers()] == ["trainer"]
     led.close()
+
+
+def test_a_bad_lab_name_is_listed_by_check_config(tmp_path, capsys):
+    from jupyterhub_gpulab.cli import main
+
+    cfg = tmp_path / "jupyterhub_config.py"
+    cfg.write_text(
+        "c = get_config()  # noqa\n"
+        f"c.GPULab.db_url = 'sqlite:///{tmp_path}/gpulab.sqlite'\n"
+        f"c.GPULab.inventory = {LAB!r}\n"
+        "c.GPULab.profiles = [{'slug': 'cpu', 'display_name': 'CPU', 'image': 'x'}]\n"
+        "c.GPULab.lab_name = 'physics department, building 4, room 112, the big GPU server by the window'\n"
+    )
+    assert main(["check-config", "-f", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "c.GPULab.lab_name 'physics department" in err and "at most 64" in err

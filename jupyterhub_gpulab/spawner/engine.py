@@ -20,8 +20,8 @@ then hand out the same device.
 **Which GPUs a container holds** (:func:`attached`):
 
 - a device request for the ``nvidia`` driver (or none) with the ``gpu`` capability: its device
-  ids (UUIDs or indices); ``Count: -1`` is every GPU, ``Count: n`` the first n (indices 0 … n-1,
-  as Docker's NVIDIA hook picks them);
+  ids (UUIDs or indices); ``Count: -1`` is every GPU, ``Count: n`` the first n (the engine sets
+  ``NVIDIA_VISIBLE_DEVICES=0,…,n-1``);
 - a CDI device request ``nvidia.com/gpu=<uuid|index|all>``;
 - ``NVIDIA_VISIBLE_DEVICES`` (UUIDs, indices, ``all``; ``none``/``void``/empty: nothing) when
   the NVIDIA runtime reads it: the container runs the ``nvidia`` runtime (its own or the engine's
