@@ -16,12 +16,11 @@ How JupyterHub 6.1.1 turns a :class:`SpawnRefused` into a response (read from it
 ==========================================  =====================================================
 Where it is raised                          What the user gets
 ==========================================  =====================================================
-``Spawner.options_from_form`` (form POST    ``handlers/pages.py`` ``SpawnHandler._post`` catches
-to ``/hub/spawn``)                          it: the form is rendered again with HTTP
-                                            ``status_code`` and ``Error: <message>`` above it.
-``Spawner.options_from_query``              ``SpawnHandler._get`` catches it: the form is shown
-(``GET /hub/spawn?profile=…``)              with ``status_code`` and the message (when the
-                                            spawner has a form).
+``Spawner.options_from_query`` (a link,     ``SpawnHandler._get`` catches it: the form is shown
+``GET /hub/spawn?…`` naming no profile)     with ``status_code`` and the message (when the
+                                            spawner has a form). gpulab's ``options_from_form``
+                                            only reshapes: the form's choice is judged in
+                                            ``start()``, as the API's (row below).
 ``apply_user_options`` / ``start()``        ``handlers/base.py`` ``spawn_single_user`` re-raises
 within ``slow_spawn_timeout`` (10 s) of     it: ``POST /hub/api/users/:name/server[s/:server]``
 the REST call                               answers ``status_code`` with JSON
@@ -51,6 +50,11 @@ Reasons and their HTTP statuses (:data:`STATUS_BY_REASON`):
 - 503 ``no-free-slice``: every slice of that kind is held; try later or pick another profile.
 - 503 ``gpu-runtime-missing``: the host cannot attach GPUs (no NVIDIA Container Toolkit); the admin
   must fix the host.
+- 500 ``misconfigured``: the gpulab configuration is invalid; the admin must fix it.
+
+Only the last two need an administrator (:data:`ADMIN_REASONS`, :attr:`SpawnRefused.needs_admin`):
+they are logged at ERROR. Every other refusal is routine (the user was told and can act) and is
+logged at INFO, without a traceback (:mod:`jupyterhub_gpulab.spawner.logs`).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ __all__ = [
     "SpawnRefused",
     "ProfileChoiceError",
     "STATUS_BY_REASON",
+    "ADMIN_REASONS",
     "plain",
     "quoted",
 ]
@@ -108,7 +113,11 @@ STATUS_BY_REASON: dict[str, int] = {
     "group-quota": 429,
     "no-free-slice": 503,
     "gpu-runtime-missing": 503,
+    "misconfigured": 500,
 }
+
+#: Refusals an administrator must act on (the host, the configuration); the rest are routine.
+ADMIN_REASONS = frozenset({"gpu-runtime-missing", "misconfigured"})
 
 
 class SpawnRefused(SpawnException):
@@ -144,6 +153,11 @@ class SpawnRefused(SpawnException):
             message_html=message_html,
             status_code=status_code,
         )
+
+    @property
+    def needs_admin(self) -> bool:
+        """Whether an administrator must act (:data:`ADMIN_REASONS`); else the refusal is routine."""
+        return self.reason in ADMIN_REASONS
 
     @property
     def jupyterhub_message(self) -> str:

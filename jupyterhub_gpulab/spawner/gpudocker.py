@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from dockerspawner import DockerSpawner
+from tornado.log import app_log
 from traitlets import Bool, Float, Integer, Unicode, default, validate
 
 from .. import clock
@@ -29,6 +30,7 @@ from ..profiles import Profile, choose_profile, entitled_profiles, options_from_
 from . import container as ct
 from .formmixin import ProfileFormMixin
 from .labguard import LabGuardMixin
+from .logs import install_refusal_filter
 from .names import check_prefix, container_name
 from .recovery import RecoveryMixin
 from .runtime import LabRuntime, get_runtime
@@ -80,6 +82,10 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         help="""Seconds a fresh allocation without a container is left alone by the reconcile
         pass at hub start (its spawn may still be running). Default 600.""",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        install_refusal_filter(self.log, app_log)  # app_log: JupyterHub's User.spawn
 
     # -- form (rendering in formmixin.py) ---------------------------------------------------
 
@@ -159,8 +165,7 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
             raise SpawnRefused(
                 "The GPU lab is misconfigured, so no server can start. An administrator has "
                 "been told (hub log); please try again later.",
-                reason="bad-choice",
-                status_code=500,
+                reason="misconfigured",
                 log_message=str(e),
             ) from None
 

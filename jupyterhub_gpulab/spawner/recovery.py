@@ -9,13 +9,22 @@ labelled containers Docker reports.
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 from ..ledger import LedgerRefusal
 from .runtime import LabRuntime
 
+# Every spawner of this hub process. JupyterHub creates the spawner of each server it believes
+# running before any poll (``JupyterHub.init_spawners``), and one for each spawn.
+_spawners: weakref.WeakSet = weakref.WeakSet()
+
 
 class RecoveryMixin:
     """Mixed into :class:`~.gpudocker.GPUDockerSpawner` (before DockerSpawner in the MRO)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _spawners.add(self)
 
     async def poll(self):
         rt = self.runtime()
@@ -78,12 +87,6 @@ class RecoveryMixin:
                 self.log.exception("Could not remove orphan container %s", cid[:12])
 
     def _hub_container_ids(self) -> set[str]:
-        """Container ids of servers JupyterHub believes are running (from its database)."""
-        from jupyterhub import orm
-
-        ids = set()
-        for sp in self.db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)):
-            oid = (sp.state or {}).get("object_id")
-            if oid:
-                ids.add(oid)
-        return ids
+        """Container ids of servers JupyterHub runs or is starting in this process (without the
+        deprecated ``Spawner.db``)."""
+        return {sp.object_id for sp in list(_spawners) if sp.object_id}
