@@ -28,7 +28,8 @@ Who may pick a profile (:func:`entitled_profiles`), the product's rule:
 So a profile's ``groups`` and a policy's ``profiles`` both *grant*, and a policy with ``profiles``
 also *restricts* its members to that list, unless another of their groups allows more.
 
-Choices (:func:`choose_profile`, :func:`options_from_form`, :func:`default_profile`) live in
+Choices (:func:`choose`, :func:`choose_profile`, :func:`options_from_form`,
+:func:`options_from_query`, :func:`default_profile`, :func:`saved_choice_notice`) live in
 :mod:`.choice` and are re-exported here: every refusal is a :class:`~.errors.ProfileChoiceError`
 (HTTP 400) listing what the user may pick.
 """
@@ -41,7 +42,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .choice import choose_profile, default_profile, options_from_form
+from .choice import (
+    choose,
+    choose_profile,
+    default_profile,
+    options_from_form,
+    options_from_query,
+    saved_choice_notice,
+)
 from .errors import ConfigError
 from .inventory.model import SliceKind, SliceRequest
 from .policy import GroupPolicy, applicable_policies
@@ -54,7 +62,10 @@ __all__ = [
     "entitled_profiles",
     "default_profile",
     "options_from_form",
+    "options_from_query",
+    "choose",
     "choose_profile",
+    "saved_choice_notice",
 ]
 
 SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")

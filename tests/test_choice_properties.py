@@ -4,7 +4,7 @@ entitled profile or a 400 refusal with a safe message, never another exception."
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from jupyterhub_gpulab.errors import ProfileChoiceError
@@ -89,17 +89,43 @@ def test_any_user_options_give_an_entitled_profile_or_a_refusal(options, user):
     check_outcome(options, entitled_for(user), from_form=False)
 
 
-@given(options=user_options, user=users)
-def test_form_and_api_agree(options, user):
-    """A value sent as a one-item form field means the same as the same value in user_options."""
-    if not isinstance(options, dict) or set(options) != {"profile"}:
-        return
-    if not isinstance(options["profile"], str) or not options["profile"]:
-        return
+# options as a person sends them, through the form or the API: maybe a profile, maybe other
+# fields (likely ones, anything), each with one value or several; _xsrf is JupyterHub's, no option
+values = st.lists(texts, min_size=1, max_size=3)
+other_fields = st.just({}) | st.dictionaries(
+    st.sampled_from(["image", "env"]) | texts.filter(lambda k: k not in ("profile", "_xsrf")),
+    values,
+    max_size=2,
+)
+fields = st.builds(
+    lambda profile, others: {**others, **({"profile": profile} if profile else {})},
+    st.none() | values,
+    other_fields,
+)
+
+
+def outcome(choice, entitled, *, from_form):
+    """What the user sees: the profile started, or the refusal's reason and message."""
+    try:
+        return ("starts", choose_profile(choice, entitled, PROFILES, from_form=from_form).slug)
+    except ProfileChoiceError as err:
+        return ("refused", err.reason, err.message)
+
+
+@given(fields=fields, user=users, xsrf=st.booleans())
+@example(fields={"profile": ["cpu"], "image": ["evil"]}, user=(set(), False), xsrf=True)
+@example(fields={"profile": ["cpu", "a100"]}, user=(set(), True), xsrf=False)
+@example(fields={}, user=({"students"}, False), xsrf=True)
+def test_form_and_api_agree(fields, user, xsrf):
+    """The same options sent through the spawn form (each field a list of strings, plus
+    JupyterHub's _xsrf) or the REST API (one value as itself, several as a list) give the same
+    profile, or the same refusal with the same message."""
+    form = {**fields, **({"_xsrf": ["token"]} if xsrf else {})}
+    api = {k: v[0] if len(v) == 1 else v for k, v in fields.items()}
     entitled = entitled_for(user)
-    api = check_outcome(options, entitled, from_form=False)
-    form = check_outcome({"profile": [options["profile"]]}, entitled, from_form=True)
-    assert api == form
+    via_form = outcome(form, entitled, from_form=True)
+    event(via_form[0] if via_form[0] == "starts" else f"refused: {via_form[1]}")
+    assert via_form == outcome(api, entitled, from_form=False)
 
 
 @given(slug=slugs, position=st.integers(0, 3))

@@ -305,9 +305,15 @@ def test_choose_profile_accepts(choice, from_form, expected):
     assert choose_profile(choice, STUDENT, PROFILES, from_form=from_form).slug == expected
 
 
-def test_options_from_form_gives_user_options():
+def test_options_from_form_reshapes_into_what_the_api_takes():
     assert options_from_form({"profile": ["cpu"], "_xsrf": ["abc"]}) == {"profile": "cpu"}
     assert options_from_form({"_xsrf": ["abc"]}) == {}
+    # judged later, by choose_profile, exactly as the same options from the API
+    assert options_from_form({"profile": ["a", "b"], "image": ["x"]}) == {
+        "profile": ["a", "b"],
+        "image": "x",
+    }
+    assert options_from_form({"x_file": [{"body": b"data"}]}) == {"x_file": None}
 
 
 # (id, choice, from_form, reason, the problem the message must start with)
@@ -316,9 +322,15 @@ REFUSALS = [
     ("form-empty-string", {"profile": [""]}, True, "bad-choice", "No profile was chosen (the value is empty)."),
     ("form-no-values", {"profile": []}, True, "bad-choice", "No profile was chosen."),
     ("form-repeated-same", {"profile": ["cpu", "cpu"]}, True, "bad-choice",
-     "Pick exactly one profile; the form sent 2 values ('cpu', 'cpu')."),
+     "Pick exactly one profile; got 2 values ('cpu', 'cpu')."),
     ("form-repeated-different", {"profile": ["cpu", "pytorch-1g"]}, True, "bad-choice",
-     "Pick exactly one profile; the form sent 2 values ('cpu', 'pytorch-1g')."),
+     "Pick exactly one profile; got 2 values ('cpu', 'pytorch-1g')."),
+    ("api-repeated", {"profile": ["cpu", "pytorch-1g"]}, False, "bad-choice",
+     "Pick exactly one profile; got 2 values ('cpu', 'pytorch-1g')."),
+    ("form-unknown-field", {"profile": ["cpu"], "image": ["evil/image"], "_xsrf": ["t"]}, True,
+     "bad-choice", "Unknown option 'image'; the only option is 'profile'."),
+    ("form-uploaded-file", {"profile": ["cpu"], "x_file": [{"body": b"..."}]}, True,
+     "bad-choice", "Unknown option 'x_file'; the only option is 'profile'."),
     ("form-value-not-list", {"profile": "cpu"}, True, "bad-choice",
      "The form field 'profile' should hold a list of values, got the text 'cpu'."),
     ("form-not-dict", ["cpu"], True, "bad-choice", "The spawn form was not understood."),

@@ -1,6 +1,11 @@
-"""The hub log of refused spawns, on a real JupyterHub with its real proxy and real containers
-(GPUDockerSpawner in ``env`` attach mode, as test_spawner_e2e.py).
+"""Saved choices, the spawn form, spawn links and the hub log, on a real JupyterHub with its real
+proxy and real containers (GPUDockerSpawner in ``env`` attach mode, as test_spawner_e2e.py).
 
+- A start without options means the profile this server last started with, else the default,
+  and says so when the saved one no longer applies; a refused request never becomes the saved
+  choice (JupyterHub saves every start's options before the spawner sees them).
+- The form and the REST API refuse the same options with the same message; a GET link must name
+  its profile, so a cross-site link cannot spend anyone's slice.
 - Routine refusals are one INFO line each in the hub log, counted as failures in the hub's
   metrics; the spawner never touches the deprecated ``Spawner.db``.
 """
@@ -17,6 +22,8 @@ from e2e_support import PROFILES, gpulab_config, remove_node_containers, require
 from hubtools import Hub
 from prometheus_client.parser import text_string_to_metric_families
 from test_spawner_e2e import _FormParser, login
+
+from jupyterhub_gpulab.ledger import Ledger
 
 pytestmark = pytest.mark.docker
 
@@ -111,6 +118,115 @@ def wait_no_server(hub: Hub, user: str, seconds: float = 3) -> None:
     while time.monotonic() < deadline:
         assert hub.server(user) is None, hub.server(user)
         time.sleep(0.3)
+
+
+# --- the saved choice -----------------------------------------------------------------------------
+
+
+def test_a_renamed_saved_profile_starts_the_default_and_tells_the_user(hub_factory):
+    hub = hub_factory(seat_slug="tensorflow-seat")
+    hub.start()
+    hub.create_user("ann")
+    r = hub.spawn("ann", {"profile": "tensorflow-seat"})
+    assert r.status_code in (201, 202), r.text
+    assert hub.wait_ready("ann")["state"]["gpulab_profile"] == "tensorflow-seat"
+    hub.stop_server("ann")
+    # the admin renames the slug and restarts the hub
+    hub.stop()
+    hub.extra_config = lab_config(hub.workdir.name, seat_slug="tf-seat")
+    hub.start()
+    said = (
+        "Your saved choice 'tensorflow-seat' no longer applies (there is no such profile any more)"
+    )
+    # the form says so before anything starts, and preselects the default
+    p, page = form_of(login(hub, "ann"), hub, "ann")
+    assert f"{said}; pick another below." in page
+    assert p.radios["mig"]["checked"]
+    # an admin's start, no body: the default profile, and the user is told why
+    r = post_without_body(hub, "ann")
+    assert r.status_code in (201, 202), r.text
+    server = hub.wait_ready("ann")
+    assert server["state"]["gpulab_profile"] == "mig"
+    assert server["user_options"] == {"profile": "mig"}
+    ready = ready_event(hub, "ann")
+    notice = f"{said}, so this server starts with the default, 'mig' (PyTorch (MIG 1g.10gb))."
+    assert notice in ready["message"]
+    assert html.escape(notice) in ready["html_message"]
+    assert notice in hub.log_path.read_text()  # and the admin, in the hub log
+    # a later restart keeps telling the hub (and the culler) what the server runs
+    hub.stop()
+    hub.start()
+    assert hub.server("ann")["user_options"] == {"profile": "mig"}
+
+
+def test_a_refused_request_never_becomes_the_saved_choice(hub_factory):
+    hub = hub_factory()
+    hub.start()
+    hub.create_user("bob")
+    hub.create_user("cat")
+    assert hub.spawn("bob", {"profile": "seat"}).status_code in (201, 202)
+    hub.wait_ready("bob")
+    hub.stop_server("bob")
+    for refused in ({"profile": 3}, {"profile": "cpu", "image": "busybox"}):
+        for user in ("bob", "cat"):
+            r = hub.spawn(user, refused)
+            assert r.status_code == 400, r.text
+    hub.stop()
+    hub.start()  # what was saved survives a restart
+    # bob's last valid profile, cat's (who never started) the default; nobody is told anything
+    for user, profile in (("bob", "seat"), ("cat", "mig")):
+        r = post_without_body(hub, user)
+        assert r.status_code in (201, 202), r.text
+        assert hub.wait_ready(user)["state"]["gpulab_profile"] == profile
+        assert "saved choice" not in ready_event(hub, user)["message"]
+
+
+# --- the form and links ---------------------------------------------------------------------------
+
+
+def test_the_form_refuses_an_unknown_field_as_the_api_does(hub):
+    hub.create_user("dave")
+    bad = {"profile": "cpu", "image": "busybox"}
+    before = spawn_failures(hub).get("bad-choice", 0)
+    api = hub.spawn("dave", bad)
+    assert api.status_code == 400
+    message = api.json()["message"]
+    assert message.startswith("Unknown option 'image'; the only option is 'profile'.")
+    s = login(hub, "dave")
+    p, _ = form_of(s, hub, "dave")
+    r = s.post(hub.url + p.action, data=bad)
+    assert r.status_code == 400
+    assert f"Error: {message}" in html.unescape(r.text)
+    wait_no_server(hub, "dave")
+    # both were refused by the spawner, and JupyterHub counted both as failed spawns
+    assert spawn_failures(hub).get("bad-choice", 0) == before + 2
+
+
+CROSS_SITE = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}  # fmt: skip
+
+
+def test_a_cross_site_get_never_starts_a_server(hub):
+    hub.create_user("erin")
+    led = Ledger(f"sqlite:///{hub.workdir}/gpulab.sqlite")
+    s = login(hub, "erin")
+    for query, says in (
+        ("x=1", "A link that starts a server must name its profile (?profile=slug); this one names only 'x'."),
+        ("", None),  # the form, as always
+        ("profile=mig&x=1", "Unknown option 'x'; the only option is 'profile'."),
+        ("opt-x=1&next=/hub/home", "A link that starts a server must name its profile"),
+    ):  # fmt: skip
+        r = s.get(f"{hub.url}/hub/spawn/erin?{query}", headers=CROSS_SITE, allow_redirects=False)
+        assert r.status_code == (400 if says else 200), (query, r.status_code)
+        if says:
+            assert f"Error: {says}" in html.unescape(r.text)
+        wait_no_server(hub, "erin", seconds=1.5)
+    assert led.open_allocations(user="erin") == []
+    # a link that names its profile is JupyterHub's spawn link, and starts it
+    r = s.get(f"{hub.url}/hub/spawn/erin?profile=cpu", allow_redirects=False)
+    assert r.status_code == 302 and "/spawn-pending/erin" in r.headers["Location"]
+    assert hub.wait_ready("erin")["state"]["gpulab_profile"] == "cpu"
+    hub.stop_server("erin")
+    led.close()
 
 
 # --- the hub log ----------------------------------------------------------------------------------

@@ -101,6 +101,7 @@ _TEMPLATE = _env.from_string(
     """\
 <fieldset class="gpulab-profiles">
   <legend>Choose what your server gets</legend>
+  {% if notice %}<p class="gpulab-notice alert alert-warning">{{ notice }}</p>{% endif %}
   {% if note %}<p class="gpulab-note text-muted">{{ note }}</p>{% endif %}
   {% if not rows %}<p class="alert alert-warning">There is no profile you may pick. Ask an administrator to add you to a group.</p>{% endif %}
   {% for r in rows %}
@@ -121,10 +122,13 @@ _TEMPLATE = _env.from_string(
 )
 
 
-def render_form(rows: Sequence[FormRow], note: str | None = None) -> str:
+def render_form(
+    rows: Sequence[FormRow], note: str | None = None, *, notice: str | None = None
+) -> str:
     """The form's HTML; every value is escaped. ``note`` is one line above the choices, such as
-    the user's use of their slice limit."""
-    return _TEMPLATE.render(rows=rows, note=note)
+    the user's use of their slice limit; ``notice`` a warning above it, such as why the saved
+    choice no longer applies."""
+    return _TEMPLATE.render(rows=rows, note=note, notice=notice)
 
 
 def usage_note(held: int, limit: int | None) -> str:

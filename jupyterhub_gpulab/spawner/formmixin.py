@@ -1,17 +1,94 @@
-"""The spawn form half of GPUDockerSpawner: which profiles, with live capacity and the user's use."""
+"""The user's-choice half of GPUDockerSpawner: the spawn form, spawn links and the saved choice.
+
+- The form lists the profiles a user may pick, with live capacity and their use of their limit,
+  and says when their saved choice no longer applies.
+- ``options_from_form`` and ``options_from_query`` only reshape what arrives into
+  ``user_options``; ``start()`` judges them with :func:`~jupyterhub_gpulab.choice.choose`, so the
+  REST API, the form and a link are refused or accepted alike, counted alike (JupyterHub's spawn
+  metric, the ledger's refusals) and logged alike. A link (``GET /hub/spawn?…``) must name its
+  profile: a GET never starts the saved or default profile.
+- The saved choice is ``last_profile`` (in the server's state). JupyterHub saves each start's
+  ``user_options`` as the next default before ``start()`` runs, even a refused request;
+  :meth:`_forget_saved_options` clears that copy, so a start without options always means "the
+  profile this server last started with if I may still pick it, else the default".
+"""
 
 from __future__ import annotations
 
 import asyncio
+import html
+import inspect
 
+from ..choice import choose, options_from_form, options_from_query, saved_choice_notice
 from ..policy import applicable_policies, user_limit
+from ..profiles import Profile
 from .form import form_rows, render_form, usage_note
 from .runtime import LabRuntime
 
 
+async def ready_with_notice(spawner, event: dict) -> dict:
+    """``progress_ready_hook``: the ready event also says when the saved choice no longer
+    applied (``spawner.choice_notice``), on the spawn-pending page and in the progress API."""
+    notice = getattr(spawner, "choice_notice", None)
+    if not notice:
+        return event
+    return {
+        **event,
+        "message": f"{event.get('message', '')}. {notice}".lstrip(". "),
+        "html_message": f"{event.get('html_message', '')}<br>{html.escape(notice)}",
+    }
+
+
+def chain_ready_hook(hook):
+    """``progress_ready_hook`` that runs an admin's own ``hook`` (may be async), then
+    :func:`ready_with_notice`."""
+    if hook is None or hook is ready_with_notice:
+        return ready_with_notice
+
+    async def chained(spawner, event):
+        event = hook(spawner, event)
+        if inspect.isawaitable(event):
+            event = await event
+        return await ready_with_notice(spawner, event)
+
+    return chained
+
+
 class ProfileFormMixin:
     """Mixed into :class:`~.gpudocker.GPUDockerSpawner`; needs its ``runtime()``, ``entitled()``,
-    ``_groups()``, ``user`` and ``last_profile``."""
+    ``_groups()``, ``user``, ``orm_spawner``, ``user_options`` and ``last_profile``."""
+
+    #: Why the saved choice did not apply to the last start (shown to the user), else ``None``.
+    choice_notice: str | None = None
+
+    # -- what arrives ---------------------------------------------------------------------------
+
+    def _options_from_form(self, formdata):
+        """``Spawner.options_from_form`` (wired in gpudocker.py): reshaped, judged in start()."""
+        return options_from_form(formdata, self.entitled())
+
+    def options_from_query(self, query_data):
+        """``GET /hub/spawn?profile=<slug>``: reshaped as the form; raises
+        :class:`~jupyterhub_gpulab.errors.ProfileChoiceError` when no profile is named."""
+        return options_from_query(query_data, self.entitled())
+
+    def _forget_saved_options(self) -> None:
+        """Clear JupyterHub's saved copy of this start's options (module docstring). JupyterHub
+        commits it with the rest of the start, or of its failure (``User.spawn`` / ``stop``)."""
+        orm_spawner = self.orm_spawner
+        if orm_spawner is not None and orm_spawner.user_options:
+            orm_spawner.user_options = {}
+
+    def _pick_profile(self, rt: LabRuntime) -> Profile:
+        """The profile for this start; sets :attr:`choice_notice`. Raises ProfileChoiceError."""
+        profile, self.choice_notice = choose(
+            self.user_options, self.entitled(rt), rt.lab.profiles, last=self.last_profile
+        )
+        if self.choice_notice:
+            self.log.info("%s: %s", self._log_name, self.choice_notice)
+        return profile
+
+    # -- the form -------------------------------------------------------------------------------
 
     def _slice_use(self, rt: LabRuntime, entitled) -> tuple[int, int | None] | None:
         """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
@@ -42,6 +119,10 @@ class ProfileFormMixin:
                 quota_reason=quota_reason,
                 out_of_service=rt.ledger.out_of_service,
             )
-            return render_form(rows, usage_note(*use) if use else None)
+            return render_form(
+                rows,
+                usage_note(*use) if use else None,
+                notice=saved_choice_notice(self.last_profile, entitled, rt.lab.profiles),
+            )
 
         return await asyncio.to_thread(build)

@@ -2,10 +2,16 @@
 
 Contract, in JupyterHub's terms:
 
-- ``start()``: resolve the profile (server-side, from ``user_options``), check entitlement and
-  policy, claim a slice in the ledger, then create and start a container that holds exactly that
-  slice. Any failure after the claim releases it and re-raises. Refusals raise
+- ``start()``: resolve the profile (server-side, from ``user_options``, whether they came from
+  the REST API, the spawn form or a spawn link), check entitlement and policy, claim a slice in
+  the ledger, then create and start a container that holds exactly that slice. Any failure after
+  the claim releases it and re-raises. Refusals raise
   :class:`~jupyterhub_gpulab.errors.SpawnRefused` within a second, with a message for the user.
+- The saved choice: a start without options means the profile this server last started with
+  (``last_profile``, kept in the state across stops and hub restarts) if the user may still pick
+  it, else the default; when it no longer applies, the progress stream and the ready event say
+  so. JupyterHub saves every start's options as the next default before ``start()`` runs, even a
+  refused request; ``start()`` clears that copy, so only ``last_profile`` is ever reused.
 - ``stop()``: stop the container (DockerSpawner), then release the allocation (``stopped``).
 - ``poll()``: a container that is gone or exited releases its allocation; a running container
   whose allocation was closed elsewhere is re-adopted if its slice is free, else stopped.
@@ -26,9 +32,9 @@ from ..errors import ConfigError, SpawnRefused
 from ..fairuse.quota import check_spawn, window_start
 from ..ledger import Claim, LedgerRefusal
 from ..policy import applicable_policies, resolve
-from ..profiles import Profile, choose_profile, entitled_profiles, options_from_form
+from ..profiles import Profile, entitled_profiles
 from . import container as ct
-from .formmixin import ProfileFormMixin
+from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
 from .labguard import LabGuardMixin
 from .logs import install_refusal_filter
 from .names import check_prefix, container_name
@@ -87,24 +93,30 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         super().__init__(*args, **kwargs)
         install_refusal_filter(self.log, app_log)  # app_log: JupyterHub's User.spawn
 
-    # -- form (rendering in formmixin.py) ---------------------------------------------------
+    # -- form; options and the saved choice are in formmixin.py ------------------------------
 
     @default("options_form")
     def _default_options_form(self):
         return self._render_options_form
+
+    @default("options_from_form")
+    def _default_options_from_form(self):
+        return self._options_from_form
+
+    @default("progress_ready_hook")
+    def _default_progress_ready_hook(self):
+        return ready_with_notice
+
+    @validate("progress_ready_hook")
+    def _check_progress_ready_hook(self, proposal):
+        # an admin's own hook is kept, and the user still hears about their saved choice
+        return chain_ready_hook(proposal.value)
 
     @default("apply_user_options")
     def _default_apply_user_options(self):
         # user_options ({"profile": slug}) are validated and applied in start(), where a refusal
         # keeps its own HTTP status and is recorded for the admin page.
         return lambda spawner, user_options: None
-
-    @default("options_from_form")
-    def _default_options_from_form(self):
-        def _from_form(formdata):
-            return options_from_form(formdata, self.entitled())
-
-        return _from_form
 
     # -- state ----------------------------------------------------------------------------------
     allocation_id = Integer(None, allow_none=True)
@@ -190,6 +202,10 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         self.profile_slug = state.get("gpulab_profile", "")
         self.slice_id = state.get("gpulab_slice", "")
         self.last_profile = state.get("gpulab_last_profile", "") or self.last_profile
+        if self.profile_slug and not self.user_options:
+            # a running server after a hub restart: JupyterHub's saved options were cleared
+            # (formmixin.py), and the server model (read by the culler) shows what it runs
+            self.user_options = {"profile": self.profile_slug}
 
     def get_state(self):
         state = super().get_state()
@@ -230,14 +246,6 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
 
     # -- start ----------------------------------------------------------------------------------
 
-    def _pick_profile(self, rt: LabRuntime) -> Profile:
-        entitled = self.entitled(rt)
-        options = dict(self.user_options or {})
-        if "profile" not in options and self.last_profile in {p.slug for p in entitled}:
-            # an admin (or the API with no options) restarting this server: last valid profile
-            options["profile"] = self.last_profile
-        return choose_profile(options, entitled, rt.lab.profiles)
-
     async def _refuse(self, rt: LabRuntime, profile: str | None, err: SpawnRefused) -> None:
         self.log.info(
             "Refused spawn of %s (%s): %s",
@@ -256,6 +264,8 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         self._events = []
         self._start_done = False
         self._stopped_during_start = False
+        self.choice_notice = None
+        self._forget_saved_options()
         claim: Claim | None = None
         try:
             rt = self.runtime()
@@ -274,7 +284,10 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
             except SpawnRefused as e:
                 await self._refuse(rt, slug, e)
                 raise
+            self.user_options = {"profile": profile.slug}  # what the server model shows
             self._emit(10, f"Profile: {profile.display_name}")
+            if self.choice_notice:
+                self._events.append({"progress": 10, "message": self.choice_notice})
             if profile.wants_gpu:
                 budget = await asyncio.to_thread(self._budget_refusal, rt, profile)
                 if budget:
