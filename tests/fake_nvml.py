@@ -5,7 +5,9 @@ the same names and signatures, return pynvml's own ctypes structures where pynvm
 pynvml's *real* exception classes (``pynvml.NVMLError_NotFound`` …), so code that catches
 pynvml's exceptions behaves the same against both. Every ``NVML_*`` constant and ``NVMLError*``
 class of the installed pynvml is available on the fake. Calls before ``nvmlInit`` raise
-``NVMLError_Uninitialized``, as the real library does.
+``NVMLError_Uninitialized``, as the real library does. Where pynvml turns a driver's return code
+into an exception (``_nvmlCheckReturn``), the fake raises ``pynvml.NVMLError(code)`` from the
+code the driver would give, so the class is the one pynvml picks.
 
 Boards (memory figures as NVML reports them; GPU instance profile ids and sizes for the A100s
 as ``nvidia-smi mig -lgip`` lists them)::
@@ -18,21 +20,28 @@ as ``nvidia-smi mig -lgip`` lists them)::
     fake.vanish_after(3, index=1)  # GPU 1 answers 3 calls, then raises NVMLError_GpuIsLost
     fake.set_utilization(uuid, gpu_percent=40, memory_used=2 * GiB)
 
-Sampling (see "sampling calls" below)::
+MIG devices at scattered indices (``nvmlDeviceGetMigDeviceHandleByIndex`` answers NOT_FOUND, or
+INVALID_ARGUMENT, for the empty ones below ``nvmlDeviceGetMaxMigDeviceCount``)::
+
+    mig_gpu(uuid, name, memory, profiles, layout, positions=[0, 3, 5],
+            gap_error=pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+Sampling (the calls are in ``fake_nvml_sampling.py``, whose docstring says what each mimics)::
 
     FakeNVML.h100_mig_lab(8)       # 8 × H100 80GB, each in MIG mode as 7 × 1g.10gb (GPM capable)
-    fake.set_utilization(mig_uuid, gpu_percent=60)   # what GPM reports for that MIG device
+    fake.set_utilization(mig_uuid, gpu_percent=60)   # busy from now on, as GPM will report it
     fake.set_processes(gpu_uuid, [FakeProcess(pid=4242, used_memory=GiB, sm_percent=30)])
+    fake.gpus[0].empty_process_read = pynvml.NVML_SUCCESS   # a driver's other "nothing ran"
 """
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+from fake_nvml_sampling import SamplingCalls, note_busy
 
 GiB = 2**30
 MiB = 2**20
@@ -63,7 +72,8 @@ class FakeMig:
     position: int
     memory_total: int
     memory_used: int = 0
-    gpm_percent: float = 0.0  # what GPM's GRAPHICS_UTIL reports for this GPU instance
+    gpm_percent: float = 0.0  # how busy this GPU instance is now (GPM's GRAPHICS_UTIL)
+    busy_log: list[tuple[int, float]] = field(default_factory=list)  # see fake_nvml_sampling
 
 
 @dataclass
@@ -84,7 +94,11 @@ class FakeGpu:
     (``NVMLError_NotSupported``); ``utilization_gpu=None`` means the rate is not supported;
     ``vanish_after`` is how many calls on its handles succeed before ``NVMLError_GpuIsLost``;
     ``gi_readable=False`` makes GPU instance queries fail with ``NVMLError_NoPermission`` (a
-    container without the MIG monitor capability)."""
+    container without the MIG monitor capability). ``mig_gap_error`` is the ``NVML_ERROR_*`` code
+    ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for an index below the maximum that holds no
+    MIG device: NVML's documentation says ``NOT_FOUND``; NVIDIA's go-nvlib (``VisitMigDevices``)
+    also skips ``INVALID_ARGUMENT`` there, so drivers answer either. The ``*_error`` codes below
+    make the sampling calls fail as the driver would (see ``fake_nvml_sampling``)."""
 
     uuid: str
     name: str
@@ -101,6 +115,11 @@ class FakeGpu:
     calls: int = 0
     processes: list[FakeProcess] = field(default_factory=list)
     process_utilization_supported: bool = True
+    mig_gap_error: int = _C.NVML_ERROR_NOT_FOUND
+    empty_process_read: int = _C.NVML_ERROR_NOT_FOUND
+    process_read_error: int | None = None
+    running_processes_error: int | None = None
+    busy_log: list[tuple[int, float]] = field(default_factory=list)
 
     def touch(self) -> None:
         self.calls += 1
@@ -175,9 +194,11 @@ def mig_gpu(
     layout: list[tuple[str, str]],
     compute_capability: tuple[int, int] = (8, 0),
     positions: list[int] | None = None,
+    gap_error: int = _C.NVML_ERROR_NOT_FOUND,
 ) -> FakeGpu:
     """A MIG-enabled GPU whose MIG devices are ``layout``: ``[(MIG uuid, profile name)]``,
-    at ``positions`` (default 0, 1, 2 …; others answer ``NVMLError_NotFound``)."""
+    at ``positions`` (default 0, 1, 2 …; the others, up to 7, answer ``gap_error``: see
+    :class:`FakeGpu`'s ``mig_gap_error``)."""
     by_name = {p.name: p for p in profiles}
     positions = positions or list(range(len(layout)))
     migs = [
@@ -199,6 +220,7 @@ def mig_gpu(
         profiles=profiles,
         migs=migs,
         max_mig_devices=7,
+        mig_gap_error=gap_error,
     )
 
 
@@ -236,7 +258,7 @@ def h100_gpu(uuid: str = H100_UUID) -> FakeGpu:
     return gpu
 
 
-class FakeNVML:
+class FakeNVML(SamplingCalls):
     """A stand-in for the ``pynvml`` module over a list of :class:`FakeGpu` (index = position).
 
     ``init_error`` is a pynvml exception class ``nvmlInit`` raises; ``bytes_strings=True``
@@ -257,7 +279,7 @@ class FakeNVML:
         self.init_calls = 0
         self.clock_us = 1_700_000_000_000_000  # NVML timestamps: µs
         self.sample_period_us = 10_000_000
-        self.gpm_buffers: dict[int, Any] = {}  # address -> [struct, figure or None]
+        self.gpm_buffers: dict[int, Any] = {}  # address -> [struct, (µs, busy µs) or None]
 
     # -- builders ---------------------------------------------------------------------------------
 
@@ -319,8 +341,10 @@ class FakeNVML:
             if memory_used is not None:
                 mig.memory_used = memory_used
             if gpu_percent is not None:
+                note_busy(mig, gpu_percent)
                 mig.gpm_percent = gpu_percent
             return
+        note_busy(gpu, gpu_percent or 0)
         gpu.utilization_gpu = gpu_percent
         if memory_used is not None:
             gpu.memory_used = memory_used
@@ -400,7 +424,7 @@ class FakeNVML:
         for mig in device.gpu.migs:
             if mig.position == index:
                 return _Handle(device.gpu, mig)
-        raise pynvml.NVMLError_NotFound()
+        raise pynvml.NVMLError(device.gpu.mig_gap_error)  # pynvml's _nvmlCheckReturn
 
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, device: _Handle, profile: int, version: int = 2
@@ -458,13 +482,7 @@ class FakeNVML:
             raise pynvml.NVMLError_NotSupported()
         return pynvml.c_nvmlUtilization_t(gpu=handle.gpu.utilization_gpu, memory=0)
 
-    # -- sampling calls -----------------------------------------------------------------------------
-    # Per-process utilisation and GPU Performance Monitoring (GPM), as pynvml exposes them:
-    # GPM needs Hopper or newer (compute capability >= 9.0), per-process utilisation is not
-    # supported on MIG-enabled GPUs, and a read with no sample newer than ``timeStamp`` raises
-    # NVMLError_NotFound, as NVML's documentation says.
-
-    c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
+    # -- boards for sampling (the calls are in fake_nvml_sampling.py) ---------------------------
 
     @classmethod
     def h100_mig_lab(cls, n_gpus: int = 8, **kw: Any) -> FakeNVML:
@@ -481,114 +499,6 @@ class FakeNVML:
             )
             gpus.append(gpu)
         return cls(gpus, **kw)
-
-    def set_processes(self, uuid: str, processes: list[FakeProcess]) -> None:
-        """What runs on GPU ``uuid`` (``GPU-…``), replacing the previous list."""
-        gpu, _mig = self._find(uuid)
-        gpu.processes = list(processes)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
-        self._use(handle)
-        return [self._proc(p) for p in handle.gpu.processes if not p.mps and handle.mig is None]
-
-    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
-        self._use(handle)
-        return [self._proc(p) for p in handle.gpu.processes if p.mps and handle.mig is None]
-
-    def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> list[Any]:
-        """One sample per process that ran a kernel, stamped one ``sample_period_us`` later than
-        the previous call's; NotFound when none is newer than ``timeStamp``."""
-        self._use(handle)
-        gpu = handle.gpu
-        mig_on = gpu.mig_mode is not None and gpu.mig_mode[0] == _C.NVML_DEVICE_MIG_ENABLE
-        if handle.mig is not None or mig_on:
-            raise pynvml.NVMLError_NotSupported()
-        if not gpu.process_utilization_supported:
-            raise pynvml.NVMLError_NotSupported()
-        self.clock_us += self.sample_period_us
-        samples = [
-            pynvml.c_nvmlProcessUtilizationSample_t(
-                pid=p.pid, timeStamp=self.clock_us, smUtil=int(p.sm_percent), memUtil=0
-            )
-            for p in gpu.processes
-            if p.sm_percent is not None and self.clock_us > timeStamp
-        ]
-        if not samples:
-            raise pynvml.NVMLError_NotFound()
-        return samples
-
-    def nvmlGpmQueryDeviceSupport(self, device: _Handle) -> Any:
-        self._use(device)
-        cc = device.gpu.compute_capability
-        return pynvml.c_nvmlGpmSupport_t(
-            version=pynvml.NVML_GPM_SUPPORT_VERSION,
-            isSupportedDevice=int(cc is not None and cc >= (9, 0)),
-        )
-
-    def nvmlGpmSampleAlloc(self) -> Any:
-        self._check()
-        struct = pynvml.struct_c_nvmlGpmSample_t()
-        self.gpm_buffers[ctypes.addressof(struct)] = [struct, None]
-        return ctypes.pointer(struct)
-
-    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
-        self._check()
-        if self.gpm_buffers.pop(self._addr(gpmSample), None) is None:
-            raise pynvml.NVMLError_InvalidArgument()
-
-    def nvmlGpmSampleGet(self, device: _Handle, gpmSample: Any) -> Any:
-        self._gpm_ready(device)
-        self._buffer(gpmSample)[1] = float(device.gpu.utilization_gpu or 0)
-        return gpmSample
-
-    def nvmlGpmMigSampleGet(self, device: _Handle, gpuInstanceId: int, gpmSample: Any) -> Any:
-        self._gpm_ready(device)
-        mig = next((m for m in device.gpu.migs if m.gi_id == gpuInstanceId), None)
-        if mig is None:
-            raise pynvml.NVMLError_NotFound()
-        self._buffer(gpmSample)[1] = float(mig.gpm_percent)
-        return gpmSample
-
-    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
-        """The fake's rate over an interval is the figure set when its second sample was read."""
-        self._check()
-        first, second = self._buffer(metricsGet.sample1), self._buffer(metricsGet.sample2)
-        if first is second or first[1] is None or second[1] is None:
-            raise pynvml.NVMLError_InvalidArgument()
-        for i in range(metricsGet.numMetrics):
-            metric = metricsGet.metrics[i]
-            if metric.metricId == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL:
-                metric.value, metric.nvmlReturn = second[1], pynvml.NVML_SUCCESS
-            else:
-                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-        return metricsGet
-
-    def _gpm_ready(self, device: _Handle) -> None:
-        self._use(device)
-        if device.mig is not None:
-            raise pynvml.NVMLError_InvalidArgument()  # GPM takes the parent device
-        cc = device.gpu.compute_capability
-        if cc is None or cc < (9, 0):
-            raise pynvml.NVMLError_NotSupported()
-
-    def _buffer(self, sample: Any) -> list:
-        found = self.gpm_buffers.get(self._addr(sample))
-        if found is None:
-            raise pynvml.NVMLError_InvalidArgument()  # freed, or never allocated
-        return found
-
-    @staticmethod
-    def _addr(sample: Any) -> int:
-        return ctypes.addressof(sample.contents) if sample else 0
-
-    @staticmethod
-    def _proc(p: FakeProcess) -> Any:
-        return SimpleNamespace(
-            pid=p.pid,
-            usedGpuMemory=p.used_memory,
-            gpuInstanceId=0xFFFFFFFF,
-            computeInstanceId=0xFFFFFFFF,
-        )
 
     # -- internals --------------------------------------------------------------------------------
 

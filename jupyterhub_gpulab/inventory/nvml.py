@@ -221,10 +221,13 @@ def _mig_slices(nvml: Any, parent: Any, device: Device, warnings: list[str]) -> 
     slices: list[Slice] = []
     for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
         try:
-            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, i)
-        except nvml.NVMLError_NotFound:
-            continue  # an empty position
-        try:
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, i)
+            except (nvml.NVMLError_NotFound, nvml.NVMLError_InvalidArgument):
+                # No MIG device at this index: indices have gaps once instances are destroyed
+                # and re-created. NVML documents NOT_FOUND; drivers also answer
+                # INVALID_ARGUMENT, which NVIDIA's go-nvlib (VisitMigDevices) skips the same way.
+                continue
             mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
             g, memory_mb, suffix = _mig_geometry(nvml, parent, mig, profiles)
             profile = mig_profile_name(g, memory_mb, device.memory_bytes, suffix)

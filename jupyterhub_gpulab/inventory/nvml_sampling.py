@@ -8,6 +8,7 @@ that imports ``pynvml``.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -108,8 +109,10 @@ class GpmActivity:
     GPM's ``NVML_GPM_METRIC_GRAPHICS_UTIL`` is the share of time (0–100) any compute or graphics
     engine was active between two counter samples: it covers the whole interval, and on MIG it is
     the only per-instance utilisation NVML offers (``nvmlDeviceGetUtilizationRates`` is "not
-    supported" on MIG). GPM needs Hopper or newer (``nvmlGpmQueryDeviceSupport``); elsewhere, and
-    on each target's first read (one sample gives no rate), :meth:`read` answers ``None``.
+    supported" on MIG). GPM needs Hopper or newer (``nvmlGpmQueryDeviceSupport``); elsewhere, on
+    each target's first read (one sample gives no rate), and when NVML gives no number (NaN: two
+    reads within its 100 ms counter refresh), :meth:`read` answers ``None``. The previous sample
+    is always ``sample1``, the new one ``sample2``.
 
     GPM sample buffers live in the library, so this object keeps NVML initialised from its first
     read until :meth:`close`. Not thread-safe; one per monitor.
@@ -176,9 +179,10 @@ class GpmActivity:
             get.metrics[0].metricId = nvml.NVML_GPM_METRIC_GRAPHICS_UTIL
             nvml.nvmlGpmMetricsGet(get)
             metric = get.metrics[0]
-            if metric.nvmlReturn != nvml.NVML_SUCCESS:
-                return None
-            return min(100.0, max(0.0, float(metric.value)))
+            value = float(metric.value)
+            if metric.nvmlReturn != nvml.NVML_SUCCESS or math.isnan(value):
+                return None  # NaN: two samples of one counter refresh (0 / 0), not an idle GPU
+            return min(100.0, max(0.0, value))
         except nvml.NVMLError:
             return None
         finally:
