@@ -288,7 +288,9 @@ def test_a_spent_gpu_hour_budget_refuses_gpu_spawns_but_not_cpu(hub_factory):
     assert "You have used 2.0 of 1 GPU-hours this term (students)" in msg
     assert "ask your instructor" in msg
     assert time.monotonic() - t0 < 1.5
-    assert led.open_allocations() == []
+    # checked before any claim: no allocation row but ann's history, not even a closed one
+    with led.engine.connect() as conn:
+        assert [r.id for r in conn.execute(allocations.select())] == [used.allocation.id]
     assert led.refusals_since(end - timedelta(days=1)) == {"quota": 1}
     # CPU work is never counted against the budget
     assert hub.spawn("ann", {"profile": "cpu"}).status_code in (201, 202)

@@ -1,0 +1,341 @@
+"""GPUDockerSpawner's rules without a Docker engine: entitlement, the GPU-hour budget checked before
+any slice is claimed, ``void`` for CPU profiles, release on stop and on a failed start.
+
+Everything is real but the engine: JupyterHub's own ``User``/``orm`` objects and spawner, the
+ledger on SQLite, the declared lab. Only DockerSpawner's one Docker seam, ``docker(method,
+…)`` (every engine call goes through it), is answered by :class:`EngineRecorder`, which keeps the
+containers it was asked to create in a dict and records every call. The same rules on a real
+engine and a real hub: test_spawner_e2e.py and test_spawner_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+import pytest
+import requests
+import sqlalchemy as sa
+from docker.errors import APIError, NotFound
+from dockerspawner import DockerSpawner
+from e2e_support import LAB, PROFILES
+from jupyterhub import orm
+from jupyterhub.objects import Hub
+from jupyterhub.user import User
+from traitlets.config import Config
+
+from jupyterhub_gpulab import clock
+from jupyterhub_gpulab.config import GPULab
+from jupyterhub_gpulab.errors import SpawnRefused
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.ledger.schema import allocations
+from jupyterhub_gpulab.spawner import GPUDockerSpawner
+from jupyterhub_gpulab.spawner.runtime import forget_runtimes, get_runtime
+
+IMAGE = "gpulab/singleuser:engine-free"
+
+
+def _not_found(what: str) -> NotFound:
+    response = requests.Response()
+    response.status_code = 404
+    return NotFound(f"No such container: {what}", response=response)
+
+
+class EngineRecorder(DockerSpawner):
+    """DockerSpawner whose ``docker()`` seam answers from a dict of containers instead of an
+    engine, and records every call as ``(method, args, kwargs)`` in ``engine_calls``.
+
+    ``fail`` maps a method name to the exception that call raises (as the engine would)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.engine_calls: list[tuple[str, tuple, dict]] = []
+        self.containers: dict[str, dict] = {}
+        self.fail: dict[str, Exception] = {}
+
+    def calls(self, method: str) -> list[tuple[tuple, dict]]:
+        return [(a, kw) for m, a, kw in self.engine_calls if m == method]
+
+    def _find(self, ref: str) -> dict:
+        for c in self.containers.values():
+            if ref in (c["Id"], c["Name"]):
+                return c
+        raise _not_found(ref)
+
+    async def docker(self, method, *args, **kwargs):
+        self.engine_calls.append((method, args, kwargs))
+        if method in self.fail:
+            raise self.fail[method]
+        if method == "inspect_image":
+            return {"Config": {"Cmd": ["jupyterhub-singleuser"]}}
+        if method == "inspect_container":
+            return self._find(args[0])
+        if method == "create_container":
+            cid = secrets.token_hex(32)
+            self.containers[cid] = {
+                "Id": cid,
+                "Name": kwargs["name"],
+                "State": {"Running": False, "ExitCode": 0, "Error": "", "FinishedAt": ""},
+                "Config": {"Env": kwargs["environment"], "Labels": kwargs.get("labels") or {}},
+                "HostConfig": kwargs["host_config"],
+            }
+            return {"Id": cid}
+        if method == "start":
+            self._find(args[0])["State"]["Running"] = True
+            return None
+        if method == "port":
+            self._find(args[0])
+            return [{"HostIp": "127.0.0.1", "HostPort": "49153"}]
+        if method == "stop":
+            self._find(args[0])["State"]["Running"] = False
+            return None
+        if method == "remove_container":
+            self.containers.pop(self._find(args[0])["Id"])
+            return None
+        raise AssertionError(f"the spawner made an unexpected engine call: {method}")
+
+
+class EngineFreeSpawner(GPUDockerSpawner, EngineRecorder):
+    """GPUDockerSpawner with the recorder under it: GPUDockerSpawner.docker() (which adds the
+    device request and labels) runs first, then hands each call to the recorder."""
+
+
+NODE = "enginefree"
+
+
+def lab_config(tmp_path, **gpulab) -> Config:
+    c = Config()
+    c.GPULab.db_url = f"sqlite:///{tmp_path}/gpulab.sqlite"
+    c.GPULab.node_name = NODE
+    c.GPULab.inventory_source = "declared"
+    c.GPULab.inventory = LAB
+    c.GPULab.profiles = [{**p, "image": IMAGE} for p in PROFILES]
+    c.GPULab.group_policies = {
+        "students": {"profiles": ["mig", "seat", "cpu"], "max_slices_per_user": 1},
+        "researchers": {"max_slices_per_user": 3},
+    }
+    for name, value in gpulab.items():
+        setattr(c.GPULab, name, value)
+    c.DockerSpawner.pull_policy = "never"
+    # an engine no call may reach: only the docker() seam answers
+    c.DockerSpawner.client_kwargs = {
+        "base_url": "unix:///nonexistent/docker.sock",
+        "version": "1.43",
+    }
+    c.GPUDockerSpawner.attach_mode = "device_request"
+    return c
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """``lab(**gpulab_traits)`` -> ``make(user, groups=(), admin=False)`` giving a spawner for that
+    user, all sharing one hub database, one lab and one ledger."""
+    db = orm.new_session_factory("sqlite://")()
+    made: dict = {}
+
+    def configure(**gpulab):
+        config = lab_config(tmp_path, **gpulab)
+        rt = get_runtime(GPULab(config=config))
+        rt.reconciled = True  # reconcile lists containers on the engine itself (Docker tests)
+        made["config"], made["ledger"] = config, rt.ledger
+
+        def make(name: str, groups=(), admin: bool = False) -> EngineFreeSpawner:
+            orm_user = orm.User(name=name, admin=admin)
+            db.add(orm_user)
+            for g in groups:
+                group = db.query(orm.Group).filter_by(name=g).one_or_none() or orm.Group(name=g)
+                orm_user.groups.append(group)
+            db.commit()
+            user = User(orm_user, {"config": config, "hub": Hub()})
+            return user._new_spawner("", spawner_class=EngineFreeSpawner)
+
+        make.ledger = rt.ledger
+        return make
+
+    yield configure
+    forget_runtimes()
+    db.close()
+
+
+def rows(ledger) -> list:
+    """Every allocation row the ledger ever wrote, closed ones too."""
+    with ledger.engine.connect() as conn:
+        return list(conn.execute(sa.select(allocations)))
+
+
+def env_of(spawner: EngineFreeSpawner) -> dict[str, str]:
+    [(_args, kwargs)] = spawner.calls("create_container")
+    env = kwargs["environment"]
+    return env if isinstance(env, dict) else dict(e.split("=", 1) for e in env)
+
+
+# -- entitlement --------------------------------------------------------------------------------
+
+
+async def test_a_profile_the_user_is_not_entitled_to_is_refused_before_anything_happens(lab):
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "a40"}  # researchers only
+    with pytest.raises(SpawnRefused) as e:
+        await sp.start()
+    assert e.value.status_code == 400 and "a40" in e.value.message
+    assert "'mig'" in e.value.message  # says what she may pick
+    assert sp.engine_calls == [] and rows(make.ledger) == []
+    assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"not-entitled": 1}
+
+
+# -- the GPU-hour budget, checked before any slice is claimed ----------------------------------
+
+
+def spent_budget(make, user: str, hours: float) -> int:
+    """``user`` used a whole A40 for ``hours`` earlier this term; returns that allocation's id."""
+    led = make.ledger
+    used = led.claim(SliceRequest(kind=SliceKind.GPU), user=user, profile="a40")
+    led.release(used.allocation.id, "stopped")
+    end = clock.utcnow()
+    with led.engine.begin() as conn:
+        conn.execute(
+            allocations.update()
+            .where(allocations.c.id == used.allocation.id)
+            .values(started_at=end - timedelta(hours=hours), ended_at=end)
+        )
+    return used.allocation.id
+
+
+def budget_lab(lab):
+    today = clock.utcnow().date()
+    return lab(
+        group_policies={
+            "students": {
+                "profiles": ["mig", "seat", "cpu"],
+                "max_slices_per_user": 1,
+                "gpu_hours": 1,
+                "period": "term",
+            },
+        },
+        term_start=str(today - timedelta(days=30)),
+        term_end=str(today + timedelta(days=30)),
+    )
+
+
+async def test_a_spent_budget_is_refused_without_ever_claiming_a_slice(lab):
+    make = budget_lab(lab)
+    history = spent_budget(make, "ann", hours=2)
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    with pytest.raises(SpawnRefused) as e:
+        await sp.start()
+    assert e.value.status_code == 429
+    assert "You have used 2.0 of 1 GPU-hours this term (students)" in e.value.message
+    # no allocation row was ever written: a spawner that claims, checks, then releases fails here
+    assert [r.id for r in rows(make.ledger)] == [history]
+    assert sp.engine_calls == [] and sp.allocation_id is None
+
+
+async def test_a_spent_budget_is_told_even_when_no_slice_is_free(lab):
+    # the budget is the reason, not the full lab: checked first, it names what to do
+    make = budget_lab(lab)
+    spent_budget(make, "ann", hours=2)
+    for i in range(2):  # both 1g.10gb MIG slices held by others
+        make.ledger.claim(
+            SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb"), user=f"u{i}", profile="mig"
+        )
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    with pytest.raises(SpawnRefused) as e:
+        await sp.start()
+    assert e.value.status_code == 429 and "GPU-hours" in e.value.message
+
+
+async def test_cpu_profiles_are_never_refused_for_a_budget(lab):
+    make = budget_lab(lab)
+    spent_budget(make, "ann", hours=2)
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "cpu"}
+    assert await sp.start() == ("127.0.0.1", 49153)
+    assert make.ledger.open_allocations() == []
+
+
+# -- what the container gets --------------------------------------------------------------------
+
+
+async def test_a_cpu_profile_sees_no_gpu(lab):
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "cpu"}
+    await sp.start()
+    env = env_of(sp)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    [(_a, kw)] = sp.calls("create_container")
+    assert not kw["host_config"].get("DeviceRequests")
+    assert "org.jupyter.gpulab.allocation" not in kw["labels"]
+    assert make.ledger.open_allocations() == []
+
+
+async def test_a_gpu_profile_gets_exactly_its_claimed_slice(lab):
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    await sp.start()
+    [held] = make.ledger.open_allocations()
+    assert (held.user, held.slice_id, held.id) == ("ann", sp.slice_id, sp.allocation_id)
+    assert env_of(sp)["NVIDIA_VISIBLE_DEVICES"] == held.slice_id
+    [(_a, kw)] = sp.calls("create_container")
+    [request] = kw["host_config"]["DeviceRequests"]
+    assert request["DeviceIDs"] == [held.slice_id] and not request.get("Count")
+    assert kw["labels"]["org.jupyter.gpulab.allocation"] == str(held.id)
+    assert held.container_id == sp.object_id  # the ledger knows the container
+
+
+# -- every allocation ends ------------------------------------------------------------------
+
+
+async def test_stop_removes_the_container_and_releases_the_slice(lab):
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    await sp.start()
+    aid = sp.allocation_id
+    await sp.stop()
+    assert [m for m, _a, _k in sp.engine_calls][-2:] == ["stop", "remove_container"]
+    assert sp.containers == {}
+    closed = make.ledger.get(aid)
+    assert not closed.open and closed.end_reason == "stopped"
+    assert sp.allocation_id is None and sp.get_state().get("gpulab_allocation") is None
+
+
+async def test_a_failed_start_releases_the_slice_and_removes_the_container(lab):
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    sp.fail["start"] = APIError("cannot start container: out of memory")
+    with pytest.raises(APIError):
+        await sp.start()
+    [row] = rows(make.ledger)
+    assert row.ended_at is not None and row.end_reason == "failed"
+    assert sp.containers == {} and sp.allocation_id is None
+
+
+async def test_an_engine_without_the_gpu_runtime_is_a_clear_refusal_and_frees_the_slice(lab):
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    sp.fail["create_container"] = APIError(
+        'could not select device driver "nvidia" with capabilities: [[gpu]]'
+    )
+    with pytest.raises(SpawnRefused) as e:
+        await sp.start()
+    assert e.value.status_code == 503 and "GPU runtime is missing" in e.value.message
+    assert make.ledger.open_allocations() == []
+
+
+async def test_a_container_gone_from_the_engine_frees_its_slice_at_the_next_poll(lab):
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    await sp.start()
+    aid = sp.allocation_id
+    assert await sp.poll() is None
+    sp.containers.clear()  # removed behind the hub's back
+    assert await sp.poll() == 0
+    assert make.ledger.get(aid).end_reason == "container-gone"
