@@ -1,0 +1,106 @@
+"""The idle rule asks a server for busy kernels before stopping it: a busy kernel saves it.
+
+Stood in: the single-user server. The test image (``images/build-singleuser.sh`` without
+JupyterLab) has no ipykernel, so a real server there has no kernel to be busy; the image with
+JupyterLab would add ~130 MB and a build to every CI run for this one test. So the hub's
+``SimpleLocalProcessSpawner`` runs ``standin_singleuser.py``, which answers ``…/api/kernels``
+with what the test writes to its home. Everything else is real: the hub, its proxy, the
+service's request through the proxy with its own token (``access:servers``), the culler's pass.
+Real servers and their spawner: test_service_culling.py.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from culling_support import SharedClock, lab_config, rules, running, step
+from fake_nvml import FakeNVML
+from service_support import InProcessService, ledger_for, make_hub, start_hub
+
+from jupyterhub_gpulab import clock
+
+STANDIN = Path(__file__).with_name("standin_singleuser.py")
+
+
+@pytest.fixture(scope="module")
+def token():
+    return secrets.token_hex(16)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, token):
+    workdir = tmp_path_factory.mktemp("kernels-hub")
+    home = workdir / "home"
+    spawner = f"""
+import sys
+c.JupyterHub.spawner_class = "simple"
+c.Spawner.cmd = [sys.executable, {str(STANDIN)!r}]
+c.SimpleLocalProcessSpawner.home_dir_template = {str(home) + "/{username}"!r}
+c.GPULab.node_name = "kernels-{secrets.token_hex(3)}"
+"""
+    today = datetime.now(timezone.utc).date()
+    hub = make_hub(workdir, managed=False, api_token=token, extra=lab_config(today) + spawner)
+    hub.extra_config += f'c.GPULabService.proxy_url = "{hub.url}"\n'
+    hub.write_config()
+    hub.home = home
+    try:
+        boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
+        try:
+            start_hub(hub.workdir, hub=hub)
+        finally:
+            boot.stop()
+        for name in ("eve", "fay"):
+            hub.create_user(name, ["students"])
+        yield hub
+    finally:
+        hub.stop()
+
+
+@pytest.fixture
+def at(monkeypatch, tmp_path):
+    c = SharedClock(tmp_path / "now")  # this hub's gpulab keeps real time: no server holds a GPU
+    monkeypatch.setattr(clock, "utcnow", c)
+    return c
+
+
+@pytest.fixture
+def ledger(hub):
+    ledger = ledger_for(hub)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture
+def svc(hub, token, at, ledger):
+    svc = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
+    yield svc
+    svc.stop()
+    for u in hub.api("GET", "/users").json():
+        for name in list(u.get("servers") or {}):
+            hub.stop_server(u["name"], name)
+
+
+def test_only_a_busy_kernel_saves_a_server_from_the_idle_rule(hub, svc, at, ledger):
+    """CPU servers (no slice) with their tabs closed: the idle rule. Before stopping one the
+    culler asks it for its kernels (this hub grants the service access:servers)."""
+    for user in ("eve", "fay"):
+        r = hub.spawn(user)
+        assert r.status_code in (201, 202), r.text
+        hub.wait_ready(user, timeout=30)
+    busy = hub.home / "fay" / "kernels.json"
+    busy.write_text(json.dumps([{"id": "k1", "name": "python3", "execution_state": "busy"}]))
+    try:
+        for _ in range(19):
+            step(svc, hub, at, 1)  # 19 minutes (the hub's clock started a few seconds late)
+        assert rules(ledger, "eve") == rules(ledger, "fay") == {"idle"}
+
+        step(svc, hub, at, 2)
+
+        assert not running(hub, "eve") and rules(ledger, "eve") == {"culled:idle"}
+        assert running(hub, "fay") and rules(ledger, "fay") == set()  # warning withdrawn
+    finally:
+        busy.unlink()
