@@ -1,9 +1,11 @@
 """The admin page in a real browser (Debian's chromium, driven by Selenium with the system
-chromedriver; nothing is downloaded), against a real hub that spawns real containers.
+chromedriver; nothing is downloaded), against a real hub whose GPUDockerSpawner runs real
+containers (attach mode "env", the declared lab of ledger_support).
 
 An admin logs in through the hub's login form, opens the gpulab page from the hub, drains a
 device and sees it drained, stops a user's running server and sees its slice free. A screenshot
-of the admin page is saved to ``test-artifacts/admin-page.png``.
+of the admin page is saved to ``test-artifacts/admin-page.png``. The one allocation written to
+the ledger directly is the stale one the admin page must flag: a slice held with no server.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ pytestmark = [pytest.mark.docker]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-A40 = SliceRequest(kind=SliceKind.GPU, model="A40")
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
 
 
@@ -60,10 +61,12 @@ def docker_problem() -> str | None:
 
 
 DOCKER_CONFIG = """
-c.JupyterHub.spawner_class = "docker"
+c.JupyterHub.spawner_class = "gpulab"
+c.GPUDockerSpawner.attach_mode = "env"
+c.GPULab.node_name = "{prefix}"
 c.DockerSpawner.image = "{image}"
 c.DockerSpawner.prefix = "{prefix}"
-c.DockerSpawner.remove = True
+c.DockerSpawner.pull_policy = "never"
 c.Spawner.start_timeout = 60
 c.Spawner.http_timeout = 60
 """
@@ -72,7 +75,7 @@ c.Spawner.http_timeout = 60
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     require_or_skip(docker_problem(), "Docker")
-    prefix = "gpulab-svc-" + secrets.token_hex(3)
+    prefix = "gpulabsvc" + secrets.token_hex(3)
     hub = start_hub(
         tmp_path_factory.mktemp("browser-hub"),
         extra=DOCKER_CONFIG.format(image=IMAGE, prefix=prefix),
@@ -95,6 +98,26 @@ def ledger(hub):
     ledger = ledger_for(hub)
     yield ledger
     ledger.close()
+
+
+@pytest.fixture(autouse=True)
+def _lab_left_empty(request):
+    """Each test starts from the same lab: no server running, no slice held."""
+    yield
+    if "hub" not in request.fixturenames:
+        return
+    hub, ledger = request.getfixturevalue("hub"), request.getfixturevalue("ledger")
+    for u in hub.api("GET", "/users").json():
+        for name in list(u.get("servers") or {}):
+            hub.stop_server(u["name"], name)
+    for a in ledger.open_allocations():
+        ledger.release(a.id, "test-cleanup")
+
+
+def spawn_ready(hub, user: str, profile: str) -> None:
+    r = hub.spawn(user, {"profile": profile})
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready(user, timeout=90)
 
 
 @pytest.fixture
@@ -142,11 +165,11 @@ def save_screenshot(driver, path: Path) -> None:
 def test_admin_drains_a_device_and_stops_a_server_in_the_browser(hub, ledger, browser):
     from selenium.webdriver.common.by import By
 
-    # a researcher runs a real server holding the A40; a student's allocation is stale
-    r = hub.spawn("researcher")
-    assert r.status_code in (201, 202), r.text
-    hub.wait_ready("researcher")
-    a40 = ledger.claim(A40, user="researcher", profile="a40").allocation
+    # a researcher runs a real server, whose spawner claimed the A40; a student's allocation
+    # is stale: no server holds it
+    spawn_ready(hub, "researcher", "a40")
+    [a40] = ledger.open_allocations("researcher")
+    assert a40.slice_id == "GPU-a40-0001"
     ledger.claim(MIG_1G, user="student", profile="mig-small", server_name="homework",
                  charge_groups=[("students", 3)])  # fmt: skip
     ledger.record_refusal("student", "mig-small", "quota", "You already hold 1 GPU slice")
@@ -200,24 +223,25 @@ def test_admin_drains_a_device_and_stops_a_server_in_the_browser(hub, ledger, br
     assert not ledger.get(a40.id).open
 
 
-def test_spawns_keep_working_while_the_service_is_down(hub):
-    """The hub never waits on the service: with it frozen, a user still gets a server."""
+def test_spawns_keep_working_while_the_service_is_down(hub, ledger):
+    """The hub never waits on the service: with it frozen, a user still gets a GPU server."""
     pid = service_pid(hub)
     os.kill(pid, signal.SIGSTOP)
     try:
-        r = hub.spawn("instructor")
-        assert r.status_code in (201, 202), r.text
-        hub.wait_ready("instructor", timeout=90)
+        spawn_ready(hub, "instructor", "mig-small")
+        [held] = ledger.open_allocations("instructor")
+        hub.stop_server("instructor")
+        assert not ledger.get(held.id).open
     finally:
         os.kill(pid, signal.SIGCONT)
-    hub.stop_server("instructor")
 
 
 @pytest.mark.browser
 def test_student_finds_their_gpu_page_from_the_hub_home_page(hub, ledger, browser):
     from selenium.webdriver.common.by import By
 
-    seat = ledger.claim(SliceRequest(kind=SliceKind.SHARED), user="student", profile="shared-seat")
+    spawn_ready(hub, "student", "shared-seat")
+    [seat] = ledger.open_allocations("student")
     browser.get(f"{hub.url}/hub/login?next=/hub/home")
     browser.find_element(By.ID, "username_input").send_keys("student")
     browser.find_element(By.ID, "password_input").send_keys("any password")
@@ -228,7 +252,7 @@ def test_student_finds_their_gpu_page_from_the_hub_home_page(hub, ledger, browse
     browser.find_element(By.LINK_TEXT, "Services").click()
     browser.find_element(By.CSS_SELECTOR, f'a.dropdown-item[href="{PREFIX}"]').click()
     wait_until(lambda: browser.current_url.endswith(PREFIX + "me"), 30, "the user page")
-    card = browser.find_element(By.CSS_SELECTOR, f'div.slice[data-slice="{seat.slice.id}"]')
+    card = browser.find_element(By.CSS_SELECTOR, f'div.slice[data-slice="{seat.slice_id}"]')
     assert "Tesla T4" in card.text and "shared seat" in card.text
     assert card.find_element(By.CSS_SELECTOR, ".isolation").text == "soft isolation"
     save_screenshot(browser, ARTIFACTS / "user-page.png")
