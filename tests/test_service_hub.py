@@ -8,17 +8,21 @@ state-changing cells also check that the change happened, or did not.
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 
 import pytest
 import requests
+from e2e_support import remove_node_containers
+from hubtools import docker_available
 from service_support import (
     PEOPLE,
     PREFIX,
     ledger_for,
     login,
     parse_html,
+    require_or_skip,
     service_xsrf,
     start_hub,
     user_token,
@@ -33,14 +37,27 @@ WHO = ["anonymous", "student", "instructor", "researcher", "admin"]
 TARGET_GPU = "GPU-p40-0003"
 
 
+#: Servers are real: GPUDockerSpawner, attach mode "env", a node (and container prefix) of its own.
+NODE = "gpulabhub" + secrets.token_hex(3)
+SPAWNER = f"""
+c.JupyterHub.spawner_class = "gpulab"
+c.GPUDockerSpawner.attach_mode = "env"
+c.GPULab.node_name = {NODE!r}
+c.DockerSpawner.prefix = {NODE!r}
+c.DockerSpawner.pull_policy = "never"
+c.Spawner.start_timeout = 60
+"""
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    hub = start_hub(tmp_path_factory.mktemp("service-hub"))
+    hub = start_hub(tmp_path_factory.mktemp("service-hub"), extra=SPAWNER)
     try:
         wait_for_service(hub)
         yield hub
     finally:
         hub.stop()
+        remove_node_containers(NODE)
 
 
 @pytest.fixture(scope="module")
@@ -411,9 +428,28 @@ def test_admin_page_shows_allocations_groups_and_refusals(ctx):
     assert "no NVML on this host" in page.find("span", id="nvml-status").text()
 
 
-def test_user_page_shows_my_slice_its_isolation_my_limits_and_what_i_may_start(ctx):
-    ctx.ledger.claim(MIG_1G, user="student", profile="mig-small", charge_groups=[("students", 3)])
-    ctx.ledger.claim(SEAT, user="researcher", profile="shared-seat")
+@pytest.fixture
+def servers(ctx):
+    """``servers(user, profile)`` starts a real server (its spawner claims the slice); all are
+    stopped afterwards."""
+    require_or_skip(docker_available(), "Docker")
+    started = []
+
+    def start(user: str, profile: str) -> None:
+        r = ctx.hub.spawn(user, {"profile": profile})
+        assert r.status_code in (201, 202), r.text
+        started.append(user)
+        ctx.hub.wait_ready(user, timeout=90)
+
+    yield start
+    for user in started:
+        ctx.hub.stop_server(user)
+
+
+@pytest.mark.docker
+def test_user_page_shows_my_slice_its_isolation_my_limits_and_what_i_may_start(ctx, servers):
+    servers("student", "mig-small")
+    servers("researcher", "shared-seat")
 
     page = parse_html(ctx.page("student", "me").text)
 
