@@ -141,9 +141,14 @@ def browser():
 
 
 def wait_until(check, timeout: float, what: str, refresh=None):
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while True:
-        result = check()
+        try:
+            result = check()
+        except StaleElementReferenceException:  # the page was reloaded under the check
+            result = None
         if result:
             return result
         if time.monotonic() > deadline:
