@@ -21,6 +21,7 @@ Contract, in JupyterHub's terms:
 from __future__ import annotations
 
 import asyncio
+from typing import NamedTuple
 
 from dockerspawner import DockerSpawner
 from tornado.log import app_log
@@ -31,7 +32,7 @@ from ..config import GPULab
 from ..errors import ConfigError, SpawnRefused
 from ..fairuse.quota import check_spawn, window_start
 from ..ledger import Claim, LedgerRefusal
-from ..policy import applicable_policies, resolve
+from ..policy import Entitlement, applicable_policies, resolve
 from ..profiles import Profile, entitled_profiles
 from . import container as ct
 from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
@@ -42,6 +43,17 @@ from .recovery import RecoveryMixin
 from .runtime import LabRuntime, get_runtime
 
 _REASON_OF_REFUSAL = {"quota": "quota", "no-free-slice": "no-free-slice"}
+
+
+class _Asker(NamedTuple):
+    """Who asks for a server, read from the hub's objects on the event loop so that code running
+    in a thread never touches JupyterHub's database session."""
+
+    user: str
+    server_name: str
+    log_name: str
+    groups: frozenset[str]
+    is_admin: bool
 
 
 class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpawner):
@@ -161,6 +173,9 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
 
     _events: list[dict]
     _start_done: bool = True
+    #: True from the start of start() until a container is asked for: a refused spawn made none,
+    #: so poll() answers without the engine (see poll()).
+    _no_container: bool = False
     _current_profile: Profile | None = None
     _current_slice = None
 
@@ -246,19 +261,32 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
 
     # -- start ----------------------------------------------------------------------------------
 
-    async def _refuse(self, rt: LabRuntime, profile: str | None, err: SpawnRefused) -> None:
+    def _asker(self) -> _Asker:
+        return _Asker(
+            self.user.name,
+            self.name or "",
+            self._log_name,
+            frozenset(self._groups()),
+            bool(self.user.admin),
+        )
+
+    def _record_refusal(
+        self, rt: LabRuntime, who: _Asker, profile: str | None, err: SpawnRefused
+    ) -> None:
+        """Log a refusal and record it for the admin page (blocks: writes the ledger)."""
         self.log.info(
             "Refused spawn of %s (%s): %s",
-            self._log_name,
+            who.log_name,
             err.reason,
             err.log_message or err.message,
         )
         try:
-            await asyncio.to_thread(
-                rt.ledger.record_refusal, self.user.name, profile, err.reason, err.message
-            )
+            rt.ledger.record_refusal(who.user, profile, err.reason, err.message)
         except Exception:
             self.log.exception("Could not record a refused spawn")
+
+    async def _refuse(self, rt: LabRuntime, profile: str | None, err: SpawnRefused) -> None:
+        await asyncio.to_thread(self._record_refusal, rt, self._asker(), profile, err)
 
     async def start(self):
         self._events = []
@@ -266,6 +294,7 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         self._stopped_during_start = False
         self.choice_notice = None
         self._forget_saved_options()
+        self._no_container = True
         claim: Claim | None = None
         try:
             rt = self.runtime()
@@ -289,21 +318,9 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
             if self.choice_notice:
                 self._events.append({"progress": 10, "message": self.choice_notice})
             if profile.wants_gpu:
-                budget = await asyncio.to_thread(self._budget_refusal, rt, profile)
-                if budget:
-                    err = SpawnRefused(budget, reason="quota")
-                    await self._refuse(rt, profile.slug, err)
-                    raise err
-                try:
-                    claim = await self._claim(
-                        rt, profile, user_limit=ent.user_limit, charge_groups=ent.charge_groups
-                    )
-                except LedgerRefusal as e:
-                    err = SpawnRefused(
-                        e.message, reason=_REASON_OF_REFUSAL.get(e.reason, "no-free-slice")
-                    )
-                    await self._refuse(rt, profile.slug, err)
-                    raise err from None
+                # One trip to a thread for the budget, the claim and a refusal's record: under a
+                # burst every extra await queues behind the hub's own work for the other spawns.
+                claim = await asyncio.to_thread(self._reserve, rt, profile, ent, self._asker())
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id
                 self._emit(30, f"Reserved {claim.slice.describe()}")
@@ -313,22 +330,48 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         finally:
             self._start_done = True
 
-    def _budget_refusal(self, rt: LabRuntime, profile: Profile) -> str | None:
-        """The GPU-hour budget's refusal, or ``None`` (runs in a thread: reads the ledger)."""
-        groups, is_admin, lab = self._groups(), bool(self.user.admin), rt.lab
+    def _reserve(self, rt: LabRuntime, profile: Profile, ent: Entitlement, who: _Asker) -> Claim:
+        """Check the GPU-hour budget, then claim a slice (blocks: runs in a thread).
+
+        A refusal is recorded before it is raised: :class:`SpawnRefused` with reason ``quota``
+        (budget spent, or the user's or group's slice limit) or ``no-free-slice``.
+        """
+        budget = self._budget_refusal(rt, profile, who)
+        if budget:
+            err = SpawnRefused(budget, reason="quota")
+            self._record_refusal(rt, who, profile.slug, err)
+            raise err
+        try:
+            return rt.ledger.claim(
+                profile.slice,
+                user=who.user,
+                profile=profile.slug,
+                server_name=who.server_name,
+                node=rt.lab.node,
+                user_limit=ent.user_limit,
+                charge_groups=ent.charge_groups,
+            )
+        except LedgerRefusal as e:
+            err = SpawnRefused(e.message, reason=_REASON_OF_REFUSAL.get(e.reason, "no-free-slice"))
+            self._record_refusal(rt, who, profile.slug, err)
+            raise err from None
+
+    def _budget_refusal(self, rt: LabRuntime, profile: Profile, who: _Asker) -> str | None:
+        """The GPU-hour budget's refusal, or ``None`` (blocks: reads the ledger)."""
+        lab = rt.lab
         now = clock.utcnow()
-        mine = applicable_policies(groups, is_admin, lab.policies, lab.default_policy)
+        mine = applicable_policies(who.groups, who.is_admin, lab.policies, lab.default_policy)
         start = window_start(mine, now, tz=lab.tz, term=lab.term)
         if start >= now:
             return None  # no budget applies to this user
         return check_spawn(
-            self.user.name,
-            groups,
+            who.user,
+            who.groups,
             lab.policies,
-            rt.ledger.allocations_between(start, now, user=self.user.name),
+            rt.ledger.allocations_between(start, now, user=who.user),
             now,
             profile=profile,
-            is_admin=is_admin,
+            is_admin=who.is_admin,
             default_policy=lab.default_policy,
             tz=lab.tz,
             term=lab.term,
@@ -356,6 +399,7 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         self.mem_limit = profile.mem_limit if profile.mem_limit is not None else base["mem_limit"]
         self.cpu_limit = profile.cpu_limit if profile.cpu_limit is not None else base["cpu_limit"]
         try:
+            self._no_container = False
             self._emit(50, f"Creating container {self.object_name}")
             result = await super().start()
             if claim is not None:
@@ -430,6 +474,19 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         return super().docker(method, *args, **kwargs)
 
     # -- stop / poll ----------------------------------------------------------------------------
+
+    async def poll(self):
+        """``0`` (not running) at once for a start that was refused before any container was
+        asked for, else :meth:`RecoveryMixin.poll` (which asks the engine).
+
+        JupyterHub polls every failed start before answering it. DockerSpawner runs every engine
+        call on one shared thread, so under a burst each refusal would queue behind the winners'
+        container creates and starts (seconds); a refusal must not wait for slow work it did not
+        cause.
+        """
+        if self._no_container and not self.object_id:
+            return 0
+        return await super().poll()
 
     async def _release(self, rt: LabRuntime | None, reason: str, aid: int | None = None) -> None:
         aid = self.allocation_id if aid is None else aid
