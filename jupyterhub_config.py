@@ -14,6 +14,7 @@ import os
 import jupyterhub
 
 from jupyterhub_gpulab.inventory import discover
+from jupyterhub_gpulab.spawner.network import bridge_gateway
 
 c = get_config()  # noqa: F821 (provided by JupyterHub's config loader)
 here = os.path.dirname(os.path.abspath(__file__))
@@ -24,9 +25,13 @@ os.makedirs(state_dir, exist_ok=True)
 # ADMIN: the public address. The proxy listens here; put TLS in front (or set ssl_cert/ssl_key).
 c.JupyterHub.ip = os.environ.get("GPULAB_IP", "127.0.0.1")
 c.JupyterHub.port = int(os.environ.get("GPULAB_PORT", "8000"))
-# Containers reach the hub through the docker0 bridge's gateway.
-c.JupyterHub.hub_ip = "0.0.0.0"
-c.JupyterHub.hub_connect_ip = os.environ.get("GPULAB_HUB_CONNECT_IP", "172.17.0.1")
+# The hub's API listens on the host's address on the containers' Docker network (docker0's,
+# 172.17.0.1 on a stock engine): every container reaches it there, and it is not exposed on the
+# host's other interfaces as "0.0.0.0" would. ADMIN: set GPULAB_HUB_IP (or these two lines) if
+# the containers join another network (c.DockerSpawner.network_name).
+hub_ip = os.environ.get("GPULAB_HUB_IP") or bridge_gateway("bridge", default="172.17.0.1")
+c.JupyterHub.hub_ip = hub_ip
+c.JupyterHub.hub_connect_ip = hub_ip
 c.JupyterHub.db_url = f"sqlite:///{state_dir}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = f"{state_dir}/jupyterhub_cookie_secret"
 c.ConfigurableHTTPProxy.pid_file = f"{state_dir}/jupyterhub-proxy.pid"
@@ -61,8 +66,12 @@ image = os.environ.get("GPULAB_IMAGE", f"gpulab/singleuser:{jupyterhub.__version
 c.DockerSpawner.pull_policy = "never"  # no registry here; use "ifnotpresent" with one
 c.DockerSpawner.start_timeout = 120
 c.DockerSpawner.http_timeout = 60
-# ADMIN: persistent home directories (one Docker volume per user):
+# ADMIN: persistent home directories (one Docker volume per user). Containers are always removed
+# when their server stops (c.DockerSpawner.remove = False is refused): keep files in volumes.
 # c.DockerSpawner.volumes = {"gpulab-home-{username}": "/home/jovyan"}
+# Every container runs with no-new-privileges, no Linux capabilities and at most 4096 processes
+# and threads; ADMIN: change the lab-wide limit, or give one profile "pids_limit" / "cap_add":
+# c.GPUDockerSpawner.pids_limit = 4096
 
 # --- The GPU lab ---------------------------------------------------------------------------
 c.GPULab.db_url = os.environ.get("GPULAB_DB_URL", f"sqlite:///{state_dir}/gpulab.sqlite")
@@ -112,7 +121,9 @@ else:
 gpu_idle = "3m" if demo else "30m"
 
 # ADMIN: what users pick. Every profile may set image, cpu_limit (cores), mem_limit, env, groups,
-# and the culler's idle_timeout, gpu_idle_timeout, max_age.
+# the culler's idle_timeout, gpu_idle_timeout, max_age, and its container's pids_limit and
+# cap_add (Docker's default capabilities only, e.g. ["CHOWN", "SETUID", "SETGID"] for an image
+# that starts as root; SYS_ADMIN and privileged are refused).
 c.GPULab.profiles = [
     {
         "slug": "pytorch-mig",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -157,9 +158,47 @@ def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
     return lines
 
 
+def _spawner(config: Config):
+    """``(GPUDockerSpawner built from config, [])``, or ``(None, [its problem])``: building it runs
+    the spawner's own validators (``remove``, ``attach_mode``, ``prefix``, ``pids_limit``,
+    ``cap_add``), the same that refuse the value when the hub loads its configuration."""
+    from traitlets import TraitError
+
+    from .spawner import GPUDockerSpawner
+
+    try:
+        return GPUDockerSpawner(config=config), []
+    except (TraitError, ValueError) as e:
+        return None, [str(e)]
+
+
+def host_resources() -> tuple[int, int]:
+    """``(CPUs, memory in bytes)`` of this machine: the Docker host, for a single-host lab."""
+    return os.cpu_count() or 1, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _limit_warnings(lab: Lab, spawner) -> list[str]:
+    """Profiles whose CPU or memory limit (their own, else the spawner's) exceeds this host."""
+    from .hardening import limit_warnings
+
+    cpus, memory = host_resources()
+    base_cpu = spawner.cpu_limit if spawner is not None else None
+    base_mem = spawner.mem_limit if spawner is not None else None
+    limits = [
+        (
+            f"profile {p.slug!r}",
+            p.cpu_limit if p.cpu_limit is not None else base_cpu,
+            p.mem_limit if p.mem_limit is not None else base_mem,
+        )
+        for p in lab.profiles
+    ]
+    return limit_warnings(limits, host_cpus=cpus, host_memory=memory)
+
+
 def cmd_check_config(args) -> int:
     config = _config(args.config)
-    errors = _service_errors(config)
+    spawner, errors = _spawner(config)
+    errors += _service_errors(config)
     lab = None
     try:
         gl = GPULab(config=config)
@@ -171,7 +210,7 @@ def cmd_check_config(args) -> int:
         for m in errors:
             print(f"  - {m}", file=sys.stderr)
         return 1
-    for w in lab.warnings:
+    for w in [*lab.warnings, *_limit_warnings(lab, spawner)]:
         print(f"warning: {w}")
     kinds: dict[str, int] = {}
     for s in lab.inventory.slices:

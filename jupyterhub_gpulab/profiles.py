@@ -51,6 +51,7 @@ from .choice import (
     saved_choice_notice,
 )
 from .errors import ConfigError
+from .hardening import cap_add_problems, pids_limit_problem
 from .inventory.model import SliceKind, SliceRequest
 from .policy import GroupPolicy, applicable_policies
 from .units import UnitError, parse_bytes, parse_seconds
@@ -74,7 +75,7 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 PROFILE_KEYS = (
     "slug", "display_name", "description", "image", "slice", "cpu_limit", "mem_limit", "env",
-    "groups", "default", "idle_timeout", "gpu_idle_timeout", "max_age",
+    "groups", "default", "idle_timeout", "gpu_idle_timeout", "max_age", "pids_limit", "cap_add",
 )  # fmt: skip
 SLICE_KEYS = {
     "gpu": ("kind", "min_memory", "model"),
@@ -84,7 +85,7 @@ SLICE_KEYS = {
 #: Container options a profile may never carry, whatever their value.
 DANGEROUS_KEYS = frozenset(
     {
-        "privileged", "devices", "device_requests", "device_cgroup_rules", "cap_add",
+        "privileged", "devices", "device_requests", "device_cgroup_rules",
         "security_opt", "extra_host_config", "extra_create_kwargs", "host_config", "pid_mode",
         "ipc_mode", "network_mode", "userns_mode", "runtime",
     }
@@ -110,7 +111,10 @@ class Profile:
     ``slice`` is what it asks for (``SliceRequest()``: no GPU). ``cpu_limit`` is in cores,
     ``mem_limit`` in bytes, ``idle_timeout`` / ``gpu_idle_timeout`` / ``max_age`` in seconds
     (``None``: unset; enforced by later work). ``groups`` empty means open to every user.
-    ``env`` is a read-only mapping (excluded from the hash).
+    ``env`` is a read-only mapping (excluded from the hash). ``pids_limit`` (processes and
+    threads) and ``cap_add`` (capability names such as ``"CHOWN"``, from Docker's default set)
+    override the spawner's ``c.GPUDockerSpawner.pids_limit`` / ``cap_add`` for this profile
+    (``None``: the spawner's; see :mod:`.hardening`).
     """
 
     slug: str
@@ -126,6 +130,8 @@ class Profile:
     idle_timeout: int | None = None
     gpu_idle_timeout: int | None = None
     max_age: int | None = None
+    pids_limit: int | None = None
+    cap_add: tuple[str, ...] | None = None
 
     @property
     def wants_gpu(self) -> bool:
@@ -306,6 +312,14 @@ def _profile(entry: Mapping, where: str, errors: list[str]) -> Profile:
         k: _duration(entry, k, where, errors)
         for k in ("idle_timeout", "gpu_idle_timeout", "max_age")
     }
+    pids_limit = entry.get("pids_limit")
+    if pids_limit is not None and (problem := pids_limit_problem(pids_limit)):
+        errors.append(f"{where}: {problem}")
+        pids_limit = None
+    cap_add = None
+    if entry.get("cap_add") is not None:
+        cap_add, problems = cap_add_problems(entry["cap_add"])
+        errors.extend(f"{where}: {m}" for m in problems)
     return Profile(
         slug=slug if isinstance(slug, str) else "",
         display_name=display_name,
@@ -317,6 +331,8 @@ def _profile(entry: Mapping, where: str, errors: list[str]) -> Profile:
         env=MappingProxyType(env),
         groups=tuple(dict.fromkeys(groups)),
         default=default is True,
+        pids_limit=pids_limit,
+        cap_add=cap_add,
         **timeouts,
     )
 
@@ -326,7 +342,9 @@ def load_profiles(spec: Sequence[Mapping]) -> tuple[Profile, ...]:
 
     Raises :class:`~.errors.ConfigError` listing every problem, each naming
     ``profiles[i] ('slug')`` and the fix: not a list or empty, unknown keys, container options
-    (``privileged``, ``devices``, the Docker socket …), missing slug / display_name / image, a slug
+    (``privileged``, ``devices``, ``security_opt``, the Docker socket …), a ``cap_add`` outside
+    Docker's default capabilities (``SYS_ADMIN`` …) or a ``pids_limit`` that limits nothing,
+    missing slug / display_name / image, a slug
     that is not DNS-safe, duplicate slugs, more than one default, bad units, bad slice kinds or
     keys, a mig slice without a valid ``mig_profile``, env that is not str -> str or that sets
     ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ``NVIDIA_MIG_*_DEVICES`` or ``CUDA_MPS_*``.

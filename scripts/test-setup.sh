@@ -10,6 +10,7 @@
 #   GPULAB_PYTHON=<repo>/.venv/bin/python
 #   GPULAB_TEST_POSTGRES_URL=postgresql+psycopg://gpulab:gpulab@127.0.0.1:5432/gpulab_test
 #   GPULAB_TEST_IMAGE=gpulab/singleuser:<hub version>
+#   GPULAB_TEST_LAB_IMAGE=gpulab/singleuser:<hub version>-lab   (with ipykernel: tests that run a kernel)
 #   GPULAB_GPUSIM_DOCKER_HOST=unix:///var/run/gpulab-gpusim.sock
 #   GPULAB_GPUSIM_GATEWAY=172.30.0.1
 # Called by scripts/test.sh and .ci/run. Stops at the first failing step, naming it on stderr.
@@ -31,6 +32,7 @@ run_step proxy "$REPO/scripts/ensure-proxy.sh"
 PYTHON=$(run_step venv "$REPO/scripts/ensure-venv.sh" test | tail -n 1)
 export PYTHON
 image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
+lab_image=$(GPULAB_IMAGE_LAB=1 run_step image-lab "$REPO/images/build-singleuser.sh" | tail -n 1)
 # A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
 gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
 
@@ -38,4 +40,5 @@ gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-d
 echo "GPULAB_PYTHON=$PYTHON"
 echo "GPULAB_TEST_POSTGRES_URL=$pg_url"
 echo "GPULAB_TEST_IMAGE=$image"
+echo "GPULAB_TEST_LAB_IMAGE=$lab_image"
 echo "$gpusim"

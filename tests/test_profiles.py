@@ -148,7 +148,7 @@ DANGEROUS_CASES = [
     ("privileged", {"privileged": True}),
     ("devices", {"devices": ["/dev/nvidia0:/dev/nvidia0"]}),
     ("device-requests", {"device_requests": [{"count": -1}]}),
-    ("cap-add", {"cap_add": ["SYS_ADMIN"]}),
+    ("security-opt", {"security_opt": ["no-new-privileges:false"]}),
     ("extra-host-config", {"extra_host_config": {"runtime": "nvidia"}}),
     ("docker-socket-volume-dict", {"volumes": {"/var/run/docker.sock": "/var/run/docker.sock"}}),
     ("docker-socket-volume-list", {"volumes": ["/var/run/docker.sock:/var/run/docker.sock"]}),

@@ -1,12 +1,13 @@
-"""What a container gets for its slice: environment, Docker device request, labels.
+"""What a container gets for its slice: environment, Docker device request, labels, hardening.
 
 Pure builders, no Docker calls, tested without an engine (as kubespawner's ``objects.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from ..hardening import SECURITY_OPT
 from ..inventory.model import Slice, SliceKind
 
 #: Docker labels gpulab puts on every container it starts.
@@ -103,6 +104,28 @@ def device_requests(s: Slice | None, mode: str) -> list[dict]:
     if mode == "cdi":
         return [{"Driver": "cdi", "DeviceIDs": [f"nvidia.com/gpu={s.visible_id}"]}]
     return [{"Driver": "nvidia", "DeviceIDs": [s.visible_id], "Capabilities": [["gpu"]]}]
+
+
+def hardening(
+    *, pids_limit: int, cap_add: Iterable[str] = (), security_opt: Iterable[str] = ()
+) -> dict:
+    """Docker ``HostConfig`` entries that confine every container (rules: :mod:`..hardening`).
+
+    ``{"Privileged": False, "PidsLimit": pids_limit, "SecurityOpt": [..., "no-new-privileges:true"],
+    "CapDrop": ["ALL"], "CapAdd": [...] or None}``. ``cap_add`` are validated capability names
+    (``"CHOWN"``), given as Docker writes them (``"CAP_CHOWN"``). ``security_opt`` are options the
+    admin set already (``extra_host_config``, e.g. a seccomp profile): kept, except any
+    ``no-new-privileges`` setting, which is always ``true``. The result replaces those keys.
+    """
+    added = sorted({f"CAP_{c}" for c in cap_add})
+    kept = [o for o in security_opt if not o.replace("=", ":").startswith("no-new-privileges")]
+    return {
+        "Privileged": False,
+        "PidsLimit": int(pids_limit),
+        "SecurityOpt": kept + list(SECURITY_OPT),
+        "CapDrop": ["ALL"],
+        "CapAdd": added or None,
+    }
 
 
 def labels(

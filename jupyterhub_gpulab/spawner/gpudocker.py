@@ -36,6 +36,7 @@ from ..policy import Entitlement, applicable_policies, resolve
 from ..profiles import Profile, entitled_profiles
 from . import container as ct
 from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
+from .hardenmixin import HardeningMixin
 from .labguard import LabGuardMixin
 from .logs import install_refusal_filter
 from .names import check_prefix, container_name
@@ -56,9 +57,12 @@ class _Asker(NamedTuple):
     is_admin: bool
 
 
-class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpawner):
+class GPUDockerSpawner(
+    ProfileFormMixin, RecoveryMixin, LabGuardMixin, HardeningMixin, DockerSpawner
+):
     """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
-    CPU profile). Profiles, inventory, policies and the ledger come from ``c.GPULab``."""
+    CPU profile), confined (:mod:`..hardening`). Profiles, inventory, policies and the ledger
+    come from ``c.GPULab``."""
 
     attach_mode = Unicode(
         "device_request",
@@ -136,20 +140,27 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
     last_profile = Unicode("")
     slice_id = Unicode("")
 
-    @default("remove")
-    def _default_remove(self):
-        # A stopped container keeps the device request it was created with; restarting it could
-        # attach a slice the ledger has since given to someone else. Always create afresh
-        # (keep user data in volumes).
-        return True
+    remove = Bool(
+        True,
+        config=True,
+        help="""Remove a server's container when it stops. Must stay ``True``.
+
+        A stopped container keeps the device request it was created with: restarting it could
+        attach a slice the ledger has since given to someone else. Containers are always created
+        afresh; keep user files in volumes (``c.DockerSpawner.volumes``).
+        ``c.DockerSpawner.remove = False`` is refused when the spawner loads its configuration,
+        and by ``gpulab check-config``.
+        """,
+    )
 
     @validate("remove")
     def _check_remove(self, proposal):
         if not proposal.value:
             raise ValueError(
-                "c.GPUDockerSpawner.remove must stay True: a restarted container would keep the "
+                "c.DockerSpawner.remove = False is refused: a restarted container would keep the "
                 "GPU slice it was created with, which the ledger may have given to someone else. "
-                "Keep user files in volumes (c.DockerSpawner.volumes) instead."
+                "Remove the setting (gpulab removes every container when its server stops) and "
+                "keep user files in volumes (c.DockerSpawner.volumes) instead."
             )
         return True
 
@@ -458,6 +469,9 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
             host_config = kwargs.setdefault("host_config", {})
             requests = ct.device_requests(s, self.attach_mode)
             host_config["DeviceRequests"] = requests or None
+            host_config.update(
+                self.hardening_for(self._current_profile, host_config.get("SecurityOpt") or ())
+            )
             kwargs["labels"] = {
                 **(kwargs.get("labels") or {}),
                 **ct.labels(
