@@ -162,12 +162,15 @@ def _spawner(config: Config):
     """``(GPUDockerSpawner built from config, [])``, or ``(None, [its problem])``: building it runs
     the spawner's own validators (``remove``, ``attach_mode``, ``prefix``, ``pids_limit``,
     ``cap_add``), the same that refuse the value when the hub loads its configuration."""
+    from types import SimpleNamespace
+
     from traitlets import TraitError
 
     from .spawner import GPUDockerSpawner
 
     try:
-        return GPUDockerSpawner(config=config), []
+        # a stand-in user: DockerSpawner names the container when c.DockerSpawner.image is set
+        return GPUDockerSpawner(config=config, user=SimpleNamespace(name="check-config")), []
     except (TraitError, ValueError) as e:
         return None, [str(e)]
 

@@ -201,6 +201,13 @@ def test_check_config_refuses_remove_false(capsys, tmp_path, section):
     assert "OK" not in out
 
 
+def test_check_config_builds_the_spawner_from_a_config_that_sets_its_image(capsys, tmp_path):
+    body = f"c.GPULab.profiles = [{CPU!r}]\nc.DockerSpawner.image = {IMG!r}\n"
+    rc, out, err = check(capsys, tmp_path, body)
+    assert rc == 0, err
+    assert out.splitlines()[-1].startswith("OK: 1 GPU(s)")
+
+
 def test_check_config_names_the_profile_with_a_dangerous_capability(capsys, tmp_path):
     rc, _, err = check(capsys, tmp_path, f"c.GPULab.profiles = {tight(cap_add=['SYS_ADMIN'])!r}\n")
     assert rc == 1
