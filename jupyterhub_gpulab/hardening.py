@@ -15,6 +15,9 @@ Every container gets, whatever its profile:
   user themselves;
 - a PID limit (``PidsLimit``, every thread counts): a fork bomb stops at the limit instead of
   taking the host. Default :data:`DEFAULT_PIDS_LIMIT`, per profile ``pids_limit``.
+
+An admin's ``c.DockerSpawner.extra_host_config`` may not set what would undo this
+(:func:`host_config_problems`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,32 @@ MIN_PIDS_LIMIT = 64
 MAX_PIDS_LIMIT = 1_000_000
 
 ALLOWED_FIX = "allowed: " + ", ".join(ADDABLE_CAPABILITIES)
+
+#: ``extra_host_config`` keys (docker-py's ``create_host_config`` names) that would undo the
+#: confinement or the slice attachment; gpulab sets these itself.
+OWNED_HOST_CONFIG = (
+    "cap_add", "cap_drop", "device_cgroup_rules", "device_requests", "devices", "pids_limit",
+    "privileged",
+)  # fmt: skip
+
+
+def host_config_problems(extra: dict) -> list[str]:
+    """Why an admin's ``c.DockerSpawner.extra_host_config`` would weaken the containers: keys in
+    :data:`OWNED_HOST_CONFIG`, or a ``security_opt`` that turns ``no-new-privileges`` off."""
+    problems = [
+        f"c.DockerSpawner.extra_host_config[{key!r}] is refused: gpulab sets it on every "
+        "container (no privileges, no capabilities, a PID limit, only the allocated GPU); use "
+        "c.GPUDockerSpawner.pids_limit / cap_add or a profile's pids_limit / cap_add"
+        for key in sorted(extra)
+        if key in OWNED_HOST_CONFIG
+    ]
+    opts = extra.get("security_opt") or ()
+    if any(str(o).replace("=", ":").startswith("no-new-privileges") for o in opts):
+        problems.append(
+            "c.DockerSpawner.extra_host_config['security_opt'] may not set no-new-privileges: "
+            "gpulab always sets it to true; remove that entry"
+        )
+    return problems
 
 
 def pids_limit_problem(value: object) -> str | None:

@@ -344,10 +344,10 @@ def load_profiles(spec: Sequence[Mapping]) -> tuple[Profile, ...]:
     ``profiles[i] ('slug')`` and the fix: not a list or empty, unknown keys, container options
     (``privileged``, ``devices``, ``security_opt``, the Docker socket …), a ``cap_add`` outside
     Docker's default capabilities (``SYS_ADMIN`` …) or a ``pids_limit`` that limits nothing,
-    missing slug / display_name / image, a slug
-    that is not DNS-safe, duplicate slugs, more than one default, bad units, bad slice kinds or
-    keys, a mig slice without a valid ``mig_profile``, env that is not str -> str or that sets
-    ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ``NVIDIA_MIG_*_DEVICES`` or ``CUDA_MPS_*``.
+    missing slug / display_name / image, a slug that is not DNS-safe, duplicate slugs, more
+    than one default, bad units, bad slice kinds or keys, a mig slice without a valid
+    ``mig_profile``, env that is not str -> str or that sets ``NVIDIA_VISIBLE_DEVICES``,
+    ``CUDA_VISIBLE_DEVICES``, ``NVIDIA_MIG_*_DEVICES`` or ``CUDA_MPS_*``.
     """
     if isinstance(spec, (str, bytes, Mapping)) or not isinstance(spec, Sequence):
         raise ConfigError(f"profiles must be a list of dicts, got {type(spec).__name__}")

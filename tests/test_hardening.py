@@ -4,6 +4,7 @@ validation, the spawner's settings (``remove``, ``pids_limit``, ``cap_add``) and
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,26 @@ def test_bad_lab_wide_hardening_is_refused(traits, fragment):
         spawner(GPUDockerSpawner=traits)
 
 
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        pytest.param({"privileged": True}, "extra_host_config['privileged'] is refused", id="privileged"),
+        pytest.param({"cap_add": ["SYS_ADMIN"]}, "extra_host_config['cap_add'] is refused", id="cap-add"),
+        pytest.param({"pids_limit": -1}, "extra_host_config['pids_limit'] is refused", id="pids"),
+        pytest.param({"devices": ["/dev/nvidia0"]}, "extra_host_config['devices'] is refused", id="devices"),
+        pytest.param({"security_opt": ["no-new-privileges:false"]}, "may not set no-new-privileges", id="nnp"),
+    ],
+)  # fmt: skip
+def test_the_admins_extra_host_config_cannot_undo_the_hardening(extra, fragment):
+    with pytest.raises(TraitError, match=re.escape(fragment)):
+        spawner(DockerSpawner={"extra_host_config": extra})
+
+
+def test_other_extra_host_config_is_kept():
+    extra = {"shm_size": "1g", "security_opt": ["seccomp=/etc/lab.json"]}
+    assert spawner(DockerSpawner={"extra_host_config": extra}).extra_host_config == extra
+
+
 # -- limits larger than the host ----------------------------------------------------------------
 
 
@@ -212,6 +233,12 @@ def test_check_config_names_the_profile_with_a_dangerous_capability(capsys, tmp_
     rc, _, err = check(capsys, tmp_path, f"c.GPULab.profiles = {tight(cap_add=['SYS_ADMIN'])!r}\n")
     assert rc == 1
     assert f"c.GPULab.{WHERE}: cap_add 'SYS_ADMIN' is refused" in err
+
+
+def test_check_config_refuses_privileged_containers_by_the_back_door(capsys, tmp_path):
+    body = f"c.GPULab.profiles = [{CPU!r}]\nc.DockerSpawner.extra_host_config = {{'privileged': True}}\n"
+    rc, _, err = check(capsys, tmp_path, body)
+    assert rc == 1 and "extra_host_config['privileged'] is refused" in err
 
 
 def test_check_config_refuses_a_lab_wide_pid_limit_that_limits_nothing(capsys, tmp_path):

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from traitlets import HasTraits, Integer, List, TraitError, Unicode, validate
 
-from ..hardening import DEFAULT_PIDS_LIMIT, cap_add_problems, pids_limit_problem
+from ..hardening import (
+    DEFAULT_PIDS_LIMIT,
+    cap_add_problems,
+    host_config_problems,
+    pids_limit_problem,
+)
 from ..profiles import Profile
 from . import container as ct
 
@@ -51,6 +56,13 @@ class HardeningMixin(HasTraits):
         if problems:
             raise TraitError("; ".join(f"c.GPUDockerSpawner.{m}" for m in problems))
         return list(caps)
+
+    @validate("extra_host_config")
+    def _check_extra_host_config(self, proposal):
+        problems = host_config_problems(proposal.value)
+        if problems:
+            raise TraitError("; ".join(problems))
+        return proposal.value
 
     def hardening_for(self, profile: Profile | None, security_opt=()) -> dict:
         """Docker ``HostConfig`` entries confining a container of ``profile`` (``None``: the
