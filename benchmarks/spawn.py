@@ -15,8 +15,9 @@ with ``dockerspawner.DockerSpawner``, both with the same CPU and memory limits.
 - **A refusal burst** on ours: ``--burst`` (40) users spawn at once a profile with 4 free whole
   GPUs; 4 start, every other one is refused. ``refusal_p95_s`` is the 95th percentile of the
   refusals' response times over ``--bursts`` bursts. The same burst against a third hub whose
-  spawner refuses at once (``refusal_p95_s_hub_floor``) is JupyterHub's own cost for a refused
-  spawn on this machine, the floor no spawner can go below.
+  spawner is DockerSpawner for 4 of the users and refuses the others at once
+  (``refusal_p95_s_hub_floor``) is what JupyterHub and the engine cost on this machine for the
+  same work: the floor no spawner can go below.
 
 Usage: ``python benchmarks/spawn.py [--rounds 20] [--storm 30] [--burst 40] [--bursts 3]`` (needs
 dockerd and the image; ``scripts/test-setup.sh`` provides both). About 8 minutes on an idle
@@ -105,24 +106,35 @@ c.DockerSpawner.name_template = "{node}-{{username}}"
     )
 
 
-FLOOR_CONFIG = """
-from jupyterhub.spawner import SpawnException, Spawner
+def floor_config(node: str, winners: list[str]) -> str:
+    """A hub whose spawner is plain DockerSpawner for ``winners`` and refuses everyone else at
+    once: the burst's workload (the same containers starting, the same refusals) without gpulab,
+    so that ``refusal_p95_s_hub_floor`` is what JupyterHub and the engine cost on this machine."""
+    return (
+        COMMON
+        + f"""
+from dockerspawner import DockerSpawner
+from jupyterhub.spawner import SpawnException
 
 
-class Refuser(Spawner):
+class FloorSpawner(DockerSpawner):
+    refused = False
+
     async def start(self):
-        raise SpawnException("full", reason="no-free-slice", status_code=503)
+        self.refused = self.user.name not in {winners!r}
+        if self.refused:
+            raise SpawnException("full", reason="no-free-slice", status_code=503)
+        return await super().start()
 
     async def poll(self):
-        return 0
-
-    async def stop(self, now=False):
-        pass
+        return 0 if self.refused else await super().poll()
 
 
-c.JupyterHub.spawner_class = Refuser
-c.JupyterHub.concurrent_spawn_limit = 100
+c.JupyterHub.spawner_class = FloorSpawner
+c.DockerSpawner.prefix = {node!r}
+c.DockerSpawner.name_template = "{node}-{{username}}"
 """
+    )
 
 
 def spawn_ready(hub: Hub, user: str, options: dict) -> float:
@@ -198,7 +210,8 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-spawn-"))
     ours = Hub(tmp / "gpubenchours", ours_config("gpubenchours", args.storm + 2))
     plain = Hub(tmp / "gpubenchplain", plain_config("gpubenchplain"))
-    floor = Hub(tmp / "gpubenchfloor", FLOOR_CONFIG)
+    crowd = [f"b{i}" for i in range(args.burst)]
+    floor = Hub(tmp / "gpubenchfloor", floor_config("gpubenchfloor", crowd[:BURST_SLICES]))
     hubs = (ours, plain, floor)
     result: dict = {}
     t_start = time.perf_counter()
@@ -206,7 +219,6 @@ def main(argv=None) -> int:
         for h in hubs:
             h.start()
         users = [f"u{i}" for i in range(args.storm)]
-        crowd = [f"b{i}" for i in range(args.burst)]
         for h in (ours, plain):
             for u in users:
                 h.create_user(u)
@@ -246,7 +258,10 @@ def main(argv=None) -> int:
             refusals["ours"] += refused
             with ThreadPoolExecutor(BURST_SLICES) as pool:
                 list(pool.map(lambda u: stop(ours, u), started))
-            refusals["floor"] += burst(floor, crowd, {})[0]
+            refused, started = burst(floor, crowd, {})
+            refusals["floor"] += refused
+            with ThreadPoolExecutor(BURST_SLICES) as pool:
+                list(pool.map(lambda u: stop(floor, u), started))
             print(
                 f"burst {b + 1} of {args.burst}: refusal p95 ours {p95(refusals['ours']):.2f} s, "
                 f"hub floor {p95(refusals['floor']):.2f} s",
