@@ -20,8 +20,8 @@ with ``dockerspawner.DockerSpawner``, both with the same CPU and memory limits.
   same work: the floor no spawner can go below.
 
 Usage: ``python benchmarks/spawn.py [--rounds 20] [--storm 30] [--burst 40] [--bursts 3]`` (needs
-dockerd and the image; ``scripts/test-setup.sh`` provides both). About 8 minutes on an idle
-2-core machine. The last line is one JSON object.
+dockerd and the image; ``scripts/test-setup.sh`` provides both). About 5 minutes on the 2-core
+development machine. The last line is one JSON object.
 """
 
 from __future__ import annotations
