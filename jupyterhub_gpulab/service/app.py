@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import binascii
+import errno
 import gc
 import logging
 import os
 import secrets
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -84,6 +87,15 @@ class GPULabService(CullerTraits):
         config=True,
         help="""Seconds between reads of the hub's running servers (last activity, stale
         allocations on the admin page). ``c.GPULabService.hub_poll_interval = 30``""",
+    )
+
+    listen_timeout = Float(
+        30,
+        config=True,
+        help="""Seconds to wait for the service's port when another process holds it, before
+        giving up. A service left running by a hub killed with SIGKILL notices its hub is gone
+        and exits within about a second, so the next hub's service waits instead of
+        crash-looping on "Address already in use". ``c.GPULabService.listen_timeout = 30``""",
     )
 
     sample_interval = Float(
@@ -235,9 +247,7 @@ class Service:
                 a.slice_id,
             )
         await self.sample()
-        self.server = self.app.listen(
-            port, address=address, xheaders=True, max_body_size=MAX_BODY_READ
-        )
+        self.server = await self._listen(address, port)
         for job, seconds in (
             (self.refresh_hub, self.settings.hub_poll_interval),
             (self.sample, self.settings.sample_interval),
@@ -258,6 +268,28 @@ class Service:
             "idle" if c.unknown_idle else "busy",
             "; DRY RUN: nothing is warned or stopped" if c.dry_run else "",
         )
+
+    async def _listen(self, address: str, port: int):
+        """Listen on ``address:port``, waiting up to ``listen_timeout`` seconds while another
+        process holds the port (raises ``OSError`` after that)."""
+        deadline = time.monotonic() + self.settings.listen_timeout
+        while True:
+            try:
+                return self.app.listen(
+                    port, address=address, xheaders=True, max_body_size=MAX_BODY_READ
+                )
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                    raise
+                if not getattr(self, "_told_port_busy", False):
+                    self._told_port_busy = True
+                    log.warning(
+                        "Port %d is in use (a gpulab service left by a hub that was killed?); "
+                        "waiting up to %g s for it",
+                        port,
+                        self.settings.listen_timeout,
+                    )
+                await asyncio.sleep(0.5)
 
     async def refresh_hub(self) -> None:
         try:
@@ -301,22 +333,65 @@ def _listen_address() -> tuple[str, int]:
     return parsed.hostname or "127.0.0.1", parsed.port or 80
 
 
-async def _serve(config: Config) -> None:
+def watch_hub(
+    hub_pid: int,
+    loop: asyncio.AbstractEventLoop,
+    stop: asyncio.Event,
+    *,
+    every_s: float = 1.0,
+    grace_s: float = 10.0,
+) -> threading.Thread:
+    """Stop the service when the hub that started it (process ``hub_pid``, its parent) is gone.
+
+    JupyterHub starts a managed service in a session of its own, so a hub killed with SIGKILL
+    leaves the service running on its port and the next hub's service would crash-loop on
+    "Address already in use". Every ``every_s`` seconds a thread (a busy event loop cannot delay
+    it) compares the parent pid with ``hub_pid``: once it differs (the service was re-parented),
+    ``stop`` is set; a service still running ``grace_s`` seconds later exits at once.
+    """
+
+    def run() -> None:
+        while os.getppid() == hub_pid:
+            time.sleep(every_s)
+        log.warning(
+            "The hub (pid %d) that started this service is gone; stopping, so that the next "
+            "hub's service can listen on this port",
+            hub_pid,
+        )
+        loop.call_soon_threadsafe(stop.set)
+        time.sleep(grace_s)
+        log.error("The service did not stop within %g s of its hub; exiting", grace_s)
+        os._exit(1)
+
+    t = threading.Thread(target=run, name="gpulab-watch-hub", daemon=True)
+    t.start()
+    return t
+
+
+async def _serve(config: Config, hub_pid: int | None = None) -> None:
     gpulab = GPULab(config=config)
     settings = GPULabService(config=config)
-    hub_auth = HubOAuth(config=config, cache_max_age=settings.auth_cache_max_age)
-    service = Service(gpulab, settings, hub_auth=hub_auth)
-    address, port = _listen_address()
-    await service.start(address, port)
-    # what start built (modules, config, templates) lives as long as the process: keep the
-    # collector from re-scanning it on every full collection (latency spikes on big pages)
-    gc.collect()
-    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    if hub_pid:
+        watch_hub(hub_pid, loop, stop)
+    hub_auth = HubOAuth(config=config, cache_max_age=settings.auth_cache_max_age)
+    service = Service(gpulab, settings, hub_auth=hub_auth)
+    address, port = _listen_address()
+    starting = asyncio.ensure_future(service.start(address, port))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        starting.result()
+        # what start built (modules, config, templates) lives as long as the process: keep the
+        # collector from re-scanning it on every full collection (latency spikes on big pages)
+        gc.collect()
+        gc.freeze()
+        await stopping
+    else:
+        starting.cancel()  # told to stop (its hub went away) while waiting for the port
     log.info("Stopping the gpulab service")
     await service.culler.close()
     service.stop()
@@ -332,6 +407,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the hub's config file (default: $GPULAB_CONFIG or {DEFAULT_CONFIG})",
     )
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--hub-pid",
+        type=int,
+        help="exit when this process (the hub that starts the service; configure_service "
+        "passes it) is no longer the parent",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -340,8 +421,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load_config_file(_config_path(args.config))
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, args.hub_pid))
     except (ConfigError, FileNotFoundError, SchemaOutOfDate, TraitError) as e:
         log.error("gpulab service cannot start: %s", e)
+        return 1
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        log.error(
+            "gpulab service cannot start: its port is still in use by another process after "
+            "c.GPULabService.listen_timeout (%s); stop that process",
+            e,
+        )
         return 1
     return 0
