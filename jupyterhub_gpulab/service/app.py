@@ -21,8 +21,6 @@ import os
 import secrets
 import signal
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -46,6 +44,7 @@ from .filters import FILTERS
 from .grants import RoleGrants
 from .hubclient import HubClient, HubError
 from .inputs import MAX_BODY_READ
+from .lifetime import listen_when_free, watch_hub
 from .pages import ActionPage, AdminPage, UserPage
 from .state import LabState
 
@@ -247,7 +246,14 @@ class Service:
                 a.slice_id,
             )
         await self.sample()
-        self.server = await self._listen(address, port)
+        self.server = await listen_when_free(
+            self.app,
+            address,
+            port,
+            timeout_s=self.settings.listen_timeout,
+            xheaders=True,
+            max_body_size=MAX_BODY_READ,
+        )
         for job, seconds in (
             (self.refresh_hub, self.settings.hub_poll_interval),
             (self.sample, self.settings.sample_interval),
@@ -268,28 +274,6 @@ class Service:
             "idle" if c.unknown_idle else "busy",
             "; DRY RUN: nothing is warned or stopped" if c.dry_run else "",
         )
-
-    async def _listen(self, address: str, port: int):
-        """Listen on ``address:port``, waiting up to ``listen_timeout`` seconds while another
-        process holds the port (raises ``OSError`` after that)."""
-        deadline = time.monotonic() + self.settings.listen_timeout
-        while True:
-            try:
-                return self.app.listen(
-                    port, address=address, xheaders=True, max_body_size=MAX_BODY_READ
-                )
-            except OSError as e:
-                if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
-                    raise
-                if not getattr(self, "_told_port_busy", False):
-                    self._told_port_busy = True
-                    log.warning(
-                        "Port %d is in use (a gpulab service left by a hub that was killed?); "
-                        "waiting up to %g s for it",
-                        port,
-                        self.settings.listen_timeout,
-                    )
-                await asyncio.sleep(0.5)
 
     async def refresh_hub(self) -> None:
         try:
@@ -331,41 +315,6 @@ def _listen_address() -> tuple[str, int]:
         )
     parsed = urlparse(url)
     return parsed.hostname or "127.0.0.1", parsed.port or 80
-
-
-def watch_hub(
-    hub_pid: int,
-    loop: asyncio.AbstractEventLoop,
-    stop: asyncio.Event,
-    *,
-    every_s: float = 1.0,
-    grace_s: float = 10.0,
-) -> threading.Thread:
-    """Stop the service when the hub that started it (process ``hub_pid``, its parent) is gone.
-
-    JupyterHub starts a managed service in a session of its own, so a hub killed with SIGKILL
-    leaves the service running on its port and the next hub's service would crash-loop on
-    "Address already in use". Every ``every_s`` seconds a thread (a busy event loop cannot delay
-    it) compares the parent pid with ``hub_pid``: once it differs (the service was re-parented),
-    ``stop`` is set; a service still running ``grace_s`` seconds later exits at once.
-    """
-
-    def run() -> None:
-        while os.getppid() == hub_pid:
-            time.sleep(every_s)
-        log.warning(
-            "The hub (pid %d) that started this service is gone; stopping, so that the next "
-            "hub's service can listen on this port",
-            hub_pid,
-        )
-        loop.call_soon_threadsafe(stop.set)
-        time.sleep(grace_s)
-        log.error("The service did not stop within %g s of its hub; exiting", grace_s)
-        os._exit(1)
-
-    t = threading.Thread(target=run, name="gpulab-watch-hub", daemon=True)
-    t.start()
-    return t
 
 
 async def _serve(config: Config, hub_pid: int | None = None) -> None:
