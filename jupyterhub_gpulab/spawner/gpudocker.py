@@ -310,7 +310,9 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
             if self.choice_notice:
                 self._events.append({"progress": 10, "message": self.choice_notice})
             if profile.wants_gpu:
-                budget = await asyncio.to_thread(self._budget_refusal, rt, profile)
+                # the user's groups are read here: JupyterHub's ORM session is the loop's alone
+                who = (self.user.name, self._groups(), bool(self.user.admin))
+                budget = await asyncio.to_thread(self._budget_refusal, rt, profile, *who)
                 if budget:
                     err = SpawnRefused(budget, reason="quota")
                     await self._refuse(rt, profile.slug, err)
@@ -334,19 +336,22 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         finally:
             self._start_done = True
 
-    def _budget_refusal(self, rt: LabRuntime, profile: Profile) -> str | None:
-        """The GPU-hour budget's refusal, or ``None`` (runs in a thread: reads the ledger)."""
-        groups, is_admin, lab = self._groups(), bool(self.user.admin), rt.lab
+    def _budget_refusal(
+        self, rt: LabRuntime, profile: Profile, user: str, groups: set[str], is_admin: bool
+    ) -> str | None:
+        """The GPU-hour budget's refusal, or ``None`` (runs in a thread: reads the ledger, never
+        JupyterHub's database)."""
+        lab = rt.lab
         now = clock.utcnow()
         mine = applicable_policies(groups, is_admin, lab.policies, lab.default_policy)
         start = window_start(mine, now, tz=lab.tz, term=lab.term)
         if start >= now:
             return None  # no budget applies to this user
         return check_spawn(
-            self.user.name,
+            user,
             groups,
             lab.policies,
-            rt.ledger.allocations_between(start, now, user=self.user.name),
+            rt.ledger.allocations_between(start, now, user=user),
             now,
             profile=profile,
             is_admin=is_admin,

@@ -127,7 +127,8 @@ class RecoveryMixin:
             return False  # (another lab's container never gets here: labguard.py)
         self.allocation_id = a.id
         self.slice_id = a.slice_id
-        self.profile_slug = a.profile
+        self.profile_slug = self.last_profile = a.profile
+        self.user_options = {"profile": a.profile}  # what the server model shows
         session = sa_inspect(self.orm_spawner).session if self.orm_spawner is not None else None
         if session is not None:
             # saved now, as JupyterHub saves it after a start (its session, not Spawner.db)
