@@ -91,8 +91,8 @@ class GPUDockerSpawner(ProfileFormMixin, RecoveryMixin, LabGuardMixin, DockerSpa
         config=True,
         help="""Seconds between passes of the continuous reconcile, which closes every allocation
         whose server is neither running nor starting (a hub killed mid-spawn, a stop that lost
-        track) and removes containers that hold no open allocation. A pass reads the ledger once
-        and lists this node's containers once. Default 60.
+        track) and removes this lab's containers that hold no open allocation. A pass reads the
+        ledger once and lists the engine's containers once (a few ms). Default 60.
 
         ``c.GPUDockerSpawner.reconcile_interval = 60``
         """,
