@@ -4,7 +4,7 @@
 the hub through the docker0 gateway, a DummyAuthenticator, a service token with admin scopes,
 then ``extra_config``), starts ``jupyterhub`` and waits for its API. ``hub.api(...)`` talks to the
 REST API with the service token; ``hub.stop()`` sends SIGTERM and waits for the process (DockerSpawner
-removes containers one by one on shutdown).
+removes containers one by one on shutdown); ``hub.kill()`` sends SIGKILL to the hub alone.
 """
 
 from __future__ import annotations
@@ -152,6 +152,18 @@ class Hub:
         if self._log:
             self._log.close()
         self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the hub process alone, as a crash or the OOM killer would: its proxy, its
+        managed services and its containers keep running. ``start()`` starts a new hub on the
+        same ports, database and proxy pid file."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self.proc = None
+        if self._log:
+            self._log.close()
 
     # -- REST API ---------------------------------------------------------------------------
 

@@ -160,22 +160,6 @@ def test_vanished_slices_are_flagged_and_never_handed_out(ledger):
         claim(ledger, mig("1g.5gb"), user="carol")
 
 
-def test_reconcile_closes_gone_containers_and_reports_orphans(ledger):
-    a = claim(ledger, SEAT, user="a")
-    b = claim(ledger, SEAT, user="b")
-    c = claim(ledger, SEAT, user="c")
-    ledger.set_container(a.allocation.id, "cid-a", "jupyter-a")
-    ledger.set_container(b.allocation.id, "cid-b", "jupyter-b")
-    # c was claimed but its container never recorded; a label still names it.
-    report = ledger.reconcile(
-        {"cid-a": a.allocation.id, "cid-c": c.allocation.id, "cid-x": None, "cid-y": 424242}
-    )
-    assert [x.id for x in report.closed] == [b.allocation.id]
-    assert ledger.get(b.allocation.id).end_reason == "reconciled"
-    assert set(report.orphan_containers) == {"cid-x", "cid-y"}
-    assert {x.id for x in ledger.open_allocations()} == {a.allocation.id, c.allocation.id}
-
-
 def test_threads_never_double_allocate(ledger):
     # 40 threads race for the 4 seats.
     def one(i):

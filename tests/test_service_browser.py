@@ -69,6 +69,9 @@ c.DockerSpawner.prefix = "{prefix}"
 c.DockerSpawner.pull_policy = "never"
 c.Spawner.start_timeout = 60
 c.Spawner.http_timeout = 60
+# these tests hold ledger rows without servers (as the admin page shows them), which the
+# continuous reconcile would close
+c.GPUDockerSpawner.reconcile_interval = 3600
 """
 
 

@@ -3,6 +3,7 @@ document and the cookie secret."""
 
 from __future__ import annotations
 
+import os
 import stat
 import sys
 from datetime import datetime, timedelta, timezone
@@ -215,7 +216,8 @@ def test_configure_service_adds_service_scopes_and_roles_keeping_what_was_there(
     assert names == ["tests", "gpulab"]
     svc = c.JupyterHub.services[1]
     assert svc["command"] == [sys.executable, "-m", "jupyterhub_gpulab.service", "--config",
-                              str(tmp_path / "jupyterhub_config.py")]  # fmt: skip
+                              str(tmp_path / "jupyterhub_config.py"),
+                              "--hub-pid", str(os.getpid())]  # fmt: skip
     assert svc["url"] == "http://127.0.0.1:9999"
     assert set(svc["oauth_client_allowed_scopes"]) == {"custom:gpulab:admin", "custom:gpulab:read"}
     assert set(c.JupyterHub.custom_scopes) == {

@@ -75,7 +75,7 @@ def test_hub_restart_keeps_servers_and_allocations(hub_factory):
 
 def test_restart_closes_allocations_whose_container_vanished_and_removes_orphans(hub_factory):
     hub = hub_factory(
-        extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\nc.GPUDockerSpawner.reconcile_grace = 0\n"
+        extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\nc.GPUDockerSpawner.reconcile_interval = 2\n"
     )
     hub.start()
     hub.create_user("ann", ["students"])
@@ -216,7 +216,7 @@ def test_a_server_that_never_answers_releases_its_slice(hub_factory, sleeper_ima
 
 def test_restart_removes_a_labelled_container_nobody_owns(hub_factory):
     hub = hub_factory(
-        extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\nc.GPUDockerSpawner.reconcile_grace = 0\n"
+        extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\nc.GPUDockerSpawner.reconcile_interval = 2\n"
     )
     hub.start()
     hub.create_user("ann", ["students"])
@@ -235,7 +235,7 @@ def test_restart_removes_a_labelled_container_nobody_owns(hub_factory):
     led.release(state["gpulab_allocation"], "admin")
     hub.start()
     hub.create_user("bob", ["students"])
-    # the first spawn in the new hub process runs the reconcile pass
+    # the first spawn in the new hub process starts the reconcile
     assert hub.spawn("bob", {"profile": "cpu"}).status_code in (201, 202)
     hub.wait_ready("bob")
     deadline = time.monotonic() + 20

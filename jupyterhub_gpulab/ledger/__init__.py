@@ -12,7 +12,6 @@ from .models import (
     LedgerRefusal,
     NoFreeSlice,
     QuotaExceeded,
-    ReconcileReport,
     SyncReport,
 )
 
@@ -26,7 +25,6 @@ __all__ = [
     "LedgerRefusal",
     "NoFreeSlice",
     "QuotaExceeded",
-    "ReconcileReport",
     "SchemaOutOfDate",
     "SyncReport",
     "close_shared_ledgers",

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -25,7 +24,6 @@ from .models import (
     Claim,
     NoFreeSlice,
     QuotaExceeded,
-    ReconcileReport,
     slice_from_row,
 )
 from .queries import LedgerQueries
@@ -297,48 +295,6 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
                 .where(allocations.c.id == allocation_id)
                 .values(container_id=container_id, container_name=container_name)
             )
-
-    # -- reconcile --------------------------------------------------------------------------
-
-    def reconcile(
-        self,
-        live: Mapping[str, int | None],
-        *,
-        node: str | None = None,
-        reason: str = "reconciled",
-        started_before: datetime | None = None,
-    ) -> ReconcileReport:
-        """Compare open allocations with the containers that exist.
-
-        ``live`` maps each existing container id to the allocation id its label names (or
-        ``None``). Open allocations (on ``node`` if given) whose container is not in ``live`` — and
-        that have a container recorded, or are labelled on no live container — are closed with
-        ``reason``. Live containers naming no open allocation are returned as orphans for the
-        caller to re-adopt or stop. ``started_before`` spares younger allocations (spawns still
-        creating their container).
-        """
-        labelled = {aid for aid in live.values() if aid is not None}
-        q = sa.select(allocations).where(allocations.c.ended_at.is_(None))
-        if node is not None:
-            q = q.where(allocations.c.node == node)
-        with self._read() as conn:
-            all_open = {
-                r.id
-                for r in conn.execute(
-                    sa.select(allocations.c.id).where(allocations.c.ended_at.is_(None))
-                )
-            }
-            if started_before is not None:
-                q = q.where(allocations.c.started_at < started_before)
-            open_rows = [Allocation.from_row(r) for r in conn.execute(q)]
-        open_ids = all_open
-        closed = []
-        for a in open_rows:
-            alive = (a.container_id is not None and a.container_id in live) or a.id in labelled
-            if not alive and self.release(a.id, reason):
-                closed.append(a)
-        orphans = tuple(cid for cid, aid in live.items() if aid is None or aid not in open_ids)
-        return ReconcileReport(tuple(closed), orphans)
 
 
 class _Taken(Exception):

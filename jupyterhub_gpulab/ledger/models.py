@@ -19,7 +19,7 @@ def _aware(dt: datetime | None) -> datetime | None:
 class Allocation:
     """One ledger row: slice ``slice_id`` held by ``user``'s server ``server_name`` since
     ``started_at``; closed when ``ended_at`` is set, with ``end_reason`` (``stopped``, ``failed``,
-    ``culled:<rule>``, ``reconciled``, ``admin`` …)."""
+    ``culled:<rule>``, ``reconciled:<why>``, ``admin`` …)."""
 
     id: int
     slice_id: str
@@ -172,15 +172,6 @@ class ForeignContainer:
             f"container {self.container_name} ({self.container_id[:12]}; {who}{user}) holds "
             f"{', '.join(self.devices)} by {self.attached_by}"
         )
-
-
-@dataclass(frozen=True)
-class ReconcileReport:
-    """What :meth:`Ledger.reconcile` found: allocations closed because their container is gone,
-    and live containers (ids) that hold no open allocation."""
-
-    closed: tuple[Allocation, ...]
-    orphan_containers: tuple[str, ...]
 
 
 class LedgerRefusal(Exception):

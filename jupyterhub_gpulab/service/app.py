@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import binascii
+import errno
 import gc
 import logging
 import os
@@ -43,6 +44,7 @@ from .filters import FILTERS
 from .grants import RoleGrants
 from .hubclient import HubClient, HubError
 from .inputs import MAX_BODY_READ
+from .lifetime import listen_when_free, watch_hub
 from .pages import ActionPage, AdminPage, UserPage
 from .state import LabState
 
@@ -84,6 +86,15 @@ class GPULabService(CullerTraits):
         config=True,
         help="""Seconds between reads of the hub's running servers (last activity, stale
         allocations on the admin page). ``c.GPULabService.hub_poll_interval = 30``""",
+    )
+
+    listen_timeout = Float(
+        30,
+        config=True,
+        help="""Seconds to wait for the service's port when another process holds it, before
+        giving up. A service left running by a hub killed with SIGKILL notices its hub is gone
+        and exits within about a second, so the next hub's service waits instead of
+        crash-looping on "Address already in use". ``c.GPULabService.listen_timeout = 30``""",
     )
 
     sample_interval = Float(
@@ -235,8 +246,13 @@ class Service:
                 a.slice_id,
             )
         await self.sample()
-        self.server = self.app.listen(
-            port, address=address, xheaders=True, max_body_size=MAX_BODY_READ
+        self.server = await listen_when_free(
+            self.app,
+            address,
+            port,
+            timeout_s=self.settings.listen_timeout,
+            xheaders=True,
+            max_body_size=MAX_BODY_READ,
         )
         for job, seconds in (
             (self.refresh_hub, self.settings.hub_poll_interval),
@@ -301,22 +317,30 @@ def _listen_address() -> tuple[str, int]:
     return parsed.hostname or "127.0.0.1", parsed.port or 80
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config, hub_pid: int | None = None) -> None:
     gpulab = GPULab(config=config)
     settings = GPULabService(config=config)
-    hub_auth = HubOAuth(config=config, cache_max_age=settings.auth_cache_max_age)
-    service = Service(gpulab, settings, hub_auth=hub_auth)
-    address, port = _listen_address()
-    await service.start(address, port)
-    # what start built (modules, config, templates) lives as long as the process: keep the
-    # collector from re-scanning it on every full collection (latency spikes on big pages)
-    gc.collect()
-    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    if hub_pid:
+        watch_hub(hub_pid, loop, stop)
+    hub_auth = HubOAuth(config=config, cache_max_age=settings.auth_cache_max_age)
+    service = Service(gpulab, settings, hub_auth=hub_auth)
+    address, port = _listen_address()
+    starting = asyncio.ensure_future(service.start(address, port))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        starting.result()
+        # what start built (modules, config, templates) lives as long as the process: keep the
+        # collector from re-scanning it on every full collection (latency spikes on big pages)
+        gc.collect()
+        gc.freeze()
+        await stopping
+    else:
+        starting.cancel()  # told to stop (its hub went away) while waiting for the port
     log.info("Stopping the gpulab service")
     await service.culler.close()
     service.stop()
@@ -332,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the hub's config file (default: $GPULAB_CONFIG or {DEFAULT_CONFIG})",
     )
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--hub-pid",
+        type=int,
+        help="exit when this process (the hub that starts the service; configure_service "
+        "passes it) is no longer the parent",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -340,8 +370,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load_config_file(_config_path(args.config))
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, args.hub_pid))
     except (ConfigError, FileNotFoundError, SchemaOutOfDate, TraitError) as e:
         log.error("gpulab service cannot start: %s", e)
+        return 1
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        log.error(
+            "gpulab service cannot start: its port is still in use by another process after "
+            "c.GPULabService.listen_timeout (%s); stop that process",
+            e,
+        )
         return 1
     return 0

@@ -133,12 +133,16 @@ def configure_service(
         "info": {"description": "GPU allocation: slices, usage, admin actions"},
     }
     if managed:
+        # This file runs in the hub process: the service exits when that process is gone (a
+        # hub killed with SIGKILL leaves its managed services running, holding their port).
         service["command"] = [
             sys.executable,
             "-m",
             "jupyterhub_gpulab.service",
             "--config",
             config_file,
+            "--hub-pid",
+            str(os.getpid()),
         ]
         # The service evaluates the same config file, so it must see what the hub saw: the hub's
         # working directory (relative paths, the default ledger location) and the GPULAB_*

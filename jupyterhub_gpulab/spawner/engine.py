@@ -175,11 +175,11 @@ def held(att: Attached, inventory: Inventory) -> tuple[str, ...]:
 
 @dataclass
 class Survey:
-    """One look at the engine: our running GPU containers (``live``: container id → the
-    allocation id its label names), other containers holding our GPUs (``foreign``), and the
-    names of other labs' containers (``other_labs``: container name → the lab's labels)."""
+    """One look at the engine: our containers (``ours``: their ``docker ps`` rows), other
+    running containers holding our GPUs (``foreign``), and the names of other labs' running
+    containers (``other_labs``: container name → the lab's labels)."""
 
-    live: dict[str, int | None] = field(default_factory=dict)
+    ours: list[dict] = field(default_factory=list)
     foreign: list[ForeignContainer] = field(default_factory=list)
     other_labs: dict[str, LabIdentity | None] = field(default_factory=dict)
 
@@ -192,12 +192,21 @@ class EngineSurvey:
         self._attached: dict[str, Attached] = {}
         self._default_runtime: str | None = None
 
-    def look(self, client, lab: LabIdentity | None, inventory: Inventory, ledger=None) -> Survey:
+    def look(
+        self,
+        client,
+        lab: LabIdentity | None,
+        inventory: Inventory,
+        ledger=None,
+        rows: list[dict] | None = None,
+    ) -> Survey:
         """List the engine's running containers (``client``: a docker-py ``APIClient``) and sort
         them for ``lab`` (``None``: a lab without a ledger yet, so nothing is ours). ``ledger``
-        answers ``allocations_by_id`` for containers from before lab ids. Blocking (Docker and
+        answers ``allocations_by_id`` for containers from before lab ids. ``rows``: a listing
+        already made (``containers(all=True)``, for the reconcile): ``ours`` then holds our
+        containers in any state, the rest looks at running ones only. Blocking (Docker and
         database calls): run it in a thread."""
-        containers = client.containers(all=False)
+        containers = client.containers(all=False) if rows is None else rows
         legacy = {
             aid
             for c in containers
@@ -213,8 +222,9 @@ class EngineSurvey:
             who = owner(labels, cid, lab.uuid if lab else None, allocations)
             name = ((c.get("Names") or ["/?"])[0]).lstrip("/")
             if who == OURS:
-                if LABEL_ALLOCATION in labels:
-                    survey.live[cid] = allocation_label(labels)
+                survey.ours.append(c)
+                continue
+            if c.get("State", "running") != "running":
                 continue
             if who == OTHER:
                 other = labels.get(LABEL_LAB)

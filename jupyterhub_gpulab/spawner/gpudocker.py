@@ -15,7 +15,11 @@ Contract, in JupyterHub's terms:
 - ``stop()``: stop the container (DockerSpawner), then release the allocation (``stopped``).
 - ``poll()``: a container that is gone or exited releases its allocation; a running container
   whose allocation was closed elsewhere is re-adopted if its slice is free, else stopped.
-- State (``get_state``) carries the allocation id, so a restarted hub keeps every allocation.
+- A container whose labels do not name this server and its slice is never started or adopted:
+  it is removed (recovery.py).
+- State (``get_state``) carries the allocation id, so a restarted hub keeps every allocation; a
+  continuous reconcile closes the allocations of servers that are neither running nor starting
+  (reconcile.py).
 """
 
 from __future__ import annotations
@@ -98,12 +102,26 @@ class GPUDockerSpawner(
         the pages say so.""",
     )
 
-    reconcile_grace = Float(
-        600,
+    reconcile_interval = Float(
+        60,
         config=True,
-        help="""Seconds a fresh allocation without a container is left alone by the reconcile
-        pass at hub start (its spawn may still be running). Default 600.""",
+        help="""Seconds between passes of the continuous reconcile, which closes every allocation
+        whose server is neither running nor starting (a hub killed mid-spawn, a stop that lost
+        track) and removes this lab's containers that hold no open allocation. A pass reads the
+        ledger once and lists the engine's containers once (a few ms). Default 60.
+
+        ``c.GPUDockerSpawner.reconcile_interval = 60``
+        """,
     )
+
+    @validate("reconcile_interval")
+    def _check_reconcile_interval(self, proposal):
+        if not proposal.value > 0:
+            raise ValueError(
+                f"c.GPUDockerSpawner.reconcile_interval must be a positive number of seconds, "
+                f"not {proposal.value!r}"
+            )
+        return proposal.value
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -193,11 +211,15 @@ class GPUDockerSpawner(
     _runtime: LabRuntime | None = None
 
     def runtime(self) -> LabRuntime:
-        if self._runtime is not None:
-            return self._runtime
+        """The process's lab runtime; on the hub's loop, also makes sure its reconcile runs."""
+        if self._runtime is None:
+            self._runtime = self._load_runtime()
+        self._start_reconciler(self._runtime)
+        return self._runtime
+
+    def _load_runtime(self) -> LabRuntime:
         try:
-            self._runtime = get_runtime(GPULab(config=self.config))
-            return self._runtime
+            return get_runtime(GPULab(config=self.config))
         except ConfigError as e:
             self.log.error("gpulab configuration is invalid:\n%s", e)
             raise SpawnRefused(
@@ -309,7 +331,6 @@ class GPUDockerSpawner(
         claim: Claim | None = None
         try:
             rt = self.runtime()
-            await self._reconcile_once(rt)
             slug = None
             try:
                 profile = self._pick_profile(rt)

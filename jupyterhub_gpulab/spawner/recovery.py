@@ -1,43 +1,148 @@
-"""The recovery half of GPUDockerSpawner: poll, re-adoption, and the reconcile pass at hub start.
+"""The recovery half of GPUDockerSpawner: poll, the container check, adoption, the reconcile task.
 
 Invariant 3 of the design: every allocation ends. ``poll()`` releases the allocation of a container
 that is gone; a running container whose allocation was closed elsewhere is re-adopted on the same
-slice, or stopped; the first spawner activity in a hub process reconciles the ledger with the
-labelled containers Docker reports.
+slice, or stopped.
+
+No container ever holds a slice the ledger did not give it: every container the spawner would
+start or adopt passes :meth:`RecoveryMixin.get_object` (after :mod:`.labguard` turned away
+other labs' containers): its labels must name this server and the slice it holds
+(:func:`~.reconcile.foreign_reason`). The one exception is a server whose
+state the hub lost (killed while the server started): it adopts its container's allocation when
+the ledger says that allocation is open and this server's. Any other container is removed, never
+started or adopted.
+
+The spawner also starts the process's continuous reconcile (:mod:`.reconcile`) on the hub's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import weakref
+
+from docker.errors import APIError
+from sqlalchemy import inspect as sa_inspect
 
 from ..ledger import LedgerRefusal
+from .reconcile import LabContainer, foreign_reason
 from .runtime import LabRuntime
-
-# Every spawner of this hub process. JupyterHub creates the spawner of each server it believes
-# running before any poll (``JupyterHub.init_spawners``), and one for each spawn.
-_spawners: weakref.WeakSet = weakref.WeakSet()
 
 
 class RecoveryMixin:
     """Mixed into :class:`~.gpudocker.GPUDockerSpawner` (before DockerSpawner in the MRO)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _spawners.add(self)
+    _removed_foreign: bool = False
+
+    def _start_reconciler(self, rt: LabRuntime) -> None:
+        """Start the process's reconcile on the running loop; no-op outside a hub (no
+        ``app.users``) or outside the event loop's thread."""
+        users = (getattr(getattr(self, "user", None), "settings", None) or {}).get("users")
+        if users is None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        rt.start_reconciler(
+            docker=self.docker,
+            docker_client=self.client,
+            users=users.values,
+            interval_s=self.reconcile_interval,
+            log=self.log,
+        )
 
     async def poll(self):
         rt = self.runtime()
-        await self._reconcile_once(rt)
+        self._removed_foreign = False
         status = await super().poll()
         if status is not None:
-            await self._release(rt, "container-gone" if status == 0 else "exited")
+            if self._removed_foreign:
+                reason = "container-mismatch"
+            else:
+                reason = "container-gone" if status == 0 else "exited"
+            await self._release(rt, reason)
             return status
         if self.allocation_id is not None and self._start_done:
             a = await asyncio.to_thread(rt.ledger.get, self.allocation_id)
             if a is not None and not a.open:
                 return await self._readopt(rt)
         return status
+
+    async def get_object(self):
+        """DockerSpawner's lookup of this server's container (by name), for ``start()`` and
+        ``poll()``: a container whose labels do not match this server and its allocation is
+        removed and reported gone (``None``), so it is never started or adopted."""
+        obj = await super().get_object()
+        if obj is None or self.object_type != "container":
+            return obj
+        rt = self.runtime()
+        c = LabContainer.from_inspect(obj)
+        why = foreign_reason(
+            c,
+            user=self.user.name,
+            server_name=self.name or "",
+            allocation_id=self.allocation_id,
+            slice_id=self.slice_id or None,
+            starting=not self._start_done,
+        )
+        if why is None:
+            return obj
+        lost_state = self.allocation_id is None and c.allocation_id is not None
+        if lost_state and self._start_done and await self._adopt(rt, c):
+            return obj
+        if self._start_done and c.user is None:
+            # not gpulab's: not adopted, and left alone (a start takes the name, as DockerSpawner
+            # does)
+            self.log.warning(
+                "gpulab: not adopting %s under %s's container name: %s",
+                c.describe(),
+                self._log_name,
+                why,
+            )
+            self.object_id = ""
+            self._removed_foreign = True
+            return None
+        self.log.warning(
+            "gpulab: removing %s of %s instead of %s it: %s",
+            c.describe(),
+            self._log_name,
+            "adopting" if self._start_done else "starting",
+            why,
+        )
+        try:
+            await self.docker("remove_container", c.id, force=True, v=True)
+        except APIError as e:
+            if e.status_code not in (404, 409):
+                raise
+        self.object_id = ""
+        self._removed_foreign = True
+        return None
+
+    async def _adopt(self, rt: LabRuntime, c: LabContainer) -> bool:
+        """This server holds no allocation but its container's labels name one: the hub was
+        killed while the server started, before JupyterHub saved its state. Take the allocation
+        over when the ledger says it is open and this server's, on the container's slice."""
+        a = await asyncio.to_thread(rt.ledger.get, c.allocation_id)
+        mine = (self.user.name, self.name or "", rt.lab.node, c.slice_id)
+        if a is None or not a.open or (a.user, a.server_name, a.node, a.slice_id) != mine:
+            return False  # (another lab's container never gets here: labguard.py)
+        self.allocation_id = a.id
+        self.slice_id = a.slice_id
+        self.profile_slug = self.last_profile = a.profile
+        self.user_options = {"profile": a.profile}  # what the server model shows
+        session = sa_inspect(self.orm_spawner).session if self.orm_spawner is not None else None
+        if session is not None:
+            # saved now, as JupyterHub saves it after a start (its session, not Spawner.db)
+            self.orm_spawner.state = self.get_state()
+            session.commit()
+        self.log.warning(
+            "gpulab: %s's container %s holds allocation %d on %s, which its lost state did not "
+            "name; adopted it",
+            self._log_name,
+            c.name,
+            a.id,
+            a.slice_id,
+        )
+        return True
 
     async def _readopt(self, rt: LabRuntime):
         """The container runs but its allocation was closed (an admin released it, or a
@@ -62,31 +167,3 @@ class RecoveryMixin:
         self.allocation_id = None
         await self.stop(now=True)
         return "gpulab: slice no longer held"
-
-    async def _reconcile_once(self, rt: LabRuntime) -> None:
-        if rt.reconciled:
-            return
-        rt.reconciled = True
-        try:
-            report = await asyncio.to_thread(
-                rt.reconcile, self.client, grace_s=self.reconcile_grace
-            )
-        except Exception:
-            self.log.exception("gpulab reconcile failed; will not retry in this process")
-            return
-        known = self._hub_container_ids()
-        for cid in report.orphan_containers:
-            if cid in known:
-                continue  # its spawner's poll re-adopts it
-            self.log.warning(
-                "gpulab reconcile: removing container %s, which holds no allocation", cid[:12]
-            )
-            try:
-                await self.docker("remove_container", cid, force=True)
-            except Exception:
-                self.log.exception("Could not remove orphan container %s", cid[:12])
-
-    def _hub_container_ids(self) -> set[str]:
-        """Container ids of servers JupyterHub runs or is starting in this process (without the
-        deprecated ``Spawner.db``)."""
-        return {sp.object_id for sp in list(_spawners) if sp.object_id}

@@ -1,20 +1,19 @@
 """One lab per hub process: the validated configuration, the ledger, and the inventory sync.
 
 Every spawner of a hub shares one :class:`LabRuntime` (one database engine, one inventory read),
-built on first use from ``c.GPULab``. The first runtime also reconciles the ledger with the
-containers Docker reports (see :meth:`LabRuntime.reconcile`).
+built on first use from ``c.GPULab``, and one continuous reconcile (:mod:`.reconcile`) started
+by the first spawner that runs on the hub's event loop.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 
-from .. import clock
 from ..config import GPULab, Lab
-from ..ledger import ForeignContainer, ReconcileReport, close_shared_ledgers, shared_ledger
+from ..ledger import ForeignContainer, close_shared_ledgers, shared_ledger
 from .engine import EngineSurvey
+from .reconcile import Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -43,40 +42,43 @@ class LabRuntime:
             len(report.added),
             len(report.vanished),
         )
-        self.reconciled = False
         self.engine = EngineSurvey()
         self._foreign: dict[str, tuple[str, ...]] | None = None
+        self.reconciler: Reconciler | None = None
 
-    def reconcile(self, docker_client, *, grace_s: float = 600) -> ReconcileReport:
-        """Close open allocations on this node whose container is gone, and return labelled
-        containers that hold no open allocation (the caller stops them).
-
-        Allocations younger than ``grace_s`` seconds are spared: their spawn may still be creating
-        the container. Runs the Docker call synchronously: call it in a thread.
-        """
-        # only this lab's containers (labelled with its id; see engine.py for older ones)
-        survey = self.engine.look(docker_client, self.identity, self.lab.inventory, self.ledger)
+    def our_containers(self, docker_client, rows: list[dict]) -> list[dict]:
+        """This lab's containers among ``rows`` (``docker ps -a``: docker-py's
+        ``APIClient.containers(all=True)``), in any state; running containers of others that
+        hold this lab's GPUs are recorded and logged on the way (see :mod:`.engine`). Blocking
+        (Docker and database calls): run it in a thread."""
+        survey = self.engine.look(
+            docker_client, self.identity, self.lab.inventory, self.ledger, rows=rows
+        )
         try:
             self._report_foreign(survey.foreign)
         except Exception:  # the report must not stop the reconcile
             log.exception("gpulab: could not record other labs' containers")
-        live = survey.live
-        report = self.ledger.reconcile(
-            live,
-            node=self.lab.node,
-            reason="reconciled",
-            started_before=clock.utcnow() - timedelta(seconds=grace_s),
-        )
-        for a in report.closed:
-            log.warning(
-                "gpulab reconcile: closed allocation %d (%s's server %r on %s): container gone",
-                a.id,
-                a.user,
-                a.server_name,
-                a.slice_id,
+        return survey.ours
+
+    def start_reconciler(
+        self, *, docker, docker_client, users, interval_s: float, log=log
+    ) -> Reconciler:
+        """Start the continuous reconcile on the running event loop, once per runtime (and loop):
+        see :mod:`.reconcile`. ``docker`` is DockerSpawner's engine seam and ``docker_client``
+        its docker-py client, ``users`` returns JupyterHub's in-memory users, ``interval_s`` the
+        seconds between passes, ``log`` the hub's log."""
+        if self.reconciler is None:
+            self.reconciler = Reconciler(
+                self.ledger,
+                self.lab.node,
+                docker=docker,
+                ours=lambda rows: self.our_containers(docker_client, rows),
+                users=users,
+                interval_s=interval_s,
+                log=log,
             )
-        self.reconciled = True
-        return report
+        self.reconciler.start()
+        return self.reconciler
 
     def _report_foreign(self, found: list[ForeignContainer]) -> None:
         """Record other containers holding our GPUs for the admin page; log each one once."""
@@ -111,5 +113,8 @@ def get_runtime(gpulab: GPULab) -> LabRuntime:
 def forget_runtimes() -> None:
     """Drop every runtime and close the ledgers (tests that build several labs in one process)."""
     with _lock:
+        for rt in _runtimes.values():
+            if rt.reconciler is not None:
+                rt.reconciler.stop()
         _runtimes.clear()
     close_shared_ledgers()

@@ -1,0 +1,313 @@
+"""The continuous reconcile: every allocation ends, and no container holds what the ledger did not give it.
+
+Runs in the hub process: one task per lab runtime (one per process), a pass every
+``c.GPUDockerSpawner.reconcile_interval`` seconds. A pass costs one ledger query (the open
+allocations), one ``docker ps -a`` sorted into this lab's containers by
+:meth:`~.runtime.LabRuntime.our_containers` (the lab id labels, :mod:`.engine`; other labs'
+containers are never touched, only reported when they hold this lab's GPUs) and a walk over
+JupyterHub's in-memory servers (:func:`hub_servers`); :func:`plan` (pure) decides, then the pass
+closes allocations and removes containers, logging each with its reason.
+
+"Still starting" is what JupyterHub knows (a spawn, check or stop pending on the server) and what
+Docker knows (a container labelled with the allocation, under the server's name), never an
+allocation's age. The rule, for each open allocation on this node:
+
+- no server of this hub is running or starting for its user and server name: closed
+  (``reconciled:no-server``), its containers removed;
+- the server is pending (spawn, check, stop): kept, unless the server already holds another
+  allocation (``reconciled:not-held``);
+- the server is ready and holds it: kept (the server's ``poll()`` watches its container);
+- the server is ready and holds none, with a running container of this allocation under its
+  name (the hub restarted while the server started and lost its state): kept, for the server's
+  ``poll()`` to adopt or remove; otherwise closed (``reconciled:not-held``).
+
+A labelled container whose allocation is not open is removed unless a server of this hub runs
+under its name (that server's ``poll()`` re-adopts or removes it).
+
+One hub per ledger (lab) and node: the node name (``c.GPULab.node_name``) is what tells this
+hub's allocations from another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from ..ledger import Allocation, Ledger
+from .container import LABEL_SERVER, LABEL_SLICE, LABEL_USER
+from .engine import allocation_label
+
+log = logging.getLogger(__name__)
+
+#: End reasons a pass writes.
+NO_SERVER = "reconciled:no-server"
+NOT_HELD = "reconciled:not-held"
+
+#: ``docker(method, *args, **kwargs)`` -> awaitable result: DockerSpawner's one seam for the engine.
+DockerCall = Callable[..., Awaitable]
+
+
+@dataclass(frozen=True)
+class LabContainer:
+    """A container of this lab as its labels describe it. ``state`` is Docker's (``created``,
+    ``running``, ``exited``, ...); ``allocation_id`` is ``None`` for a CPU-only server."""
+
+    id: str
+    name: str
+    state: str
+    user: str | None
+    server_name: str | None
+    allocation_id: int | None
+    slice_id: str | None
+
+    @classmethod
+    def from_labels(cls, cid: str, name: str, state: str, labels: Mapping | None) -> LabContainer:
+        labels = labels or {}
+        return cls(
+            id=cid,
+            name=name.lstrip("/"),
+            state=state,
+            user=labels.get(LABEL_USER),
+            server_name=labels.get(LABEL_SERVER),
+            allocation_id=allocation_label(labels),
+            slice_id=labels.get(LABEL_SLICE),
+        )
+
+    @classmethod
+    def from_inspect(cls, obj: Mapping) -> LabContainer:
+        """From ``docker inspect`` (``APIClient.inspect_container``)."""
+        return cls.from_labels(
+            obj["Id"],
+            obj.get("Name", ""),
+            (obj.get("State") or {}).get("Status", ""),
+            (obj.get("Config") or {}).get("Labels"),
+        )
+
+    @classmethod
+    def from_ps(cls, row: Mapping) -> LabContainer:
+        """From one row of ``docker ps`` (``APIClient.containers``)."""
+        names = row.get("Names") or [""]
+        return cls.from_labels(row["Id"], names[0], row.get("State", ""), row.get("Labels"))
+
+    def held(self) -> str:
+        """What its labels say it holds: ``"allocation 7 (slice GPU-…)"`` or ``"no allocation"``."""
+        if self.allocation_id is None:
+            return "no allocation"
+        return f"allocation {self.allocation_id} (slice {self.slice_id})"
+
+    def describe(self) -> str:
+        return f"container {self.name} ({self.id[:12]}, {self.state}, {self.held()})"
+
+
+def foreign_reason(
+    c: LabContainer,
+    *,
+    user: str,
+    server_name: str,
+    allocation_id: int | None,
+    slice_id: str | None,
+    starting: bool,
+) -> str | None:
+    """Why user ``user``'s server ``server_name``, holding ``allocation_id`` on ``slice_id``
+    (both ``None``: no slice), must not use container ``c`` of this lab; ``None`` when its
+    labels say it is that server's container on that slice. (Another lab's container is never
+    used either: :mod:`.labguard`.)
+
+    ``starting``: the server is starting ``allocation_id``, so only a container made for that
+    very allocation would do. Otherwise (``poll()`` adopting a running container) the slice must
+    match: a re-adopted container keeps the labels of the allocation it was made for.
+    """
+    if c.user is None:
+        return "it has no gpulab labels"
+    if (c.user, c.server_name) != (user, server_name):
+        return f"it is labelled for {c.user!r}'s server {c.server_name!r}"
+    want = f"allocation {allocation_id} (slice {slice_id})" if slice_id else "no slice"
+    if c.slice_id != slice_id or (starting and c.allocation_id != allocation_id):
+        return f"it holds {c.held()}, but this server holds {want}"
+    return None
+
+
+@dataclass(frozen=True)
+class HubServer:
+    """What JupyterHub knows of one active server: ``pending`` is ``Spawner.pending``
+    (``"spawn"``, ``"check"``, ``"stop"``, ...; ``None`` when ready)."""
+
+    pending: str | None
+    allocation_id: int | None
+    object_name: str
+
+
+def hub_servers(users: Iterable) -> dict[tuple[str, str], HubServer]:
+    """``{(user, server name): HubServer}`` for every server JupyterHub runs or is starting,
+    from its in-memory users (``app.users.values()``, which holds at least every active user).
+    Reads memory only; call it on the hub's event loop."""
+    out = {}
+    for user in list(users):
+        for name, sp in list(user.spawners.items()):
+            if not sp.active:
+                continue
+            out[(user.name, name or "")] = HubServer(
+                pending=sp.pending or None,
+                allocation_id=getattr(sp, "allocation_id", None),
+                object_name=getattr(sp, "object_name", ""),
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a pass does: ``close`` (allocation, reason) pairs, ``remove`` (container, why)."""
+
+    close: tuple[tuple[Allocation, str], ...] = ()
+    remove: tuple[tuple[LabContainer, str], ...] = ()
+
+
+def plan(
+    open_allocations: Iterable[Allocation],
+    containers: Iterable[LabContainer],
+    servers: Mapping[tuple[str, str], HubServer],
+) -> Plan:
+    """Decide a pass (the rules are in the module docstring). Read the ledger first, Docker
+    second and ``servers`` last: an allocation claimed before the ledger read then shows its
+    spawn as pending or finished, never as not yet begun."""
+    containers = list(containers)
+    labelled: dict[int, list[LabContainer]] = defaultdict(list)
+    for c in containers:
+        if c.allocation_id is not None:
+            labelled[c.allocation_id].append(c)
+    close: list[tuple[Allocation, str]] = []
+    kept: set[int] = set()
+    for a in open_allocations:
+        s = servers.get((a.user, a.server_name))
+        if s is None:
+            close.append((a, NO_SERVER))
+            continue
+        if s.pending:
+            keep = s.allocation_id in (None, a.id)
+        elif s.allocation_id == a.id:
+            keep = True
+        else:
+            keep = s.allocation_id is None and any(
+                c.name == s.object_name and c.state == "running" for c in labelled[a.id]
+            )
+        if keep:
+            kept.add(a.id)
+        else:
+            close.append((a, NOT_HELD))
+    remove: list[tuple[LabContainer, str]] = []
+    for c in containers:
+        if c.allocation_id is None or c.allocation_id in kept:
+            continue
+        s = servers.get((c.user or "", c.server_name or ""))
+        if s is not None and s.object_name == c.name:
+            continue  # that server's start or poll() deals with its own container
+        remove.append((c, f"its allocation {c.allocation_id} is not held by a running server"))
+    return Plan(tuple(close), tuple(remove))
+
+
+class Reconciler:
+    """The periodic pass for one lab runtime, on the hub's event loop.
+
+    ``docker`` is DockerSpawner's engine seam; ``ours`` picks this lab's containers from a
+    ``docker ps -a`` listing (blocking: run in a thread); ``users`` returns JupyterHub's in-memory users
+    (``app.users.values()``); ``interval_s`` is the pause between passes (seconds); ``log`` is
+    where passes report (the hub's log).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        node: str,
+        *,
+        docker: DockerCall,
+        ours: Callable[[list[dict]], list[dict]],
+        users: Callable[[], Iterable],
+        interval_s: float,
+        log: logging.Logger | logging.LoggerAdapter = log,
+    ):
+        self.log = log
+        self.ledger = ledger
+        self.node = node
+        self.docker = docker
+        self.ours = ours
+        self.users = users
+        self.interval_s = interval_s
+        self.passes = 0
+        self.last_pass_s: float | None = None
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def running(self) -> bool:
+        return (
+            self._task is not None
+            and not self._task.done()
+            and self._loop is asyncio.get_running_loop()
+        )
+
+    def start(self) -> None:
+        """Start the passes on the running loop (the first one now); no-op when running."""
+        if self.running:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run(), name=f"gpulab-reconcile-{self.node}")
+        self.log.info("gpulab reconcile: a pass every %g s on node %s", self.interval_s, self.node)
+
+    def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            with contextlib.suppress(RuntimeError):  # its loop is already closed
+                task.get_loop().call_soon_threadsafe(task.cancel)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception(
+                    "gpulab reconcile pass failed; trying again in %g s", self.interval_s
+                )
+            await asyncio.sleep(self.interval_s)
+
+    async def run_pass(self) -> Plan:
+        """One pass: read, :func:`plan`, act. Returns the plan it carried out."""
+        t0 = time.perf_counter()
+        allocs = [
+            a for a in await asyncio.to_thread(self.ledger.open_allocations) if a.node == self.node
+        ]
+        rows = await self.docker("containers", all=True)
+        containers = [LabContainer.from_ps(r) for r in await asyncio.to_thread(self.ours, rows)]
+        p = plan(allocs, containers, hub_servers(self.users()))
+        for a, reason in p.close:
+            if await asyncio.to_thread(self.ledger.release, a.id, reason):
+                self.log.warning(
+                    "gpulab reconcile: closed allocation %d (%s's server %r on %s): %s",
+                    a.id,
+                    a.user,
+                    a.server_name,
+                    a.slice_id,
+                    reason,
+                )
+        for c, why in p.remove:
+            self.log.warning("gpulab reconcile: removing %s: %s", c.describe(), why)
+            try:
+                await self.docker("remove_container", c.id, force=True, v=True)
+            except Exception as e:
+                self.log.warning("gpulab reconcile: could not remove %s: %s", c.id[:12], e)
+        self.passes += 1
+        self.last_pass_s = time.perf_counter() - t0
+        self.log.debug(
+            "gpulab reconcile pass %d: %.1f ms, %d open allocation(s), %d container(s)",
+            self.passes,
+            1000 * self.last_pass_s,
+            len(allocs),
+            len(containers),
+        )
+        return p
