@@ -202,7 +202,7 @@ c.GPULab.default_policy = {"profiles": ["tensorflow-seat", "cpu"], "max_slices_p
 # Runs as a hub-managed service at /services/gpulab/ (user page: /services/gpulab/me). It reads
 # this same file and the same ledger; spawns keep working while it is down. JupyterHub admins
 # hold custom:gpulab:admin; ADMIN: name groups for more admins and for read-only viewers.
-from jupyterhub_gpulab.service.hubconfig import configure_service  # noqa: E402
+from jupyterhub_gpulab.hub.hubconfig import configure_service  # noqa: E402
 
 configure_service(
     c,

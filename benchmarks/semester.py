@@ -98,8 +98,8 @@ from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.fairuse.culler import Limits, Sample, Server, Settings, decide, next_warnings
 from jupyterhub_gpulab.fairuse.quota import check_spawn, over_budget_servers, user_budget
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest, load_declared
+from jupyterhub_gpulab.lab.policy import GroupPolicy
 from jupyterhub_gpulab.ledger import Ledger, LedgerRefusal
-from jupyterhub_gpulab.policy import GroupPolicy
 
 TERM_START = datetime(2026, 9, 7, tzinfo=timezone.utc)  # a Monday
 TICK = 5  # minutes between culler passes (and utilisation bins)
@@ -455,8 +455,8 @@ def sampling_cost(rounds: int) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from fake_nvml import FakeNVML
 
-    from jupyterhub_gpulab.fairuse.monitor import UtilizationMonitor
     from jupyterhub_gpulab.inventory import discover
+    from jupyterhub_gpulab.service.monitor import UtilizationMonitor
 
     fake = FakeNVML.h100_mig_lab(8)
     inventory = discover(nvml=fake)
@@ -480,7 +480,7 @@ def sampling_cost(rounds: int) -> dict:
 
 
 def _count_calls(fake_cls, inventory) -> int:
-    from jupyterhub_gpulab.fairuse.monitor import UtilizationMonitor
+    from jupyterhub_gpulab.service.monitor import UtilizationMonitor
 
     class Counting:
         def __init__(self, inner):

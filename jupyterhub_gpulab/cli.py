@@ -21,8 +21,8 @@ from pathlib import Path
 from traitlets import TraitError
 from traitlets.config import Config
 
-from .config import GPULab, Lab, load_config_file
 from .errors import ConfigError
+from .lab.config import GPULab, Lab, load_config_file
 from .units import format_bytes
 
 DEFAULT_CONFIG = "jupyterhub_config.py"
@@ -182,7 +182,7 @@ def host_resources() -> tuple[int, int]:
 
 def _limit_warnings(lab: Lab, spawner) -> list[str]:
     """Profiles whose CPU or memory limit (their own, else the spawner's) exceeds this host."""
-    from .hardening import limit_warnings
+    from .lab.hardening import limit_warnings
 
     cpus, memory = host_resources()
     base_cpu = spawner.cpu_limit if spawner is not None else None

@@ -17,7 +17,7 @@ import requests
 from hubtools import Hub, free_port
 from ledger_support import LAB
 
-from jupyterhub_gpulab.config import GPULab, load_config_file
+from jupyterhub_gpulab.lab.config import GPULab, load_config_file
 from jupyterhub_gpulab.ledger import Ledger
 
 PREFIX = "/services/gpulab/"
@@ -75,7 +75,7 @@ def service_config(
 ) -> str:
     """The part of ``jupyterhub_config.py`` the service tests add to hubtools' base."""
     return f"""
-from jupyterhub_gpulab.service.hubconfig import configure_service
+from jupyterhub_gpulab.hub.hubconfig import configure_service
 c.GPULab.inventory = {LAB!r}
 c.GPULab.node_name = "lab-node"
 c.GPULab.profiles = {PROFILES!r}

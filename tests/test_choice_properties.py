@@ -8,14 +8,9 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from jupyterhub_gpulab.errors import ProfileChoiceError
-from jupyterhub_gpulab.policy import load_policies
-from jupyterhub_gpulab.profiles import (
-    SLUG_RE,
-    choose_profile,
-    entitled_profiles,
-    load_profiles,
-    options_from_form,
-)
+from jupyterhub_gpulab.lab.choice import choose_profile, options_from_form
+from jupyterhub_gpulab.lab.policy import load_policies
+from jupyterhub_gpulab.lab.profiles import SLUG_RE, entitled_profiles, load_profiles
 
 IMG = "quay.io/jupyter/base-notebook"
 PROFILES = load_profiles(

@@ -19,8 +19,8 @@ from fake_nvml import (
 
 from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
-from jupyterhub_gpulab.fairuse.monitor import UtilizationMonitor, container_of_pid
 from jupyterhub_gpulab.inventory import Inventory, SharedSettings, discover
+from jupyterhub_gpulab.service.monitor import UtilizationMonitor, container_of_pid
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 CID_A = "a" * 64

@@ -21,9 +21,9 @@ from jupyterhub_gpulab.fairuse.quota import (
     window_start,
 )
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest, load_declared
+from jupyterhub_gpulab.lab.policy import GroupPolicy, applicable_policies
+from jupyterhub_gpulab.lab.profile import Profile
 from jupyterhub_gpulab.ledger import Allocation, Ledger
-from jupyterhub_gpulab.policy import GroupPolicy, applicable_policies
-from jupyterhub_gpulab.profiles import Profile
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")

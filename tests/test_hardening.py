@@ -13,13 +13,13 @@ from traitlets.config import Config
 
 from jupyterhub_gpulab import cli
 from jupyterhub_gpulab.errors import ConfigError
-from jupyterhub_gpulab.hardening import (
+from jupyterhub_gpulab.lab.hardening import (
     ADDABLE_CAPABILITIES,
     DEFAULT_PIDS_LIMIT,
     cap_add_problems,
     limit_warnings,
 )
-from jupyterhub_gpulab.profiles import load_profiles
+from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.spawner import GPUDockerSpawner
 from jupyterhub_gpulab.spawner import container as ct
 

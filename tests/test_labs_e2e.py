@@ -65,7 +65,7 @@ def wait_for(cond, timeout=30, what="condition"):
 
 def service_lines(port: int, workdir: Path) -> str:
     return f"""
-from jupyterhub_gpulab.service.hubconfig import configure_service
+from jupyterhub_gpulab.hub.hubconfig import configure_service
 c.Authenticator.admin_users = {{"admin"}}
 c.GPULabService.cookie_secret_file = "{workdir}/gpulab_cookie_secret"
 configure_service(c, config_file=__file__, url="http://127.0.0.1:{port}")

@@ -21,9 +21,9 @@ from fake_nvml import (
 )
 
 from jupyterhub_gpulab import clock
-from jupyterhub_gpulab.fairuse.monitor import UtilizationMonitor
 from jupyterhub_gpulab.inventory import SharedSettings, SliceKind, discover
 from jupyterhub_gpulab.inventory.nvml_sampling import GpmActivity, process_utilization
+from jupyterhub_gpulab.service.monitor import UtilizationMonitor
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 CID_A = "a" * 64

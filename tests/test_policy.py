@@ -7,8 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jupyterhub_gpulab.errors import ConfigError, ProfileChoiceError
-from jupyterhub_gpulab.policy import Entitlement, GroupPolicy, load_policies, load_policy, resolve
-from jupyterhub_gpulab.profiles import entitled_profiles, load_profiles
+from jupyterhub_gpulab.lab.policy import (
+    Entitlement,
+    GroupPolicy,
+    load_policies,
+    load_policy,
+    resolve,
+)
+from jupyterhub_gpulab.lab.profiles import entitled_profiles, load_profiles
 
 IMG = "quay.io/jupyter/pytorch-notebook:cuda12-latest"
 PROFILES = load_profiles(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpulab.choice import choose, options_from_query, saved_choice_notice
 from jupyterhub_gpulab.errors import ProfileChoiceError
-from jupyterhub_gpulab.policy import load_policies
-from jupyterhub_gpulab.profiles import entitled_profiles, load_profiles
+from jupyterhub_gpulab.lab.choice import choose, options_from_query, saved_choice_notice
+from jupyterhub_gpulab.lab.policy import load_policies
+from jupyterhub_gpulab.lab.profiles import entitled_profiles, load_profiles
 
 IMG = "quay.io/jupyter/base-notebook"
 PROFILES = load_profiles(

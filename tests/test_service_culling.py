@@ -43,8 +43,8 @@ from service_support import (
 )
 
 from jupyterhub_gpulab import clock
-from jupyterhub_gpulab.config import load_config_file
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.lab.config import load_config_file
 from jupyterhub_gpulab.service.app import GPULabService
 from jupyterhub_gpulab.service.culling import Culler
 

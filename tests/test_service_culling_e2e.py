@@ -29,7 +29,7 @@ def service_extra(port: int) -> str:
         {**p, "gpu_idle_timeout": f"{GPU_IDLE_S}s"} if p["slug"] == "mig" else p for p in PROFILES
     ]
     return f"""
-from jupyterhub_gpulab.service.hubconfig import configure_service
+from jupyterhub_gpulab.hub.hubconfig import configure_service
 c.GPULab.profiles = {profiles!r}
 configure_service(c, config_file=__file__, url="http://127.0.0.1:{port}")
 import os

@@ -12,13 +12,8 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyterhub_gpulab.config import GPULab
 from jupyterhub_gpulab.fairuse.culler import Sample, Settings, decide
-from jupyterhub_gpulab.ledger import Allocation, CullWarning, Ledger
-from jupyterhub_gpulab.service.announce import HomeAnnouncement, warnings_html
-from jupyterhub_gpulab.service.app import GPULabService
-from jupyterhub_gpulab.service.culling import kernels_busy
-from jupyterhub_gpulab.service.cullplan import (
+from jupyterhub_gpulab.fairuse.cullplan import (
     NOTICE_TTL,
     hub_time,
     plan,
@@ -26,7 +21,12 @@ from jupyterhub_gpulab.service.cullplan import (
     to_clear,
     warnings_map,
 )
-from jupyterhub_gpulab.service.usageview import PeriodError, parse_period
+from jupyterhub_gpulab.hub.announce import HomeAnnouncement, warnings_html
+from jupyterhub_gpulab.lab.config import GPULab
+from jupyterhub_gpulab.ledger import Allocation, CullWarning, Ledger
+from jupyterhub_gpulab.service.app import GPULabService
+from jupyterhub_gpulab.service.culling import kernels_busy
+from jupyterhub_gpulab.service.web.usageview import PeriodError, parse_period
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=timezone.utc)  # a Wednesday
 UTC = timezone.utc

@@ -328,7 +328,7 @@ def test_authorisation_matrix(ctx, endpoint, who):
 
 def test_matrix_covers_every_route():
     """A new page or endpoint without its row in the matrix fails here."""
-    from jupyterhub_gpulab.service.api import api_handlers
+    from jupyterhub_gpulab.service.web.api import api_handlers
 
     names = {
         "(?P<allocation_id>[^/]+)": "{id}", "(?P<uuid>[^/]+)": "{uuid}",

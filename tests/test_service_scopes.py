@@ -23,7 +23,7 @@ from service_support import (
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
-from jupyterhub_gpulab.service.grants import RoleGrants
+from jupyterhub_gpulab.service.web.grants import RoleGrants
 
 ACCESS = "access:services!service=gpulab"
 TARGET_GPU = "GPU-p40-0003"

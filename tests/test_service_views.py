@@ -11,15 +11,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from traitlets.config import Config
 
+from jupyterhub_gpulab.hub.hubconfig import configure_service
+from jupyterhub_gpulab.lab.policy import GroupPolicy, user_limit
+from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.ledger import Allocation
-from jupyterhub_gpulab.policy import GroupPolicy, user_limit
-from jupyterhub_gpulab.profiles import load_profiles
-from jupyterhub_gpulab.service import inputs, views
-from jupyterhub_gpulab.service.api import api_handlers
 from jupyterhub_gpulab.service.app import read_cookie_secret
-from jupyterhub_gpulab.service.grants import RoleGrants
-from jupyterhub_gpulab.service.hubconfig import configure_service
-from jupyterhub_gpulab.service.openapi import openapi
+from jupyterhub_gpulab.service.web import inputs, views
+from jupyterhub_gpulab.service.web.api import api_handlers
+from jupyterhub_gpulab.service.web.grants import RoleGrants
+from jupyterhub_gpulab.service.web.openapi import openapi
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 GiB = 2**30

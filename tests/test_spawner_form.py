@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from jupyterhub_gpulab.profiles import load_profiles
+from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.spawner.form import form_rows, render_form
 
 IMG = "quay.io/jupyter/pytorch-notebook:cuda12-latest"
@@ -307,7 +307,7 @@ def test_usage_note_tells_the_user_their_use_of_the_limit(held, limit, text):
 
 
 def test_a_drained_profile_says_out_of_service_not_missing():
-    from jupyterhub_gpulab.profiles import load_profiles
+    from jupyterhub_gpulab.lab.profiles import load_profiles
     from jupyterhub_gpulab.spawner.form import form_rows
 
     profiles = load_profiles(

@@ -233,7 +233,7 @@ def test_the_example_config_binds_the_hub_to_the_bridge_not_every_interface(
 ):
     from pathlib import Path
 
-    from jupyterhub_gpulab.config import load_config_file
+    from jupyterhub_gpulab.lab.config import load_config_file
 
     monkeypatch.setenv("GPULAB_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("GPULAB_HUB_IP", raising=False)

@@ -25,9 +25,9 @@ from jupyterhub.user import User
 from traitlets.config import Config
 
 from jupyterhub_gpulab import clock
-from jupyterhub_gpulab.config import GPULab
 from jupyterhub_gpulab.errors import SpawnRefused
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger.schema import allocations
 from jupyterhub_gpulab.spawner import GPUDockerSpawner
 from jupyterhub_gpulab.spawner.runtime import forget_runtimes, get_runtime

@@ -1,46 +1,13 @@
-"""Fair use: GPU-hour budgets, the GPU-aware culler's decisions, usage accounting and the
-utilisation monitor that feeds the culler.
+"""Fair use: GPU-hour budgets, usage accounting, and the GPU-aware culler's decisions and plans.
 
 - :mod:`.accounting`: weighted GPU-seconds per allocation, per user / group / profile; CSV.
 - :mod:`.quota`: calendar-period budgets, the spawn check, servers over budget.
 - :mod:`.culler`: keep / warn / cull for one server (pure).
-- :mod:`.monitor`: per-slice utilisation samples from NVML, in bounded ring buffers.
+- :mod:`.cullplan`: what the culler knows about every running server (pure).
+- :mod:`.rounds`: one culler pass over those decisions, its I/O passed in.
+
+Where it runs: rules with no I/O of their own, used by the spawner in the hub (the budget check
+before a claim) and by the service (the culler, usage pages). Their inputs (ledger rows, hub
+answers, utilisation samples from :mod:`jupyterhub_gpulab.service.monitor`) are read by the
+callers. Importing this package imports nothing; import the module that holds the name.
 """
-
-from .accounting import Usage, UsageRow, gpu_seconds, to_csv, usage
-from .culler import Decision, Limits, Sample, Server, Settings, decide, next_warnings
-from .quota import (
-    Budget,
-    OverBudget,
-    Term,
-    check_spawn,
-    over_budget_servers,
-    period_window,
-    session_limit,
-    user_budget,
-    window_start,
-)
-
-__all__ = [
-    "Budget",
-    "Decision",
-    "Limits",
-    "OverBudget",
-    "Sample",
-    "Server",
-    "Settings",
-    "Term",
-    "Usage",
-    "UsageRow",
-    "check_spawn",
-    "decide",
-    "gpu_seconds",
-    "next_warnings",
-    "over_budget_servers",
-    "period_window",
-    "session_limit",
-    "to_csv",
-    "usage",
-    "user_budget",
-    "window_start",
-]

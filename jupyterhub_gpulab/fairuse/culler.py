@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 
-from ..profiles import Profile
+from ..lab.profile import Profile
 
 __all__ = [
     "RULES",

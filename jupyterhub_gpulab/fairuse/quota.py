@@ -1,7 +1,7 @@
 """GPU-hour budgets: which budget governs a user, whether they may spawn, who has run out.
 
 Pure logic, no I/O: the caller passes the user's groups, the configured policies
-(:mod:`jupyterhub_gpulab.policy`) and allocations read from the ledger. The rules:
+(:mod:`jupyterhub_gpulab.lab.policy`) and allocations read from the ledger. The rules:
 
 - **Per user.** ``gpu_hours`` is what *each member* of the group may use per period, as student
   quotas are: one student's usage never eats a classmate's budget. (Group-wide *concurrent* caps
@@ -19,7 +19,7 @@ Pure logic, no I/O: the caller passes the user's groups, the configured policies
   (so, being the most generous, it leaves its members without a budget until the next term's
   dates are configured).
 - **Several groups: the most generous governs**, as for ``max_slices_per_user`` in
-  :mod:`~jupyterhub_gpulab.policy`. A policy without ``gpu_hours`` means no budget, which beats any
+  :mod:`~jupyterhub_gpulab.lab.policy`. A policy without ``gpu_hours`` means no budget, which beats any
   number. Otherwise the governing budget is the one with the most hours *left now* (ties: the
   larger limit, then the group name), so a user may spawn while any of their groups' budgets has
   hours left. Admins, and users under no policy, follow :func:`~.policy.applicable_policies`.
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 
 from ..errors import ConfigError, plain
+from ..lab.policy import GroupPolicy, applicable_policies
+from ..lab.profile import Profile
 from ..ledger.models import Allocation
-from ..policy import GroupPolicy, applicable_policies
-from ..profiles import Profile
 from .accounting import usage
 
 __all__ = [
@@ -158,7 +158,7 @@ def budgets(
     term: Term | None = None,
 ) -> list[Budget] | None:
     """Every budget of ``mine`` (the user's policies, from
-    :func:`~jupyterhub_gpulab.policy.applicable_policies`) as it stands at ``now``; ``None`` when
+    :func:`~jupyterhub_gpulab.lab.policy.applicable_policies`) as it stands at ``now``; ``None`` when
     the user has no budget at all (no policy, a policy without ``gpu_hours``, or a term budget
     outside the term). ``allocations`` may hold other users' rows; only ``user``'s count."""
     if not mine:

@@ -103,7 +103,7 @@ def sample_utilization(inventory: Inventory, nvml: Any = None) -> dict[str, Util
 
     Whole GPUs and MIG devices are looked up by UUID (``nvmlDeviceGetHandleByUUID`` accepts both);
     shared seats report their device's figures (per seat: :func:`process_utilization`, which
-    :mod:`jupyterhub_gpulab.fairuse.monitor` maps to containers). One
+    :mod:`jupyterhub_gpulab.service.monitor` maps to containers). One
     ``nvmlInit``/``nvmlShutdown`` per call. Never raises: a slice NVML cannot read, or every slice
     on a host without NVML, gets ``Utilization(None, None)``.
     """

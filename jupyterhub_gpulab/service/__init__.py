@@ -1,10 +1,12 @@
-"""The gpulab service: admin and user pages and a JSON API, run by JupyterHub as a managed
-service (HubOAuth, custom scopes ``custom:gpulab:admin`` / ``custom:gpulab:read``).
+"""The gpulab service process: run by JupyterHub as a managed service
+(``python -m jupyterhub_gpulab.service --config jupyterhub_config.py``, HubOAuth, custom scopes
+``custom:gpulab:admin`` / ``custom:gpulab:read``).
 
-Declare it in ``jupyterhub_config.py`` with :func:`~.hubconfig.configure_service`; the
-application lives in :mod:`.app`. Importing this package imports nothing heavy.
+Where it runs: its own process, never the hub's. :mod:`.app` (start-up, the tornado application),
+:mod:`.state` (the lab, its ledger and utilisation samples, one per process), :mod:`.monitor`
+(samples every slice's GPU use through NVML and ``/proc``), :mod:`.hubclient` (the hub's REST
+API), :mod:`.actions` (admin actions), :mod:`.culling` and :mod:`.cullconfig` (the culler's loop
+and traits; its decisions are pure, in :mod:`jupyterhub_gpulab.fairuse`), :mod:`.web` (pages, API,
+templates). The hub declares it with :func:`jupyterhub_gpulab.hub.hubconfig.configure_service`.
+Importing this package imports nothing.
 """
-
-from .hubconfig import ADMIN_SCOPE, READ_SCOPE, configure_service
-
-__all__ = ["ADMIN_SCOPE", "READ_SCOPE", "configure_service"]

@@ -11,8 +11,8 @@ import logging
 
 from ..errors import ConfigError
 from .hubclient import HubClient, HubError
-from .inputs import MAX_REASON, shown
 from .state import LabState
+from .web.inputs import MAX_REASON, shown
 
 log = logging.getLogger(__name__)
 

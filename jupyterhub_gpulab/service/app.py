@@ -33,24 +33,24 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Integer, TraitError, Unicode
 from traitlets.config import Config
 
-from ..config import GPULab, load_config_file
 from ..errors import ConfigError
+from ..lab.config import GPULab, load_config_file
 from ..ledger import Ledger, SchemaOutOfDate
-from .api import api_handlers
-from .base import OAuthCallback
 from .cullconfig import CullerTraits
 from .culling import Culler
-from .filters import FILTERS
-from .grants import RoleGrants
 from .hubclient import HubClient, HubError
-from .inputs import MAX_BODY_READ
 from .lifetime import listen_when_free, watch_hub
-from .pages import ActionPage, AdminPage, UserPage
 from .state import LabState
+from .web.api import api_handlers
+from .web.base import OAuthCallback
+from .web.filters import FILTERS
+from .web.grants import RoleGrants
+from .web.inputs import MAX_BODY_READ
+from .web.pages import ActionPage, AdminPage, UserPage
 
 log = logging.getLogger("gpulab.service")
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parent / "web" / "templates"
 DEFAULT_CONFIG = "jupyterhub_config.py"
 
 

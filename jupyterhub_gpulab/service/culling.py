@@ -50,10 +50,17 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 
 from .. import clock
 from ..fairuse.culler import Decision, Server, Settings, decide
+from ..fairuse.cullplan import (
+    Running,
+    budget_window_start,
+    plan,
+    running_servers,
+    to_clear,
+    warnings_map,
+)
 from ..fairuse.rounds import RoundReport, cull_round
 from ..ledger import Allocation
 from .cullconfig import CullerTraits
-from .cullplan import Running, budget_window_start, plan, running_servers, to_clear, warnings_map
 from .hubclient import HubClient, HubError
 from .state import LabState
 

@@ -16,7 +16,7 @@ from tornado.escape import url_escape
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .. import clock
-from .views import Server
+from .web.views import Server
 
 log = logging.getLogger(__name__)
 

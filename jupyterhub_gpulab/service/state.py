@@ -2,7 +2,7 @@
 read, the latest NVML utilisation sample and the utilisation history the culler reads.
 
 One sampler: :meth:`LabState.take_sample` reads NVML through the fair-use
-:class:`~jupyterhub_gpulab.fairuse.monitor.UtilizationMonitor` (GPM for MIG on Hopper,
+:class:`~jupyterhub_gpulab.service.monitor.UtilizationMonitor` (GPM for MIG on Hopper,
 per-process attribution for shared seats), which keeps each slice's history for the culler; the
 pages show the latest of those samples.
 
@@ -20,11 +20,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import clock
-from ..config import GPULab, Lab
 from ..fairuse.culler import Sample as SliceSample
-from ..fairuse.monitor import UtilizationMonitor
 from ..inventory import Inventory, SliceKind, Utilization, discover
+from ..lab.config import GPULab, Lab
 from ..ledger import Allocation, Ledger, SyncReport
+from .monitor import UtilizationMonitor
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..hardening import SECURITY_OPT
 from ..inventory.model import Slice, SliceKind
+from ..lab.hardening import SECURITY_OPT
 
 #: Docker labels gpulab puts on every container it starts.
 LABEL_ALLOCATION = "org.jupyter.gpulab.allocation"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from jinja2 import Environment, select_autoescape
 
 from ..inventory.model import SliceKind, SliceRequest
-from ..profiles import Profile
+from ..lab.profile import Profile
 from ..units import format_bytes
 
 _ISOLATION = {

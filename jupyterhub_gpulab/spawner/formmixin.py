@@ -3,7 +3,7 @@
 - The form lists the profiles a user may pick, with live capacity and their use of their limit,
   and says when their saved choice no longer applies.
 - ``options_from_form`` and ``options_from_query`` only reshape what arrives into
-  ``user_options``; ``start()`` judges them with :func:`~jupyterhub_gpulab.choice.choose`, so the
+  ``user_options``; ``start()`` judges them with :func:`~jupyterhub_gpulab.lab.choice.choose`, so the
   REST API, the form and a link are refused or accepted alike, counted alike (JupyterHub's spawn
   metric, the ledger's refusals) and logged alike. A link (``GET /hub/spawn?…``) must name its
   profile: a GET never starts the saved or default profile.
@@ -19,9 +19,9 @@ import asyncio
 import html
 import inspect
 
-from ..choice import choose, options_from_form, options_from_query, saved_choice_notice
-from ..policy import applicable_policies, user_limit
-from ..profiles import Profile
+from ..lab.choice import choose, options_from_form, options_from_query, saved_choice_notice
+from ..lab.policy import applicable_policies, user_limit
+from ..lab.profile import Profile
 from .form import form_rows, render_form, usage_note
 from .runtime import LabRuntime
 

@@ -32,12 +32,13 @@ from tornado.log import app_log
 from traitlets import Bool, Float, Integer, Unicode, default, validate
 
 from .. import clock
-from ..config import GPULab
 from ..errors import ConfigError, SpawnRefused
 from ..fairuse.quota import check_spawn, window_start
+from ..lab.config import GPULab
+from ..lab.policy import Entitlement, applicable_policies, resolve
+from ..lab.profile import Profile
+from ..lab.profiles import entitled_profiles
 from ..ledger import Claim, LedgerRefusal
-from ..policy import Entitlement, applicable_policies, resolve
-from ..profiles import Profile, entitled_profiles
 from . import container as ct
 from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
 from .hardenmixin import HardeningMixin

@@ -1,17 +1,17 @@
 """The hardening half of GPUDockerSpawner: the lab-wide PID limit and capabilities, and what one
-profile's container gets (rules: :mod:`jupyterhub_gpulab.hardening`)."""
+profile's container gets (rules: :mod:`jupyterhub_gpulab.lab.hardening`)."""
 
 from __future__ import annotations
 
 from traitlets import HasTraits, Integer, List, TraitError, Unicode, validate
 
-from ..hardening import (
+from ..lab.hardening import (
     DEFAULT_PIDS_LIMIT,
     cap_add_problems,
     host_config_problems,
     pids_limit_problem,
 )
-from ..profiles import Profile
+from ..lab.profile import Profile
 from . import container as ct
 
 

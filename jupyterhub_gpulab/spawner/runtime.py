@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..config import GPULab, Lab
+from ..lab.config import GPULab, Lab
 from ..ledger import ForeignContainer, close_shared_ledgers, shared_ledger
 from .engine import EngineSurvey
 from .reconcile import Reconciler
@@ -22,7 +22,7 @@ _runtimes: dict[str, LabRuntime] = {}
 
 
 class LabRuntime:
-    """The lab (:class:`~jupyterhub_gpulab.config.Lab`) and its :class:`Ledger`, for one process."""
+    """The lab (:class:`~jupyterhub_gpulab.lab.config.Lab`) and its :class:`Ledger`, for one process."""
 
     def __init__(self, gpulab: GPULab):
         self.gpulab = gpulab

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..ledger import ForeignContainer, LabIdentity
+from ...ledger import ForeignContainer, LabIdentity
 from .views import iso
 
 

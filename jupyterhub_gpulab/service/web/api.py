@@ -20,9 +20,10 @@ it). Errors are ``{"status": <code>, "message": "…"}``.
 
 from __future__ import annotations
 
-from .. import __version__
-from ..fairuse.accounting import to_csv
-from . import actions, inputs
+from ... import __version__
+from ...fairuse.accounting import to_csv
+from .. import actions
+from . import inputs
 from .base import JSONHandler, refuse
 from .data import admin_data, usage_data, user_data
 from .openapi import openapi

@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
-from ..config import Lab
-from ..fairuse.culler import RULES, Limits, Sample, Server
-from ..fairuse.quota import over_budget_servers, session_limit, user_budget, window_start
+from ..hub.announce import NOTICE_PREFIX
+from ..lab.config import Lab
+from ..lab.policy import applicable_policies
+from ..lab.profile import Profile
 from ..ledger import Allocation, CullWarning
-from ..policy import applicable_policies
-from ..profiles import Profile
-from .announce import NOTICE_PREFIX
+from .culler import RULES, Limits, Sample, Server
+from .quota import over_budget_servers, session_limit, user_budget, window_start
 
 __all__ = [
     "NOTICE_PREFIX",

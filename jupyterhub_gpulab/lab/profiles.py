@@ -28,10 +28,11 @@ Who may pick a profile (:func:`entitled_profiles`), the product's rule:
 So a profile's ``groups`` and a policy's ``profiles`` both *grant*, and a policy with ``profiles``
 also *restricts* its members to that list, unless another of their groups allows more.
 
-Choices (:func:`choose`, :func:`choose_profile`, :func:`options_from_form`,
-:func:`options_from_query`, :func:`default_profile`, :func:`saved_choice_notice`) live in
-:mod:`.choice` and are re-exported here: every refusal is a :class:`~.errors.ProfileChoiceError`
-(HTTP 400) listing what the user may pick.
+The record is :class:`~.profile.Profile`. Choices (:func:`~.choice.choose`,
+:func:`~.choice.choose_profile`, :func:`~.choice.options_from_form`,
+:func:`~.choice.options_from_query`, :func:`~.choice.default_profile`,
+:func:`~.choice.saved_choice_notice`) live in :mod:`.choice`: every refusal is a
+:class:`~.errors.ProfileChoiceError` (HTTP 400) listing what the user may pick.
 """
 
 from __future__ import annotations
@@ -39,34 +40,19 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .choice import (
-    choose,
-    choose_profile,
-    default_profile,
-    options_from_form,
-    options_from_query,
-    saved_choice_notice,
-)
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..inventory.model import SliceKind, SliceRequest
+from ..units import UnitError, parse_bytes, parse_seconds
 from .hardening import cap_add_problems, pids_limit_problem
-from .inventory.model import SliceKind, SliceRequest
 from .policy import GroupPolicy, applicable_policies
-from .units import UnitError, parse_bytes, parse_seconds
+from .profile import Profile
 
 __all__ = [
     "PROFILE_KEYS",
-    "Profile",
     "load_profiles",
     "entitled_profiles",
-    "default_profile",
-    "options_from_form",
-    "options_from_query",
-    "choose",
-    "choose_profile",
-    "saved_choice_notice",
 ]
 
 SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -102,40 +88,6 @@ RESERVED_ENV = frozenset(
 )  # fmt: skip
 RESERVED_ENV_PREFIXES = ("CUDA_MPS_",)
 SLUG_FIX = "use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. 'pytorch-a100'"
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One configured profile.
-
-    ``slice`` is what it asks for (``SliceRequest()``: no GPU). ``cpu_limit`` is in cores,
-    ``mem_limit`` in bytes, ``idle_timeout`` / ``gpu_idle_timeout`` / ``max_age`` in seconds
-    (``None``: unset; enforced by later work). ``groups`` empty means open to every user.
-    ``env`` is a read-only mapping (excluded from the hash). ``pids_limit`` (processes and
-    threads) and ``cap_add`` (capability names such as ``"CHOWN"``, from Docker's default set)
-    override the spawner's ``c.GPUDockerSpawner.pids_limit`` / ``cap_add`` for this profile
-    (``None``: the spawner's; see :mod:`.hardening`).
-    """
-
-    slug: str
-    display_name: str
-    image: str
-    description: str = ""
-    slice: SliceRequest = SliceRequest()
-    cpu_limit: float | None = None
-    mem_limit: int | None = None
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
-    groups: tuple[str, ...] = ()
-    default: bool = False
-    idle_timeout: int | None = None
-    gpu_idle_timeout: int | None = None
-    max_age: int | None = None
-    pids_limit: int | None = None
-    cap_add: tuple[str, ...] | None = None
-
-    @property
-    def wants_gpu(self) -> bool:
-        return self.slice.wants_gpu
 
 
 def _mentions_host(value: object) -> bool:

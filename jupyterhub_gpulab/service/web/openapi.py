@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import __version__
-from .hubconfig import ADMIN_SCOPE, READ_SCOPE
+from ... import __version__
+from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
 
 

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import clock
+from ..fairuse.culler import Sample
 from ..inventory.model import Inventory, Slice, SliceKind
 from ..inventory.nvml import sample_utilization
 from ..inventory.nvml_sampling import GpmActivity, ProcessReport, process_utilization
-from .culler import Sample
 
 __all__ = ["UtilizationMonitor", "container_of_pid"]
 

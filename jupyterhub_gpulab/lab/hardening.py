@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .units import format_bytes
+from ..units import format_bytes
 
 #: Docker's default capability set (moby ``oci/caps/defaults.go``): what a container gets unless
 #: told otherwise. gpulab drops them all; a profile may add these back, and only these.

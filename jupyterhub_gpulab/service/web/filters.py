@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from ..units import format_bytes, format_seconds
+from ...units import format_bytes, format_seconds
 
 DASH = Markup('<span class="text-body-secondary">–</span>')
 

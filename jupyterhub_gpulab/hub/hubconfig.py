@@ -115,7 +115,7 @@ def configure_service(
 
     Example, in ``jupyterhub_config.py``::
 
-        from jupyterhub_gpulab.service.hubconfig import configure_service
+        from jupyterhub_gpulab.hub.hubconfig import configure_service
         configure_service(c, config_file=__file__, admin_groups=["gpu-admins"],
                           reader_groups=["instructors"])
     """

@@ -36,8 +36,8 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated,
 from tornado import httputil, web
 from tornado.httputil import url_concat
 
-from .. import clock
-from .hubconfig import ADMIN_SCOPE, READ_SCOPE
+from ... import clock
+from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .inputs import MAX_BODY, body_size, refuse, shown
 from .usageview import PeriodError, parse_period
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 
-from ..fairuse.accounting import Usage
-from ..fairuse.quota import Budget, period_window
-from ..ledger import CullWarning
-from .announce import NOTICE_PREFIX
+from ...fairuse.accounting import Usage
+from ...fairuse.quota import Budget, period_window
+from ...hub.announce import NOTICE_PREFIX
+from ...ledger import CullWarning
 from .inputs import shown
 from .views import iso
 

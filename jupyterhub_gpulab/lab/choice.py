@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from .errors import ProfileChoiceError, plain, quoted
+from ..errors import ProfileChoiceError, plain, quoted
 
 if TYPE_CHECKING:
-    from .profiles import Profile
+    from .profile import Profile
 
 __all__ = [
     "JUPYTERHUB_FIELDS",

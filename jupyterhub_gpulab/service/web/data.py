@@ -7,14 +7,14 @@ import asyncio
 import logging
 from datetime import datetime
 
-from .. import clock
-from ..fairuse.accounting import Usage, usage
-from ..fairuse.quota import period_window, user_budget, window_start
-from ..policy import applicable_policies
-from ..profiles import entitled_profiles
+from ... import clock
+from ...fairuse.accounting import Usage, usage
+from ...fairuse.quota import period_window, user_budget, window_start
+from ...lab.policy import applicable_policies
+from ...lab.profiles import entitled_profiles
+from ..hubclient import HubClient, HubError
+from ..state import LabState
 from . import labview, usageview, views
-from .hubclient import HubClient, HubError
-from .state import LabState
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 from markupsafe import Markup
 from tornado import web
 
-from . import actions, inputs
+from .. import actions
+from . import inputs
 from .base import BaseHandler, error_message, refuse
 from .data import admin_data, usage_data, user_data
 from .usageview import warnings_view

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .hubconfig import ADMIN_SCOPE, READ_SCOPE, config_value
+from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE, config_value
 
 #: The scopes the service's OAuth client may request (``oauth_client_allowed_scopes``).
 GPULAB_SCOPES = frozenset({ADMIN_SCOPE, READ_SCOPE})

@@ -39,11 +39,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError, ProfileChoiceError, plain
-from .units import UnitError, parse_seconds
+from ..errors import ConfigError, ProfileChoiceError, plain
+from ..units import UnitError, parse_seconds
 
 if TYPE_CHECKING:
-    from .profiles import Profile
+    from .profile import Profile
 
 __all__ = [
     "ADMIN_POLICY",

@@ -58,7 +58,7 @@ class HomeAnnouncement:
     _url: str | None = None
 
     def ledger(self):
-        from ..config import GPULab
+        from ..lab.config import GPULab
         from ..ledger import shared_ledger
 
         if self._url is None:

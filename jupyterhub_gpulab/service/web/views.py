@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..inventory import SliceKind, Utilization
-from ..ledger import Allocation
-from ..policy import GroupPolicy, applicable_policies, user_limit
-from ..profiles import Profile
-from ..units import format_bytes
+from ...inventory import SliceKind, Utilization
+from ...lab.policy import GroupPolicy, applicable_policies, user_limit
+from ...lab.profile import Profile
+from ...ledger import Allocation
+from ...units import format_bytes
 
 ISOLATION = {
     "gpu": ("hard", "the whole GPU is yours alone"),

@@ -22,10 +22,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from traitlets import Bool, Dict, List, Unicode, default
 from traitlets.config import Config, LoggingConfigurable, PyFileConfigLoader
 
-from .errors import ConfigError
-from .inventory import Inventory, InventoryError, load_inventory, load_shared
+from ..errors import ConfigError
+from ..inventory import Inventory, InventoryError, load_inventory, load_shared
 from .policy import GroupPolicy, load_policies, load_policy
-from .profiles import Profile, load_profiles
+from .profile import Profile
+from .profiles import load_profiles
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class GPULab(LoggingConfigurable):
         ``image``, ``slice`` (``None``; ``{"kind": "gpu", "min_memory": "24GiB", "model":
         "A100"}``; ``{"kind": "mig", "mig_profile": "1g.10gb"}``; ``{"kind": "shared"}``),
         ``cpu_limit`` (cores), ``mem_limit`` (``"16G"``), ``env``, ``groups`` (empty: everyone),
-        ``default``. See :mod:`jupyterhub_gpulab.profiles`.
+        ``default``. See :mod:`jupyterhub_gpulab.lab.profiles`.
         """,
     )
 
@@ -136,7 +137,7 @@ class GPULab(LoggingConfigurable):
         config=True,
         help="""Per JupyterHub group: ``profiles`` allowed, ``max_slices_per_user`` (all named
         servers count), ``max_slices`` (the whole group), ``priority``. How several groups
-        combine: :mod:`jupyterhub_gpulab.policy`. The key ``admin`` applies to JupyterHub admins.
+        combine: :mod:`jupyterhub_gpulab.lab.policy`. The key ``admin`` applies to JupyterHub admins.
         """,
     )
 
@@ -170,7 +171,7 @@ class GPULab(LoggingConfigurable):
 
     def _fair_use_settings(self, errors: list[str]):
         """``(tz, term)`` from the traits, appending problems to ``errors``."""
-        from .fairuse.quota import Term
+        from ..fairuse.quota import Term
 
         try:
             tz = ZoneInfo(self.quota_timezone)

@@ -1,0 +1,8 @@
+"""The lab as the admin configures it: ``c.GPULab`` (:mod:`.config`), profiles (:mod:`.profiles`),
+group policies (:mod:`.policy`) and turning a user's choice into a profile (:mod:`.choice`).
+
+Where it runs: in every process that reads ``jupyterhub_config.py``: the hub (the spawner), the
+gpulab service and the ``gpulab`` command. Validation and rules only, no I/O of its own; loading
+the configuration (:meth:`.config.GPULab.load`) reads the inventory through
+:mod:`jupyterhub_gpulab.inventory`. Importing this package imports nothing.
+"""
