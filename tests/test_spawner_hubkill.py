@@ -284,3 +284,35 @@ def test_a_container_holding_a_slice_its_server_does_not_hold_is_never_adopted(h
     assert "instead of adopting it" in hub.log_tail(400)
     assert led.double_allocations() == []
     led.close()
+
+
+def test_a_server_that_started_while_the_hub_died_is_adopted_at_its_real_address(hub_factory):
+    """The hub dies after ann's container started but before it stored the server's address (and
+    state): the restarted hub asks the spawner where the server listens (``get_url``) and finds
+    it ready, keeping its allocation, instead of waiting on the placeholder address it had saved
+    and shutting a working server down."""
+    hub = hub_factory(
+        extra=FAST_API + IN_FLIGHT.format(slow_create=[], silent=[], post_start=["ann"])
+    )
+    hub.start()
+    hub.create_user("ann", ["researchers"])
+    assert hub.spawn("ann", {"profile": "a40"}).status_code == 202
+    name = f"{hub.workdir.name}-ann"
+    wait_for("ann's post-start command", lambda: post_start_running(name), hub=hub)
+    led = ledger_of(hub)
+    (aid,) = held_by(led).values()
+    assert "gpulab_allocation" not in saved_state(hub, "ann")
+
+    hub.kill()
+    restarted = (
+        FAST_API + "c.Spawner.http_timeout = 30\nc.GPUDockerSpawner.reconcile_interval = 600\n"
+    )
+    hub.extra_config = gpulab_config(hub.workdir.name, extra=restarted)
+    hub.start()
+    wait_for("ann's server ready", lambda: (hub.server("ann") or {}).get("ready"), 40, hub=hub)
+    server = hub.server("ann")
+    assert server and server["ready"], hub.log_tail(200)
+    assert led.get(aid).open
+    assert "does not appear to be running" not in hub.log_tail(400)
+    assert inspect(name)["State"]["Running"]
+    led.close()

@@ -18,6 +18,7 @@ The spawner also starts the process's continuous reconcile (:mod:`.reconcile`) o
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlsplit, urlunsplit
 
 from docker.errors import APIError
 from sqlalchemy import inspect as sa_inspect
@@ -116,6 +117,26 @@ class RecoveryMixin:
         self.object_id = ""
         self._removed_foreign = True
         return None
+
+    async def get_url(self):
+        """Where the server really listens, asked by a restarted hub of a server that ``poll()``
+        says runs (JupyterHub's ``Spawner.get_url`` contract).
+
+        A hub killed while a server started never stored the address ``start()`` returned: its
+        database still holds the placeholder (a random port) made before the spawn, and the new
+        hub would wait ``http_timeout`` on it, then shut the working server down. The address is
+        read from the engine (``DockerSpawner.get_ip_and_port``, the container's published or
+        internal address); the hub's path is kept. Falls back to the stored URL when the engine
+        cannot say. Returns a URL string such as ``http://127.0.0.1:49153/user/ann/``.
+        """
+        url = self.server.url
+        try:
+            ip, port = await self.get_ip_and_port()
+        except Exception as e:  # the engine answers poll() but not this: keep what the hub has
+            self.log.warning("Could not read %s's address from Docker: %s", self._log_name, e)
+            return url
+        parts = urlsplit(url)
+        return urlunsplit(parts._replace(netloc=f"{ip}:{port}"))
 
     async def _adopt(self, rt: LabRuntime, c: LabContainer) -> bool:
         """This server holds no allocation but its container's labels name one: the hub was
