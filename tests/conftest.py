@@ -13,3 +13,17 @@ def fake_nvml() -> FakeNVML:
     """A fresh fake ``pynvml`` over a mixed lab: GPU 0 Tesla P40, GPU 1 A40, GPU 2 A100-40GB in
     MIG mode (3g.20gb, 2g.10gb, 1g.5gb, 1g.5gb), GPU 3 H100 80GB (MIG capable, disabled)."""
     return FakeNVML.mixed_lab()
+
+
+# -- the API contract: every response of the service's api/ checked against its OpenAPI document
+
+
+@pytest.fixture(scope="module")
+def api_contract():
+    """Validate every response from the gpulab service's ``api/`` against the OpenAPI document
+    (``tests/api_contract.py``) for the whole module: ``pytestmark =
+    pytest.mark.usefixtures("api_contract")``."""
+    from api_contract import validating_requests
+
+    with validating_requests():
+        yield

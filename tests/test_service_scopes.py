@@ -25,6 +25,9 @@ from service_support import (
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.service.web.grants import RoleGrants
 
+#: every response of the service's api/ is checked against its OpenAPI document
+pytestmark = pytest.mark.usefixtures("api_contract")
+
 ACCESS = "access:services!service=gpulab"
 TARGET_GPU = "GPU-p40-0003"
 SEAT = SliceRequest(kind=SliceKind.SHARED)
