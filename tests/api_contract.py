@@ -22,10 +22,10 @@ import requests
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+from service_support import PREFIX
 
 from jupyterhub_gpulab.service.web.openapi import openapi
 
-PREFIX = "/services/gpulab/"
 DOC_URI = "urn:gpulab:openapi"
 ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -50,6 +50,7 @@ def _follow(node: dict) -> dict:
 
 
 def _template(path: str) -> re.Pattern:
+    """``/users/{user}/servers/{name}`` as a pattern: a parameter is one path segment."""
     return re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path)) + "$")
 
 

@@ -27,3 +27,35 @@ def api_contract():
 
     with validating_requests():
         yield
+
+
+# -- the one clock tests move (tests/clock_support.py) ---------------------------------------------
+
+
+@pytest.fixture
+def clock_start():
+    """Where ``at`` starts; override in a module for a fixed date."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@pytest.fixture
+def clock_file():
+    """Where ``at`` also writes its time for a hub process (``hub_fakes.CLOCK_FILE`` next to the
+    hub's config); ``None``: this process only. Override in a module that runs a hub."""
+    return None
+
+
+@pytest.fixture
+def at(monkeypatch, clock_start, clock_file):
+    """gpulab's clock, frozen at ``clock_start`` and moved by the test: ``at.move(seconds)``,
+    ``at.now = …``; ``jupyterhub_gpulab.clock.utcnow()`` returns ``at.now``."""
+    from clock_support import MovingClock
+
+    from jupyterhub_gpulab import clock
+
+    moving = MovingClock(clock_start, clock_file)
+    monkeypatch.setattr(clock, "utcnow", moving)
+    yield moving
+    moving.release()

@@ -17,13 +17,13 @@ import pytest
 import requests
 from api_contract import check_body
 from e2e_support import remove_node_containers
+from html_support import parse_html
 from hubtools import docker_available
 from service_support import (
     PEOPLE,
     PREFIX,
     ledger_for,
     login,
-    parse_html,
     require_or_skip,
     service_xsrf,
     start_hub,

@@ -11,13 +11,13 @@ import time
 
 import pytest
 import requests
+from html_support import parse_html
 from service_support import (
     PREFIX,
     InProcessService,
     ledger_for,
     login,
     make_hub,
-    parse_html,
     start_hub,
     wait_for_service,
 )
