@@ -45,7 +45,7 @@ Reasons and their HTTP statuses (:data:`STATUS_BY_REASON`):
 
 - 400 ``bad-choice``, ``unknown-profile``, ``not-entitled``, ``no-profile``: the request itself is
   wrong; the message lists what the user may pick (:class:`ProfileChoiceError`).
-- 429 ``quota``, ``group-quota``: the user (or their group) holds as many slices as allowed; stopping
+- 429 ``quota``: the user (or their group) holds as many slices as allowed; stopping
   a server fixes it. 429 is what JupyterHub itself answers for ``active_server_limit``.
 - 503 ``no-free-slice``: every slice of that kind is held; try later or pick another profile.
 - 503 ``gpu-runtime-missing``: the host cannot attach GPUs (no NVIDIA Container Toolkit); the admin
@@ -110,7 +110,6 @@ STATUS_BY_REASON: dict[str, int] = {
     "not-entitled": 400,
     "no-profile": 400,
     "quota": 429,
-    "group-quota": 429,
     "no-free-slice": 503,
     "gpu-runtime-missing": 503,
     "misconfigured": 500,

@@ -13,3 +13,49 @@ def fake_nvml() -> FakeNVML:
     """A fresh fake ``pynvml`` over a mixed lab: GPU 0 Tesla P40, GPU 1 A40, GPU 2 A100-40GB in
     MIG mode (3g.20gb, 2g.10gb, 1g.5gb, 1g.5gb), GPU 3 H100 80GB (MIG capable, disabled)."""
     return FakeNVML.mixed_lab()
+
+
+# -- the API contract: every response of the service's api/ checked against its OpenAPI document
+
+
+@pytest.fixture(scope="module")
+def api_contract():
+    """Validate every response from the gpulab service's ``api/`` against the OpenAPI document
+    (``tests/api_contract.py``) for the whole module: ``pytestmark =
+    pytest.mark.usefixtures("api_contract")``."""
+    from api_contract import validating_requests
+
+    with validating_requests():
+        yield
+
+
+# -- the one clock tests move (tests/clock_support.py) ---------------------------------------------
+
+
+@pytest.fixture
+def clock_start():
+    """Where ``at`` starts; override in a module for a fixed date."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@pytest.fixture
+def clock_file():
+    """Where ``at`` also writes its time for a hub process (``hub_fakes.CLOCK_FILE`` next to the
+    hub's config); ``None``: this process only. Override in a module that runs a hub."""
+    return None
+
+
+@pytest.fixture
+def at(monkeypatch, clock_start, clock_file):
+    """gpulab's clock, frozen at ``clock_start`` and moved by the test: ``at.move(seconds)``,
+    ``at.now = …``; ``jupyterhub_gpulab.clock.utcnow()`` returns ``at.now``."""
+    from clock_support import MovingClock
+
+    from jupyterhub_gpulab import clock
+
+    moving = MovingClock(clock_start, clock_file)
+    monkeypatch.setattr(clock, "utcnow", moving)
+    yield moving
+    moving.release()

@@ -4,7 +4,8 @@ the lab, a clock the test moves, and a step that samples and runs one culler pas
 Time: the service runs in the test process, where ``jupyterhub_gpulab.clock.utcnow`` is
 monkeypatched; the hub's gpulab code (the spawner's claims and releases, budgets, the home-page
 announcement) runs in the hub process, which reads the same frozen time from a file the test
-writes (:class:`SharedClock`; ``hub_fakes.py`` installs the reader from the hub's config).
+writes (the ``at`` fixture of ``conftest.py`` with ``clock_file``; ``hub_fakes.py`` installs the
+reader from the hub's config).
 JupyterHub's own times (``last_activity``, a server's ``started``) stay real: the tests post
 activity at their moved time, and the hub keeps the newest.
 """
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
-from service_support import parse_html
+from html_support import parse_html
 
 TESTS = Path(__file__).resolve().parent
 IMAGE = os.environ.get("GPULAB_TEST_IMAGE", "gpulab/singleuser:6.1.1")
@@ -63,45 +64,13 @@ for role in c.JupyterHub.load_roles:
 """
 
 
-# -- the clock, in this process and the hub's (hub_fakes.py) ----------------------------------
-
-
-class SharedClock:
-    """gpulab's time, frozen at the test's start and moved by the test: ``clock.utcnow`` in this
-    process (the caller monkeypatches it with this object), and in the hub's through ``path``
-    (``hub_fakes.CLOCK_FILE`` next to the hub's config)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.now = datetime.now(timezone.utc).replace(microsecond=0)
-
-    @property
-    def now(self) -> datetime:
-        return self._now
-
-    @now.setter
-    def now(self, value: datetime) -> None:
-        self._now = value
-        self.path.write_text(value.isoformat())
-
-    def __call__(self) -> datetime:
-        return self._now
-
-    def move(self, minutes: float) -> None:
-        self.now += timedelta(minutes=minutes)
-
-    def release(self) -> None:
-        """The hub goes back to real time."""
-        self.path.unlink(missing_ok=True)
-
-
 # -- running the culler -----------------------------------------------------------------------
 
 
-def step(svc, hub, at, minutes: float, *, tabs=()):
-    """``minutes`` pass; the servers in ``tabs`` (``(user, name)``) have an open tab, whose
+def step(svc, hub, at, seconds: float, *, tabs=()):
+    """``seconds`` pass (``at``: the ``conftest.py`` clock); the servers in ``tabs`` (``(user, name)``) have an open tab, whose
     activity the hub records; the service samples the GPUs and runs one culler pass."""
-    at.move(minutes)
+    at.move(seconds)
     stamp = at.now.isoformat().replace("+00:00", "Z")
     for user, name in tabs:
         r = hub.api(

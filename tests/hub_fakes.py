@@ -5,7 +5,7 @@ so the test process loading the same file for its in-process service is untouche
 - ``pynvml`` is the fake mixed lab (``fake_nvml.FakeNVML.mixed_lab()``), the same one the
   in-process service is handed, so hub and service see one lab, as on a GPU host;
 - ``jupyterhub_gpulab.clock.utcnow`` reads the time the test writes to ``CLOCK_FILE`` next to
-  the config (``culling_support.SharedClock``), and real time while there is none.
+  the config (the ``at`` fixture's ``clock_file``, ``clock_support.py``), and real time while there is none.
 
 Keep this module's imports small: it runs inside the hub.
 """

@@ -8,8 +8,8 @@ import io
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from clock_support import HOUR
 
-from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.fairuse.accounting import (
     CSV_COLUMNS,
     gpu_seconds,
@@ -149,18 +149,9 @@ def test_slice_kind_from_the_slice_id(sid, kind):
 
 
 @pytest.fixture
-def at(monkeypatch):
-    """The one clock: ``at.now`` is what ``clock.utcnow()`` returns; ``at.move(h)`` moves it."""
-
-    class At:
-        now = T0
-
-        def move(self, delta: timedelta) -> None:
-            self.now += delta
-
-    state = At()
-    monkeypatch.setattr(clock, "utcnow", lambda: state.now)
-    return state
+def clock_start():
+    """Where ``at`` (conftest.py) starts."""
+    return T0
 
 
 def test_ledger_weights_each_allocation_by_its_slice(tmp_path, at):
@@ -169,7 +160,7 @@ def test_ledger_weights_each_allocation_by_its_slice(tmp_path, at):
     mig = ledger.claim(MIG_1G, user="ann", profile="pytorch-1g").allocation
     whole = ledger.claim(WHOLE, user="ben", profile="pytorch-a40").allocation
     seat = ledger.claim(SEAT, user="cat", profile="tf-seat").allocation
-    at.move(7 * H)
+    at.move(7 * HOUR)
     for a in (mig, whole, seat):
         ledger.release(a.id, "stopped")
     u = usage(ledger.allocations_between(T0, at.now), T0, at.now, at.now)
@@ -186,15 +177,15 @@ def test_hub_restart_mid_period_keeps_the_accounting(tmp_path, at):
     done = ledger.claim(
         MIG_1G, user="ann", profile="pytorch-1g", charge_groups=[("students", None)]
     )
-    at.move(2 * H)
+    at.move(2 * HOUR)
     ledger.release(done.allocation.id, "stopped")
     ledger.claim(WHOLE, user="ann", profile="pytorch-a40", charge_groups=[("students", None)])
-    at.move(H)
+    at.move(HOUR)
     week_end = T0 + timedelta(days=7)
     before = usage(ledger.allocations_between(T0, at.now), T0, week_end, at.now)
     ledger.close()  # the hub goes down with ann's A40 still held
 
-    at.move(H)
+    at.move(HOUR)
     reopened = Ledger(url)
     after = usage(reopened.allocations_between(T0, at.now), T0, week_end, at.now)
     reopened.close()

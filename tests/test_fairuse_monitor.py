@@ -17,7 +17,6 @@ from fake_nvml import (
     p40_gpu,
 )
 
-from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
 from jupyterhub_gpulab.inventory import Inventory, SharedSettings, discover
 from jupyterhub_gpulab.service.monitor import UtilizationMonitor, container_of_pid
@@ -29,16 +28,9 @@ CID_C = "c" * 64
 
 
 @pytest.fixture
-def at(monkeypatch):
-    class At:
-        now = T0
-
-        def move(self, seconds: float) -> None:
-            self.now += timedelta(seconds=seconds)
-
-    state = At()
-    monkeypatch.setattr(clock, "utcnow", lambda: state.now)
-    return state
+def clock_start():
+    """Where ``at`` (conftest.py), the monitor's and the fake NVML's clock, starts."""
+    return T0
 
 
 def fake_proc(root, pid: int, cgroup: str) -> None:

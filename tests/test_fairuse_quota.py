@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
+from clock_support import HOUR, MINUTE
 
-from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.errors import ConfigError
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
 from jupyterhub_gpulab.fairuse.quota import (
@@ -194,16 +194,9 @@ def test_session_limit(max_age, policies, expected):
 
 
 @pytest.fixture
-def at(monkeypatch):
-    class At:
-        now = WED
-
-        def move(self, delta: timedelta) -> None:
-            self.now += delta
-
-    state = At()
-    monkeypatch.setattr(clock, "utcnow", lambda: state.now)
-    return state
+def clock_start():
+    """Where ``at`` (conftest.py) starts."""
+    return WED
 
 
 @pytest.fixture
@@ -226,7 +219,7 @@ def test_quota_refusal_before_spawn_from_the_ledger(ledger, at):
         a = ledger.claim(
             SliceRequest(SliceKind.MIG, mig_profile="1g.10gb"), user="ann", profile="p"
         )
-        at.move(35 * H)
+        at.move(35 * HOUR)
         ledger.release(a.allocation.id, "stopped")
     b, rows = budget_of(ledger, "ann", at.now)
     assert b.exhausted and b.used_hours == pytest.approx(10)
@@ -240,7 +233,7 @@ def test_quota_refusal_before_spawn_from_the_ledger(ledger, at):
 def test_budget_exhausted_mid_session_warns_then_stops_the_server(ledger, at):
     # 9 GPU-hours already used this week; ann starts a whole A40 at 15:00: one hour left.
     old = ledger.claim(SliceRequest(SliceKind.GPU), user="ann", profile="p")
-    at.move(9 * H)
+    at.move(9 * HOUR)
     ledger.release(old.allocation.id, "stopped")
     run = ledger.claim(SliceRequest(SliceKind.GPU), user="ann", profile="p").allocation
     started = at.now
@@ -262,7 +255,7 @@ def test_budget_exhausted_mid_session_warns_then_stops_the_server(ledger, at):
             culled = d
             ledger.release(run.id, d.end_reason)
         warnings = next_warnings(warnings, d)
-        at.move(timedelta(minutes=1))
+        at.move(MINUTE)
     assert culled.rule == "budget" and culled.now == started + H
     assert ledger.get(run.id).end_reason == "culled:budget"
     b, _ = budget_of(ledger, "ann", at.now)
@@ -271,7 +264,7 @@ def test_budget_exhausted_mid_session_warns_then_stops_the_server(ledger, at):
 
 def test_two_servers_burn_the_budget_twice_as_fast(ledger, at):
     old = ledger.claim(SliceRequest(SliceKind.GPU), user="ann", profile="p")
-    at.move(9 * H)
+    at.move(9 * HOUR)
     ledger.release(old.allocation.id, "stopped")
     for server in ("", "exp"):
         ledger.claim(
@@ -296,10 +289,10 @@ def test_hub_restart_mid_week_keeps_the_budget(tmp_path, at):
     first = Ledger(url)
     first.sync_inventory(load_declared(LAB))
     first.claim(SliceRequest(SliceKind.GPU), user="ann", profile="p")
-    at.move(4 * H)
+    at.move(4 * HOUR)
     before, _ = budget_of(first, "ann", at.now)
     first.close()
-    at.move(2 * H)  # down for two hours; the container kept running
+    at.move(2 * HOUR)  # down for two hours; the container kept running
     second = Ledger(url)
     after, _ = budget_of(second, "ann", at.now)
     second.close()

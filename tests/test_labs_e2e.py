@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import requests
 from e2e_support import IMAGE, gpulab_config, require_docker
+from html_support import parse_html
 from hubtools import Hub, free_port
-from service_support import PREFIX, login, parse_html, user_token, wait_for_service
+from service_support import PREFIX, login, user_token, wait_for_service
 
 from jupyterhub_gpulab.ledger import Ledger, db
 

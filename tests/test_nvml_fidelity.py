@@ -4,7 +4,7 @@ per-process reads (see fake_nvml_sampling.py for what each call mimics)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pynvml
 import pytest
@@ -20,7 +20,6 @@ from fake_nvml import (
     mig_gpu,
 )
 
-from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SharedSettings, SliceKind, discover
 from jupyterhub_gpulab.inventory.nvml_sampling import GpmActivity, process_utilization
 from jupyterhub_gpulab.service.monitor import UtilizationMonitor
@@ -31,18 +30,9 @@ CID_B = "b" * 64
 
 
 @pytest.fixture
-def at(monkeypatch):
-    """The one clock (``jupyterhub_gpulab.clock``): the monitor's and the fake NVML's."""
-
-    class At:
-        now = T0
-
-        def move(self, seconds: float) -> None:
-            self.now += timedelta(seconds=seconds)
-
-    state = At()
-    monkeypatch.setattr(clock, "utcnow", lambda: state.now)
-    return state
+def clock_start():
+    """Where ``at`` (conftest.py), the monitor's and the fake NVML's clock, starts."""
+    return T0
 
 
 # -- MIG devices at scattered indices -------------------------------------------------------------

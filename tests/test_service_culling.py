@@ -1,7 +1,7 @@
 """The culler as users meet it: a real hub (subprocess, real proxy) runs GPUDockerSpawner with real
 containers; the gpulab service runs in this process with the fake NVML handed to its constructor
 (the hub reads the same fake lab: ``hub_fakes.py``), and gpulab's time, in both processes, moves
-through ``culling_support.SharedClock``. Each test runs the culler's passes itself.
+through the ``at`` clock (``clock_support.py``). Each test runs the culler's passes itself.
 
 Every server is a real single-user server in a container, holding the slice its spawner claimed;
 the culler stops it through the hub and the spawner releases it. Written to the ledger directly:
@@ -20,8 +20,8 @@ from datetime import datetime, timedelta, timezone
 import hub_fakes
 import pytest
 import requests
+from clock_support import DAY, MINUTE
 from culling_support import (
-    SharedClock,
     eventually,
     home_announcement,
     lab_config,
@@ -31,18 +31,17 @@ from culling_support import (
 )
 from e2e_support import IMAGE, remove_node_containers, require_docker
 from fake_nvml import A40_UUID, P40_UUID, FakeNVML
+from html_support import parse_html
 from service_support import (
     PREFIX,
     InProcessService,
     ledger_for,
     login,
     make_hub,
-    parse_html,
     start_hub,
     user_token,
 )
 
-from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import load_config_file
 from jupyterhub_gpulab.service.app import GPULabService
@@ -104,11 +103,9 @@ def hub(tmp_path_factory, token):
 
 
 @pytest.fixture
-def at(monkeypatch, hub):
-    c = SharedClock(hub.config_path.with_name(hub_fakes.CLOCK_FILE))
-    monkeypatch.setattr(clock, "utcnow", c)
-    yield c
-    c.release()
+def clock_file(hub):
+    """``at`` (conftest.py) is the hub's clock too."""
+    return hub.config_path.with_name(hub_fakes.CLOCK_FILE)
 
 
 @pytest.fixture
@@ -156,8 +153,8 @@ def ended(ledger, allocation, reason: str) -> bool:
     return not a.open and a.end_reason == reason
 
 
-def history(ledger, at, user: str, model: str, minutes: float, group: str):
-    """Past use the usage report counts: ``user`` held a ``model`` for ``minutes``, charged to
+def history(ledger, at, user: str, model: str, seconds: float, group: str):
+    """Past use the usage report counts: ``user`` held a ``model`` for ``seconds``, charged to
     ``group`` (written to the ledger: no server needs to run that long)."""
     a = ledger.claim(
         SliceRequest(kind=SliceKind.GPU, model=model),
@@ -165,7 +162,7 @@ def history(ledger, at, user: str, model: str, minutes: float, group: str):
         profile=model.lower(),
         charge_groups=[(group, None)],
     ).allocation
-    at.move(minutes)
+    at.move(seconds)
     ledger.release(a.id, "stopped")
 
 
@@ -175,10 +172,10 @@ def test_open_tab_over_an_idle_gpu_is_warned_then_culled_after_the_gpu_timeout(
     held = spawn(hub, ledger, "ann", "a40")
     ann = login(hub, "ann")
     for _ in range(3):  # 6 minutes with the tab open and the GPU idle
-        step(svc, hub, at, 2, tabs=[("ann", "")])
+        step(svc, hub, at, 2 * MINUTE, tabs=[("ann", "")])
     assert rules(ledger, "ann") == set() and home_announcement(ann, hub) == ""
 
-    report = step(svc, hub, at, 2, tabs=[("ann", "")])  # 8 min: 2 min before the timeout
+    report = step(svc, hub, at, 2 * MINUTE, tabs=[("ann", "")])  # 8 min: 2 min before the timeout
 
     assert report.count("warn") == 1 and rules(ledger, "ann") == {"gpu-idle"}
     home = home_announcement(ann, hub)
@@ -188,7 +185,7 @@ def test_open_tab_over_an_idle_gpu_is_warned_then_culled_after_the_gpu_timeout(
     assert "GPU has been idle" in me.find("div", cls="cull-warning", data_rule="gpu-idle").text()
     assert running(hub, "ann")
 
-    report = step(svc, hub, at, 2, tabs=[("ann", "")])  # 10 min: the timeout
+    report = step(svc, hub, at, 2 * MINUTE, tabs=[("ann", "")])  # 10 min: the timeout
 
     assert report.count("cull") == 1
     eventually(lambda: ended(ledger, held, "culled:gpu-idle"), "the spawner's release, amended")
@@ -197,7 +194,7 @@ def test_open_tab_over_an_idle_gpu_is_warned_then_culled_after_the_gpu_timeout(
     assert rules(ledger, "ann") == {"culled:gpu-idle"}  # the notice, not the warning
 
     spawn(hub, ledger, "ann", "a40")  # started again: the notice goes at the next pass
-    step(svc, hub, at, 1, tabs=[("ann", "")])
+    step(svc, hub, at, MINUTE, tabs=[("ann", "")])
     assert rules(ledger, "ann") == set() and home_announcement(ann, hub) == ""
 
 
@@ -205,13 +202,13 @@ def test_closed_tab_over_a_busy_gpu_is_kept_until_max_age(hub, svc, at, ledger, 
     fake.set_utilization(A40_UUID, gpu_percent=80)
     held = spawn(hub, ledger, "ben", "a40")
     for _ in range(13):  # 26 minutes without a tab: the busy GPU counts as activity
-        report = step(svc, hub, at, 2)
+        report = step(svc, hub, at, 2 * MINUTE)
         assert report.count("warn") == report.count("cull") == 0
     assert running(hub, "ben")
 
-    step(svc, hub, at, 2)  # 28 min
+    step(svc, hub, at, 2 * MINUTE)  # 28 min
     assert rules(ledger, "ben") == {"max-age"}
-    step(svc, hub, at, 2)  # 30 min
+    step(svc, hub, at, 2 * MINUTE)  # 30 min
 
     eventually(lambda: ended(ledger, held, "culled:max-age"), "the cull at max-age")
     assert not running(hub, "ben")
@@ -223,10 +220,10 @@ def test_named_servers_are_culled_each_on_its_own_signals(hub, svc, at, ledger, 
     play = spawn(hub, ledger, "ann", "p40", "play")
     tabs = [("ann", "train"), ("ann", "play")]
     for _ in range(4):
-        step(svc, hub, at, 2, tabs=tabs)
+        step(svc, hub, at, 2 * MINUTE, tabs=tabs)
     assert rules(ledger, "ann", "play") == {"gpu-idle"} and rules(ledger, "ann", "train") == set()
 
-    step(svc, hub, at, 2, tabs=tabs)
+    step(svc, hub, at, 2 * MINUTE, tabs=tabs)
 
     eventually(lambda: ended(ledger, play, "culled:gpu-idle"), "the idle P40's cull")
     assert not running(hub, "ann", "play") and running(hub, "ann", "train")
@@ -238,13 +235,13 @@ def test_a_budget_running_out_mid_session_is_warned_then_stopped(hub, svc, at, l
     held = spawn(hub, ledger, "cap", "a40")
     assert held.charge_group == "capped"
     for _ in range(4):
-        step(svc, hub, at, 2, tabs=[("cap", "")])
+        step(svc, hub, at, 2 * MINUTE, tabs=[("cap", "")])
     assert rules(ledger, "cap") == set()
 
-    step(svc, hub, at, 2, tabs=[("cap", "")])  # 10 of 12 minutes used
+    step(svc, hub, at, 2 * MINUTE, tabs=[("cap", "")])  # 10 of 12 minutes used
     [warning] = ledger.warnings("cap")
     assert warning.rule == "budget" and "GPU-hour budget runs out" in warning.message
-    step(svc, hub, at, 2, tabs=[("cap", "")])
+    step(svc, hub, at, 2 * MINUTE, tabs=[("cap", "")])
 
     eventually(lambda: ended(ledger, held, "culled:budget"), "the cull for the budget")
     assert not running(hub, "cap")
@@ -262,19 +259,19 @@ def test_a_service_restart_mid_period_keeps_the_accounting_and_the_warnings(
     fake.set_utilization(A40_UUID, gpu_percent=90)
     # 6 minutes of the budget went in an earlier session, before the restart
     spawn(hub, ledger, "cap2", "a40", "old")
-    at.move(6)
+    at.move(6 * MINUTE)
     hub.stop_server("cap2", "old")
     held = spawn(hub, ledger, "cap2", "a40")
     for _ in range(2):
-        step(svc, hub, at, 2, tabs=[("cap2", "")])  # 4 of the last 6 minutes used
+        step(svc, hub, at, 2 * MINUTE, tabs=[("cap2", "")])  # 4 of the last 6 minutes used
     assert rules(ledger, "cap2") == {"budget"}
 
     svc.stop()  # the service restarts: nothing of the above was kept in its memory
     again = InProcessService(hub, token, nvml=fake).start()
     try:
-        step(again, hub, at, 1, tabs=[("cap2", "")])  # the warning stands: not given twice
+        step(again, hub, at, MINUTE, tabs=[("cap2", "")])  # the warning stands: not given twice
         assert again.service.culler.last_report.count("warn") == 0 and running(hub, "cap2")
-        step(again, hub, at, 1, tabs=[("cap2", "")])
+        step(again, hub, at, MINUTE, tabs=[("cap2", "")])
         eventually(lambda: ended(ledger, held, "culled:budget"), "the cull for the budget")
         assert not running(hub, "cap2")
         admin = user_token(hub, login(hub, "admin"), "admin")
@@ -297,7 +294,7 @@ def test_dry_run_logs_every_decision_and_stops_nothing(hub, svc, at, ledger, cap
     held = spawn(hub, ledger, "dan", "a40")
     caplog.set_level(logging.INFO, logger="gpulab.culler")
     for _ in range(8):  # 16 minutes: past the warning and the GPU timeout
-        at.move(2)
+        at.move(2 * MINUTE)
         svc.call(svc.service.sample)
         svc.call(dry.run_pass)
 
@@ -315,10 +312,10 @@ def test_a_server_whose_stop_fails_does_not_stop_the_pass(hub, svc, at, ledger, 
     mine = spawn(hub, ledger, "dan", "p40")
     tabs = [("researcher", ""), ("dan", "")]
     for _ in range(4):
-        step(svc, hub, at, 2, tabs=tabs)
+        step(svc, hub, at, 2 * MINUTE, tabs=tabs)
     assert rules(ledger, "researcher") == rules(ledger, "dan") == {"gpu-idle"}
 
-    report = step(svc, hub, at, 2, tabs=tabs)
+    report = step(svc, hub, at, 2 * MINUTE, tabs=tabs)
 
     assert [f[0] for f in report.failures] == ["researcher"]  # the hub refused (403)
     assert "failed, will retry next pass" in caplog.text
@@ -329,9 +326,9 @@ def test_a_server_whose_stop_fails_does_not_stop_the_pass(hub, svc, at, ledger, 
 
 
 def test_usage_per_group_and_user_with_its_csv_export(hub, svc, at, ledger):
-    at.move(60 * 24 * 60)  # two months on: a period no other test used the GPUs in
-    history(ledger, at, "ann", "A40", 30, "students")
-    history(ledger, at, "cap", "A40", 6, "capped")
+    at.move(60 * DAY)  # two months on: a period no other test used the GPUs in
+    history(ledger, at, "ann", "A40", 30 * MINUTE, "students")
+    history(ledger, at, "cap", "A40", 6 * MINUTE, "capped")
     admin = login(hub, "admin")
     today = at.now.date()
     period = {"start": str(today - timedelta(days=1)), "end": str(today + timedelta(days=1))}

@@ -16,8 +16,9 @@ from e2e_support import (
     remove_node_containers,
     require_docker,
 )
+from html_support import parse_html
 from hubtools import free_port
-from service_support import ledger_for, login, parse_html, wait_for_service
+from service_support import ledger_for, login, wait_for_service
 
 pytestmark = pytest.mark.docker
 

@@ -17,11 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from culling_support import SharedClock, lab_config, rules, running, step
+from clock_support import MINUTE
+from culling_support import lab_config, rules, running, step
 from fake_nvml import FakeNVML
 from service_support import InProcessService, ledger_for, make_hub, start_hub
-
-from jupyterhub_gpulab import clock
 
 STANDIN = Path(__file__).with_name("standin_singleuser.py")
 
@@ -60,11 +59,8 @@ c.GPULab.node_name = "kernels-{secrets.token_hex(3)}"
         hub.stop()
 
 
-@pytest.fixture
-def at(monkeypatch, tmp_path):
-    c = SharedClock(tmp_path / "now")  # this hub's gpulab keeps real time: no server holds a GPU
-    monkeypatch.setattr(clock, "utcnow", c)
-    return c
+# ``at`` (conftest.py) moves this process's clock only: this hub's gpulab keeps real time (no
+# server holds a GPU)
 
 
 @pytest.fixture
@@ -95,10 +91,10 @@ def test_only_a_busy_kernel_saves_a_server_from_the_idle_rule(hub, svc, at, ledg
     busy.write_text(json.dumps([{"id": "k1", "name": "python3", "execution_state": "busy"}]))
     try:
         for _ in range(19):
-            step(svc, hub, at, 1)  # 19 minutes (the hub's clock started a few seconds late)
+            step(svc, hub, at, MINUTE)  # 19 minutes (the hub's clock started a few seconds late)
         assert rules(ledger, "eve") == rules(ledger, "fay") == {"idle"}
 
-        step(svc, hub, at, 2)
+        step(svc, hub, at, 2 * MINUTE)
 
         assert not running(hub, "eve") and rules(ledger, "eve") == {"culled:idle"}
         assert running(hub, "fay") and rules(ledger, "fay") == set()  # warning withdrawn

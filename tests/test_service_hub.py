@@ -8,20 +8,22 @@ state-changing cells also check that the change happened, or did not.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from dataclasses import dataclass
 
 import pytest
 import requests
+from api_contract import check_body
 from e2e_support import remove_node_containers
+from html_support import parse_html
 from hubtools import docker_available
 from service_support import (
     PEOPLE,
     PREFIX,
     ledger_for,
     login,
-    parse_html,
     require_or_skip,
     service_xsrf,
     start_hub,
@@ -30,6 +32,9 @@ from service_support import (
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+
+#: every response of the service's api/ is checked against its OpenAPI document
+pytestmark = pytest.mark.usefixtures("api_contract")
 
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
 SEAT = SliceRequest(kind=SliceKind.SHARED)
@@ -503,3 +508,45 @@ def test_api_errors_are_json(ctx, method, path, body, status):
     assert r.status_code == status
     assert r.headers["Content-Type"].startswith("application/json")
     assert is_json_error(r, status)
+
+
+# -- the API contract ------------------------------------------------------------------------------
+
+
+def _renamed(body, path: tuple, new: str):
+    """``body`` (decoded JSON) with the field at ``path`` renamed to ``new``."""
+    body = json.loads(json.dumps(body))
+    *parents, key = path
+    node = body
+    for p in parents:
+        node = node[p]
+    node[new] = node.pop(key)
+    return body
+
+
+@pytest.mark.parametrize(
+    "method, path, status, field",
+    [
+        pytest.param(
+            "GET",
+            "inventory",
+            200,
+            ("nodes", 0, "devices", 0, "slices", 0, "holder"),
+            id="inventory-slice-holder",
+        ),
+        pytest.param("GET", "allocations", 200, ("hub", "reachable"), id="allocations-hub"),
+        pytest.param("GET", "usage", 200, ("gpu_hours", "period", "start_date"), id="usage-period"),
+        pytest.param("GET", "me", 200, ("limits", "held"), id="me-limits"),
+        pytest.param("GET", "no-such-endpoint", 404, ("message",), id="error-message"),
+        pytest.param("DELETE", "allocations/999999", 404, ("status",), id="error-status"),
+    ],
+)
+def test_a_renamed_response_field_breaks_the_api_contract(ctx, method, path, status, field):
+    """Every real response is checked against the OpenAPI document (``api_contract``); this is
+    the check's own test: the real body passes, the same body with one field renamed does not."""
+    r = ctx.api("admin", method, path)
+    assert r.status_code == status
+    api_path = "/" + path
+    check_body(api_path, method, status, r.json())
+    with pytest.raises(AssertionError, match=f"'{field[-1]}' is a required property"):
+        check_body(api_path, method, status, _renamed(r.json(), field, field[-1] + "_renamed"))

@@ -13,6 +13,9 @@ from service_support import PREFIX, ledger_for, login, start_hub, user_token, wa
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 
+#: every response of the service's api/ is checked against its OpenAPI document
+pytestmark = pytest.mark.usefixtures("api_contract")
+
 TARGET_GPU = "GPU-p40-0003"
 SEAT = SliceRequest(kind=SliceKind.SHARED)
 #: No message quotes more than a short piece of what it was sent.

@@ -8,6 +8,7 @@ import secrets
 
 import pytest
 from fake_nvml import A40_UUID, A100_MIGS, A100_UUID, FakeNVML, GiB
+from html_support import parse_html
 from service_support import (
     OLD_1G,
     PREFIX,
@@ -15,7 +16,6 @@ from service_support import (
     ledger_for,
     login,
     make_hub,
-    parse_html,
     rebooted_lab,
     service_xsrf,
     start_hub,

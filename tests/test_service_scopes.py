@@ -11,19 +11,22 @@ import time
 
 import pytest
 import requests
+from html_support import parse_html
 from service_support import (
     PREFIX,
     InProcessService,
     ledger_for,
     login,
     make_hub,
-    parse_html,
     start_hub,
     wait_for_service,
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.service.web.grants import RoleGrants
+
+#: every response of the service's api/ is checked against its OpenAPI document
+pytestmark = pytest.mark.usefixtures("api_contract")
 
 ACCESS = "access:services!service=gpulab"
 TARGET_GPU = "GPU-p40-0003"

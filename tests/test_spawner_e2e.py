@@ -10,7 +10,6 @@ from __future__ import annotations
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from html.parser import HTMLParser
 
 import pytest
 import requests
@@ -22,6 +21,7 @@ from e2e_support import (
     remove_node_containers,
     require_docker,
 )
+from html_support import parse_html
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -194,28 +194,28 @@ def test_named_servers_count_against_the_per_user_limit(hub, ledger):
     assert len(ledger.open_allocations(user="researcher1")) == 3
 
 
-class _FormParser(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.radios = {}
-        self.xsrf = None
-        self.action = None
+class SpawnPage:
+    """A hub page as a user reads it (``html_support``): the profile radios (``{slug:
+    {"checked", "disabled"}}``), the spawn form's ``action`` (it carries ``?_xsrf=…``), the
+    ``_xsrf`` field of a login form, and the visible ``text``."""
 
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "input" and a.get("name") == "profile":
-            self.radios[a["value"]] = {"checked": "checked" in a, "disabled": "disabled" in a}
-        if tag == "input" and a.get("name") == "_xsrf":
-            self.xsrf = a.get("value")
-        if tag == "form" and a.get("id") == "spawn_form":
-            self.action = a.get("action")  # carries ?_xsrf=…
+    def __init__(self, html: str):
+        page = parse_html(html)
+        self.radios = {
+            i.attrs["value"]: {"checked": "checked" in i.attrs, "disabled": "disabled" in i.attrs}
+            for i in page.find_all("input", name="profile")
+        }
+        xsrf = page.find_all("input", name="_xsrf")
+        self.xsrf = xsrf[0].attrs.get("value") if xsrf else None
+        form = page.find_all("form", id="spawn_form")
+        self.action = form[0].attrs.get("action") if form else None
+        self.text = page.text()
 
 
 def login(hub, user):
     s = requests.Session()
     r = s.get(f"{hub.url}/hub/login")
-    p = _FormParser()
-    p.feed(r.text)
+    p = SpawnPage(r.text)
     r = s.post(
         f"{hub.url}/hub/login",
         data={"username": user, "password": "x", "_xsrf": p.xsrf or s.cookies.get("_xsrf")},
@@ -230,18 +230,17 @@ def test_the_form_shows_entitled_profiles_with_capacity_and_disables_full_ones(h
     s = login(hub, "student3")
     page = s.get(f"{hub.url}/hub/spawn")
     assert page.status_code == 200
-    p = _FormParser()
-    p.feed(page.text)
+    p = SpawnPage(page.text)
     assert set(p.radios) == {"mig", "seat", "cpu"}  # not the researchers' a40
     assert p.radios["mig"]["disabled"] and not p.radios["mig"]["checked"]
-    assert "0 of 2 free" in page.text and "5 of 5 free" in page.text
-    assert "You hold 0 of the 1 GPU slice your groups allow at once." in page.text
+    assert "0 of 2 free" in p.text and "5 of 5 free" in p.text
+    assert "You hold 0 of the 1 GPU slice your groups allow at once." in p.text
     assert not p.radios["seat"]["disabled"]
     # a not-entitled value posted by hand is refused with the choices, nothing starts
     action = hub.url + p.action
     r = s.post(action, data={"profile": "a40"})
     assert r.status_code == 400
-    assert "You may pick" in r.text
+    assert "You may pick" in SpawnPage(r.text).text
     assert hub.server("student3") is None
     # a valid pick starts the server
     r = s.post(action, data={"profile": "seat"})

@@ -1,13 +1,11 @@
 """The spawn form (``spawner/form.py``) as a user meets it: one radio button per profile they may
 pick, with live capacity; what cannot be picked now is disabled with the reason and never
-preselected. The HTML is parsed with the standard library; no exact-HTML assertions."""
+preselected. The HTML is read with ``html_support``; no exact-HTML assertions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from html.parser import HTMLParser
-
 import pytest
+from html_support import Node, parse_html
 
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.spawner.form import form_rows, render_form
@@ -54,83 +52,25 @@ def capacity_of(free: dict[str, tuple[int, int]]):
     return lambda request: by_request[request]
 
 
-@dataclass
-class Row:
-    inputs: list[dict] = field(default_factory=list)
-    text: str = ""
-    badge: str = ""  # the capacity badge
-
-
-class FormParser(HTMLParser):
-    """Rows of the form (one ``div.form-check`` each): their inputs, visible text and badge; the
-    text of every element with an ``id``; every start tag seen; the text outside rows."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.rows: list[Row] = []
-        self.tags: list[str] = []
-        self.by_id: dict[str, str] = {}
-        self.outside = ""
-        self._depth = 0  # <div> nesting inside the current row
-        self._open: list[tuple[str, str | None, bool]] = []  # (tag, id, is badge)
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        attrs = dict(attrs)
-        if tag == "div":
-            if self._depth == 0 and "form-check" in (attrs.get("class") or "").split():
-                self.rows.append(Row())
-                self._depth = 1
-            elif self._depth:
-                self._depth += 1
-        elif tag == "input" and self._depth:
-            self.rows[-1].inputs.append(attrs)
-        if tag not in ("input", "br"):  # void elements have no end tag
-            badge = "badge" in (attrs.get("class") or "").split()
-            self._open.append((tag, attrs.get("id"), badge))
-            if attrs.get("id"):
-                self.by_id.setdefault(attrs["id"], "")
-
-    def handle_endtag(self, tag):
-        if tag == "div" and self._depth:
-            self._depth -= 1
-        while self._open:
-            if self._open.pop()[0] == tag:
-                break
-
-    def handle_data(self, data):
-        for _, id_, badge in self._open:
-            if id_:
-                self.by_id[id_] += data
-            if badge and self._depth:
-                self.rows[-1].badge += data
-        if self._depth:
-            self.rows[-1].text += data
-        else:
-            self.outside += data
-
-
-def parse(html: str) -> FormParser:
-    p = FormParser()
-    p.feed(html)
-    p.close()
-    return p
+def rows(page: Node) -> list[Node]:
+    """The form's rows: one ``div.form-check`` per profile (the outermost ones)."""
+    found = page.find_all("div", cls="form-check")
+    return [n for n in found if not any(n in r.iter() for r in found)]
 
 
 def radios(html: str) -> dict[str, dict]:
-    """``{slug: attrs}`` of the profile radio buttons, checking each row has exactly one."""
-    page = parse(html)
+    """``{slug: attrs}`` of the profile radio buttons, checking each row has exactly one: with
+    the row's visible ``text``, its capacity ``badge`` and ``why`` it is disabled."""
     out = {}
-    for row in page.rows:
-        (radio,) = row.inputs
-        assert radio["type"] == "radio"
-        assert radio["name"] == "profile"
-        why = page.by_id.get(radio.get("aria-describedby") or "", "")
-        out[radio["value"]] = {
-            **radio,
-            "text": " ".join(row.text.split()),
-            "badge": row.badge.strip(),
-            "why": " ".join(why.split()),
+    for row in rows(parse_html(html)):
+        (radio,) = row.find_all("input")
+        assert radio.attrs["type"] == "radio"
+        assert radio.attrs["name"] == "profile"
+        out[radio.attrs["value"]] = {
+            **radio.attrs,
+            "text": row.text(),
+            "badge": " ".join(b.text() for b in row.find_all(cls="badge")),
+            "why": radio.description(),
         }
     return out
 
@@ -251,10 +191,10 @@ def test_quota_keeps_the_live_capacity_visible():
 
 def test_no_rows_says_there_is_no_profile_you_may_pick():
     html = render_form(form_rows((), capacity_of({}), preselect=None))
-    page = parse(html)
-    assert page.rows == []
-    assert "input" not in page.tags
-    assert "no profile you may pick" in page.outside
+    page = parse_html(html)
+    assert rows(page) == []
+    assert "input" not in page.tags()
+    assert "no profile you may pick" in page.text()
     assert "no profile you may pick" not in render_form(
         form_rows(PROFILES, capacity_of(FREE), preselect=None)
     )
@@ -269,22 +209,22 @@ def test_profile_text_is_shown_as_text_never_as_markup(field_name):
         [{"slug": "evil", "display_name": "Evil", "image": IMG, field_name: hostile}]
     )
     html = render_form(form_rows((p,), capacity_of({}), preselect=None))
-    page = parse(html)
-    assert "script" not in page.tags
-    assert "img" not in page.tags
-    (row,) = page.rows
-    assert hostile in row.text  # shown verbatim, as the admin typed it
+    page = parse_html(html)
+    assert "script" not in page.tags()
+    assert "img" not in page.tags()
+    (row,) = rows(page)
+    assert hostile in row.text()  # shown verbatim, as the admin typed it
 
 
 def test_a_hostile_quota_reason_is_text():
-    rows = form_rows(
+    made = form_rows(
         (BY_SLUG["mig-1g"],), capacity_of(FREE), preselect=None, quota_reason='"><script>x</script>'
     )
-    html = render_form(rows)
-    page = parse(html)
-    assert "script" not in page.tags
-    assert '"><script>x</script>' in page.rows[0].text
-    assert page.rows[0].inputs[0]["value"] == "mig-1g"
+    html = render_form(made)
+    page = parse_html(html)
+    assert "script" not in page.tags()
+    assert '"><script>x</script>' in rows(page)[0].text()
+    assert rows(page)[0].find("input").attrs["value"] == "mig-1g"
 
 
 @pytest.mark.parametrize(

@@ -12,16 +12,16 @@ proxy and real containers (GPUDockerSpawner in ``env`` attach mode, as test_spaw
 
 from __future__ import annotations
 
-import html
 import json
 import secrets
 import time
 
 import pytest
 from e2e_support import PROFILES, gpulab_config, remove_node_containers, require_docker
+from html_support import parse_html
 from hubtools import Hub
 from prometheus_client.parser import text_string_to_metric_families
-from test_spawner_e2e import _FormParser, login
+from test_spawner_e2e import SpawnPage, login
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -89,12 +89,11 @@ def ready_event(hub: Hub, user: str) -> dict:
     return events[-1]
 
 
-def form_of(session, hub: Hub, user: str, name: str = "") -> tuple[_FormParser, str]:
+def form_of(session, hub: Hub, user: str, name: str = "") -> tuple[SpawnPage, str]:
     page = session.get(f"{hub.url}/hub/spawn/{user}" + (f"/{name}" if name else ""))
     assert page.status_code == 200, page.text[:500]
-    p = _FormParser()
-    p.feed(page.text)
-    return p, html.unescape(page.text)
+    p = SpawnPage(page.text)
+    return p, p.text
 
 
 def spawn_failures(hub: Hub) -> dict[str, float]:
@@ -151,7 +150,7 @@ def test_a_renamed_saved_profile_starts_the_default_and_tells_the_user(hub_facto
     ready = ready_event(hub, "ann")
     notice = f"{said}, so this server starts with the default, 'mig' (PyTorch (MIG 1g.10gb))."
     assert notice in ready["message"]
-    assert html.escape(notice) in ready["html_message"]
+    assert notice in parse_html(ready["html_message"]).text()
     assert notice in hub.log_path.read_text()  # and the admin, in the hub log
     # a later restart keeps telling the hub (and the culler) what the server runs
     hub.stop()
@@ -196,7 +195,7 @@ def test_the_form_refuses_an_unknown_field_as_the_api_does(hub):
     p, _ = form_of(s, hub, "dave")
     r = s.post(hub.url + p.action, data=bad)
     assert r.status_code == 400
-    assert f"Error: {message}" in html.unescape(r.text)
+    assert f"Error: {message}" in SpawnPage(r.text).text
     wait_no_server(hub, "dave")
     # both were refused by the spawner, and JupyterHub counted both as failed spawns
     assert spawn_failures(hub).get("bad-choice", 0) == before + 2
@@ -218,7 +217,7 @@ def test_a_cross_site_get_never_starts_a_server(hub):
         r = s.get(f"{hub.url}/hub/spawn/erin?{query}", headers=CROSS_SITE, allow_redirects=False)
         assert r.status_code == (400 if says else 200), (query, r.status_code)
         if says:
-            assert f"Error: {says}" in html.unescape(r.text)
+            assert f"Error: {says}" in SpawnPage(r.text).text
         wait_no_server(hub, "erin", seconds=1.5)
     assert led.open_allocations(user="erin") == []
     # a link that names its profile is JupyterHub's spawn link, and starts it

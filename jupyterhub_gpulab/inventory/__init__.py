@@ -9,15 +9,13 @@ from typing import Any
 
 from .declared import load_declared, load_shared
 from .errors import InventoryError
-from .model import Device, Inventory, SharedSettings, Slice, SliceKind, SliceRequest
+from .model import Inventory, SharedSettings, SliceKind, SliceRequest
 from .nvml import Utilization, discover, sample_utilization
 
 __all__ = [
-    "Device",
     "Inventory",
     "InventoryError",
     "SharedSettings",
-    "Slice",
     "SliceKind",
     "SliceRequest",
     "Utilization",

@@ -2,7 +2,7 @@
 
 Pure logic, no I/O. Configured as a dict keyed by JupyterHub group name::
 
-    c.GPUDockerSpawner.group_policies = {
+    c.GPULab.group_policies = {
         "students": {
             "profiles": ["cpu", "pytorch-1g"],  # omit (or null) = every profile open to them
             "max_slices_per_user": 1,           # over all the user's servers, named ones too
@@ -83,9 +83,11 @@ class GroupPolicy:
     - ``max_slices_per_user``: most slices one member may hold at once, all servers together;
       ``None`` is unlimited.
     - ``max_slices``: most slices the whole group may be charged for at once; ``None`` is no cap.
-    - ``priority``: higher wins (used by later placement/preemption work).
-    - ``gpu_hours`` per ``period`` (``"day"``, ``"week"``, ``"term"``) and ``max_session``
-      (seconds): validated now, enforced by later fair-use work; ``None`` is unset.
+    - ``priority``: higher wins; shown with the group's limits (admin page, ``/api/usage``),
+      nothing places or preempts by it.
+    - ``gpu_hours`` per ``period`` (``"day"``, ``"week"``, ``"term"``): the budget checked before a
+      claim and by the culler (:mod:`..fairuse.quota`); ``max_session`` (seconds) caps a
+      profile's ``max_age`` in the culler; ``None`` is unset.
     """
 
     group: str

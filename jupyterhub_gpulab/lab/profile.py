@@ -22,8 +22,8 @@ class Profile:
 
     ``slice`` is what it asks for (``SliceRequest()``: no GPU). ``cpu_limit`` is in cores,
     ``mem_limit`` in bytes, ``idle_timeout`` / ``gpu_idle_timeout`` / ``max_age`` in seconds
-    (``None``: unset; enforced by later work). ``groups`` empty means open to every user.
-    ``env`` is a read-only mapping (excluded from the hash). ``pids_limit`` (processes and
+    (``None``: unset; the service's culler enforces them). ``groups`` empty means open to every
+    user. ``env`` is a read-only mapping (excluded from the hash). ``pids_limit`` (processes and
     threads) and ``cap_add`` (capability names such as ``"CHOWN"``, from Docker's default set)
     override the spawner's ``c.GPUDockerSpawner.pids_limit`` / ``cap_add`` for this profile
     (``None``: the spawner's; see :mod:`.hardening`).

@@ -2,7 +2,7 @@
 
 Pure logic, no I/O. Configured as a list of dicts::
 
-    c.GPUDockerSpawner.profiles = [
+    c.GPULab.profiles = [
         {"slug": "cpu", "display_name": "CPU only", "image": "quay.io/jupyter/scipy-notebook",
          "cpu_limit": 2, "mem_limit": "4G", "default": True},
         {"slug": "pytorch-1g", "display_name": "PyTorch (1g.10gb MIG slice)",

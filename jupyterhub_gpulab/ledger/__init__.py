@@ -1,6 +1,6 @@
 """The slice ledger: SQLAlchemy tables, Alembic migrations, and atomic claim / release."""
 
-from .db import SchemaOutOfDate, make_engine
+from .db import SchemaOutOfDate
 from .labs import peek_identity
 from .ledger import Ledger, close_shared_ledgers, shared_ledger
 from .models import (
@@ -28,7 +28,6 @@ __all__ = [
     "SchemaOutOfDate",
     "SyncReport",
     "close_shared_ledgers",
-    "make_engine",
     "peek_identity",
     "shared_ledger",
 ]

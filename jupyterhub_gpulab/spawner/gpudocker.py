@@ -48,8 +48,6 @@ from .names import check_prefix, container_name
 from .recovery import RecoveryMixin
 from .runtime import LabRuntime, get_runtime
 
-_REASON_OF_REFUSAL = {"quota": "quota", "no-free-slice": "no-free-slice"}
-
 
 class _Asker(NamedTuple):
     """Who asks for a server, read from the hub's objects on the event loop so that code running
@@ -385,7 +383,8 @@ class GPUDockerSpawner(
                 charge_groups=ent.charge_groups,
             )
         except LedgerRefusal as e:
-            err = SpawnRefused(e.message, reason=_REASON_OF_REFUSAL.get(e.reason, "no-free-slice"))
+            reason = "quota" if e.reason == "quota" else "no-free-slice"
+            err = SpawnRefused(e.message, reason=reason)
             self._record_refusal(rt, who, profile.slug, err)
             raise err from None
 

@@ -25,7 +25,7 @@ _PREFIX = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 def escape_part(text: str) -> str:
-    """Injective, DNS-safe escaping: ``"Alice.B"`` → ``"-41lice-2eb"``; ``""`` → ``""``."""
+    """Injective, DNS-safe escaping: ``"Alice.B"`` → ``"-41lice-2e-42"``; ``""`` → ``""``."""
     out = []
     for ch in text:
         if ch in _SAFE:

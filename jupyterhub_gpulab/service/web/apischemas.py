@@ -1,0 +1,341 @@
+"""The JSON Schemas of the API's response bodies (OpenAPI 3.1 = JSON Schema 2020-12).
+
+Every object lists the fields it always carries as ``required``: a client may rely on them, and
+the hub tests validate every real response against these schemas, so a renamed or dropped field
+fails there. ``null`` is allowed only where the value can truly be absent ("null: ..." says when).
+"""
+
+from __future__ import annotations
+
+NUM = {"type": ["number", "null"]}
+INT = {"type": ["integer", "null"]}
+STR = {"type": ["string", "null"]}
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+NUMBER = {"type": "number"}
+BOOL = {"type": "boolean"}
+TIME = {"type": "string", "format": "date-time"}
+TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
+STRINGS = {"type": "array", "items": STRING}
+STRINGS_OR_NULL = {"type": ["array", "null"], "items": STRING}
+KIND = {"type": "string", "enum": ["gpu", "mig", "shared"]}
+UTIL = {"gpu_percent": NUM, "memory_used_bytes": INT}
+
+
+def ref(name: str) -> dict:
+    """A reference to ``components/schemas/<name>``."""
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(properties: dict, description: str | None = None, *, nullable: bool = False) -> dict:
+    """An object that always carries every one of ``properties``."""
+    schema = {
+        "type": ["object", "null"] if nullable else "object",
+        "required": list(properties),
+        "properties": properties,
+    }
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def array(items: dict, description: str | None = None) -> dict:
+    schema = {"type": "array", "items": items}
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _described(schema: dict, description: str) -> dict:
+    return {**schema, "description": description}
+
+
+STATUS_MESSAGE = {"status": INTEGER, "message": STRING}
+
+SLICE = obj(
+    {
+        "id": STRING,
+        "kind": KIND,
+        "description": STRING,
+        "mig_profile": STR,
+        "seat": INT,
+        "seats": INT,
+        "memory_bytes": INTEGER,
+        "share": NUMBER,
+        "isolation": {"type": "string", "enum": ["hard", "soft"]},
+        "available": _described(BOOL, "in service: not drained, present"),
+        "vanished": _described(BOOL, "gone from the latest inventory read"),
+        "held_by": _described(INT, "id of the open allocation holding it"),
+        "holder": _described(STR, "the user holding it"),
+        **UTIL,
+    }
+)
+
+DEVICE = obj(
+    {
+        "uuid": STRING,
+        "index": INTEGER,
+        "name": STRING,
+        "memory_bytes": INTEGER,
+        "compute_capability": STR,
+        "mig_enabled": BOOL,
+        "vgpu_type": STR,
+        "present": BOOL,
+        "drained": BOOL,
+        "drain_reason": STR,
+        "layout": STRING,
+        **UTIL,
+        "slices": array(ref("Slice")),
+    }
+)
+
+TOTALS = obj({k: INTEGER for k in ("slices", "free", "held", "out_of_service")})
+
+FOREIGN = obj(
+    {
+        "container_id": STRING,
+        "container_name": STRING,
+        "lab_id": _described(STR, "null: not a gpulab container"),
+        "lab_name": STR,
+        "lab": STR,
+        "user": STR,
+        "devices": STRINGS,
+        "attached_by": STRING,
+        "seen_at": TIME_OR_NULL,
+    }
+)
+
+INVENTORY = obj(
+    {
+        "nvml": obj(
+            {
+                "available": BOOL,
+                "message": _described(STR, "why there are no live figures"),
+                "sampled_at": TIME_OR_NULL,
+            }
+        ),
+        "nodes": array(obj({"name": STRING, "devices": array(ref("Device"))})),
+        "totals": TOTALS,
+        "lab": obj(
+            {"id": STRING, "name": STR, "label": STRING},
+            "this lab: its ledger's id (on every container label) and name",
+        ),
+        "foreign_containers": array(
+            FOREIGN,
+            "containers not of this lab holding its GPUs, as the hub last saw the Docker "
+            "engine: another ledger hands out the same GPUs",
+        ),
+    }
+)
+
+ALLOCATION = obj(
+    {
+        "id": INTEGER,
+        "user": STRING,
+        "server_name": STRING,
+        "profile": STRING,
+        "slice_id": STRING,
+        "slice": STRING,
+        "kind": {"type": ["string", "null"], "enum": ["gpu", "mig", "shared", None]},
+        "node": STRING,
+        "charge_group": STR,
+        "started_at": TIME,
+        "held_seconds": INTEGER,
+        "server": {"type": "string", "enum": ["running", "pending", "not running", "unknown"]},
+        "last_activity": STR,
+        "stale": _described(BOOL, "the hub runs no such server"),
+        "vanished": _described(BOOL, "its slice left the inventory"),
+        **UTIL,
+    }
+)
+
+ALLOCATIONS = obj(
+    {
+        "allocations": array(ref("Allocation")),
+        "hub": obj(
+            {"reachable": BOOL, "servers_at": TIME_OR_NULL},
+            "whether the hub answered, and when its list of servers was read",
+        ),
+    }
+)
+
+GPU_HOURS = obj(
+    {
+        "period": obj(
+            {
+                "start": TIME,
+                "end": _described(TIME, "excluded"),
+                "start_date": {"type": "string", "format": "date"},
+                "end_date": {"type": "string", "format": "date"},
+            }
+        ),
+        "rule": STRING,
+        "total_gpu_hours": NUMBER,
+        "by_group": array(
+            obj({"group": _described(STR, "charge group; null: none"), "gpu_hours": NUMBER})
+        ),
+        "by_user": array(obj({"user": STRING, "gpu_hours": NUMBER})),
+        "rows": array(
+            obj(
+                {
+                    "user": STRING,
+                    "group": STR,
+                    "profile": STRING,
+                    "slice_kind": KIND,
+                    "allocations": INTEGER,
+                    "gpu_seconds": NUMBER,
+                    "gpu_hours": NUMBER,
+                }
+            ),
+            "the CSV export's rows",
+        ),
+    },
+    "Weighted GPU-hours used in the period (`rule` states the weighting).",
+)
+
+USAGE = obj(
+    {
+        "gpu_hours": ref("GpuHours"),
+        "totals": TOTALS,
+        "groups": array(
+            obj(
+                {
+                    "group": STR,
+                    "held": INTEGER,
+                    "max_slices": INT,
+                    "max_slices_per_user": INT,
+                    "priority": INTEGER,
+                    "profiles": STRINGS_OR_NULL,
+                    "full": BOOL,
+                    "configured": BOOL,
+                }
+            )
+        ),
+        "refusals_24h": array(obj({"reason": STRING, "count": INTEGER})),
+    }
+)
+
+MY_SLICE = obj(
+    {
+        "allocation": INTEGER,
+        "server_name": STRING,
+        "profile": STRING,
+        "slice_id": STRING,
+        "description": STRING,
+        "kind": {"type": ["string", "null"], "enum": ["gpu", "mig", "shared", None]},
+        "gpu_model": STR,
+        "memory_bytes": INT,
+        "mig_profile": STR,
+        "isolation": {"type": "string", "enum": ["hard", "soft", "unknown"]},
+        "isolation_detail": STRING,
+        "started_at": TIME,
+        **UTIL,
+    }
+)
+
+BUDGET = obj(
+    {
+        "group": STR,
+        "period": STRING,
+        "limit_hours": NUMBER,
+        "remaining_hours": NUMBER,
+        "exhausted": BOOL,
+        "resets_at": TIME,
+    },
+    "null: no budget applies",
+    nullable=True,
+)
+
+ME = obj(
+    {
+        "user": STRING,
+        "groups": STRINGS,
+        "servers": array(
+            obj(
+                {
+                    "name": STRING,
+                    "state": {"type": "string", "enum": ["running", "pending", "stopped"]},
+                    "url": STR,
+                    "last_activity": STR,
+                    "started": STR,
+                    "slice": {"anyOf": [ref("MySlice"), {"type": "null"}]},
+                }
+            )
+        ),
+        "slices": array(ref("MySlice")),
+        "limits": obj(
+            {
+                "held": INTEGER,
+                "max_slices_per_user": INT,
+                "policies": array(
+                    obj(
+                        {
+                            "group": STR,
+                            "max_slices_per_user": INT,
+                            "max_slices": INT,
+                            "group_held": INTEGER,
+                            "profiles": STRINGS_OR_NULL,
+                        }
+                    )
+                ),
+            }
+        ),
+        "profiles": array(
+            obj(
+                {
+                    "slug": STRING,
+                    "display_name": STRING,
+                    "description": STRING,
+                    "gpu": STR,
+                    "wants_gpu": BOOL,
+                    "free": _described(INT, "null: the profile wants no GPU"),
+                    "total": INT,
+                }
+            )
+        ),
+        "hub": obj({"reachable": BOOL}),
+        "nvml": obj({"available": BOOL, "message": STR}),
+        "gpu_hours": obj(
+            {
+                "budget": BUDGET,
+                "describe": STR,
+                "rule": STRING,
+                "used_hours": NUMBER,
+                "period_start": TIME,
+                "period_end": TIME,
+            },
+            "my governing GPU-hour budget (null: none) and my use in its period (without one: "
+            "this week)",
+        ),
+        "warnings": array(
+            obj(
+                {
+                    "user": STRING,
+                    "server_name": STRING,
+                    "rule": STRING,
+                    "kind": {"type": "string", "enum": ["warning", "stopped"]},
+                    "message": STRING,
+                    "due_at": TIME_OR_NULL,
+                }
+            ),
+            "the culler's warnings (kind warning) and notices of servers it stopped (kind stopped)",
+        ),
+    }
+)
+
+ROOT = obj({"version": STRING, "openapi": STRING, "endpoints": STRINGS})
+
+SCHEMAS = {
+    "Error": obj(STATUS_MESSAGE, "What went wrong and how to fix it; `status` is the HTTP status."),
+    "Done": obj(STATUS_MESSAGE, "An action's outcome, for the admin."),
+    "Root": ROOT,
+    "Slice": SLICE,
+    "Device": DEVICE,
+    "Inventory": INVENTORY,
+    "Allocation": ALLOCATION,
+    "Allocations": ALLOCATIONS,
+    "GpuHours": GPU_HOURS,
+    "Usage": USAGE,
+    "MySlice": MY_SLICE,
+    "Me": ME,
+}

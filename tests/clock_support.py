@@ -1,0 +1,48 @@
+"""The one clock tests move: gpulab's ``jupyterhub_gpulab.clock.utcnow`` (as
+jupyterhub-idle-culler's ``utcnow()``), frozen at a start and moved in seconds.
+
+The ``at`` fixture (``conftest.py``) installs a :class:`MovingClock` in the test process. A
+module sets where it starts by overriding the ``clock_start`` fixture (default: now, to the
+second), and shares it with a hub subprocess by overriding ``clock_file`` (default: none):
+``hub_fakes.py`` makes the hub read the time from that file, and real time while there is none.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+#: Units for :meth:`MovingClock.move`, in seconds.
+MINUTE = 60
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+
+
+class MovingClock:
+    """``clock()`` is ``now``; ``move(seconds)`` moves it; setting ``now`` jumps. With ``path``,
+    every change is also written there (ISO 8601) for a hub process to read."""
+
+    def __init__(self, start: datetime, path: Path | None = None):
+        self.path = path
+        self.now = start
+
+    @property
+    def now(self) -> datetime:
+        return self._now
+
+    @now.setter
+    def now(self, value: datetime) -> None:
+        self._now = value
+        if self.path is not None:
+            self.path.write_text(value.isoformat())
+
+    def __call__(self) -> datetime:
+        return self._now
+
+    def move(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    def release(self) -> None:
+        """A hub reading ``path`` goes back to real time."""
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
