@@ -30,11 +30,12 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth
 from tornado import web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Float, Integer, TraitError, Unicode
+from traitlets import Integer, TraitError, Unicode
 from traitlets.config import Config
 
 from ..errors import ConfigError
 from ..lab.config import GPULab, load_config_file
+from ..lab.traits import Duration
 from ..ledger import Ledger, SchemaOutOfDate
 from .cullconfig import CullerTraits
 from .culling import Culler
@@ -81,14 +82,15 @@ class GPULabService(CullerTraits):
         """,
     )
 
-    hub_poll_interval = Float(
+    hub_poll_interval = Duration(
         30,
+        positive=True,
         config=True,
         help="""Seconds between reads of the hub's running servers (last activity, stale
         allocations on the admin page). ``c.GPULabService.hub_poll_interval = 30``""",
     )
 
-    listen_timeout = Float(
+    listen_timeout = Duration(
         30,
         config=True,
         help="""Seconds to wait for the service's port when another process holds it, before
@@ -97,8 +99,9 @@ class GPULabService(CullerTraits):
         crash-looping on "Address already in use". ``c.GPULabService.listen_timeout = 30``""",
     )
 
-    sample_interval = Float(
+    sample_interval = Duration(
         10,
+        positive=True,
         config=True,
         help="""Seconds between NVML utilisation samples: shown on the pages, and kept as the
         history the culler reads (``utilization_history``). ``c.GPULabService.sample_interval =
@@ -214,7 +217,7 @@ class Service:
             gpulab,
             self.ledger,
             nvml=nvml,
-            history_s=settings.seconds("utilization_history"),
+            history_s=settings.utilization_history,
             interval_s=settings.sample_interval,
             proc_root=settings.proc_root,
         )
