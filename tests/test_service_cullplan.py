@@ -272,8 +272,8 @@ def test_culler_settings_take_durations_and_say_the_accepted_forms():
     c.GPULabService.cull_every = "20s"
     c.GPULabService.cull_warn_before = 90
     settings = GPULabService(config=c)
-    assert settings.seconds("cull_every") == 20 and settings.seconds("cull_warn_before") == 90
-    assert settings.seconds("utilization_history") == 4 * 3600
+    assert settings.cull_every == 20 and settings.cull_warn_before == 90
+    assert settings.utilization_history == 4 * 3600
     with pytest.raises(TraitError, match="'90s', '30m'"):
         GPULabService(cull_every="soon")
     with pytest.raises(TraitError, match="longer than 0"):

@@ -3,43 +3,36 @@
     python -m jupyterhub_gpulab.service --config /srv/jupyterhub/jupyterhub_config.py
 
 It reads ``c.GPULab`` (inventory, profiles, policies, ``db_url``) and ``c.GPULabService`` from
-the hub's own config file (``--config``, else ``$GPULAB_CONFIG``, else ``jupyterhub_config.py``
-in the working directory), opens the same ledger, records the inventory it reads at start, and
+the hub's own config file (the process and its command line: :mod:`.launcher`), opens the same ledger, records the inventory it reads at start, and
 listens where ``$JUPYTERHUB_SERVICE_URL`` says. The hub's spawner never calls it: spawns keep
 working while it is down.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import binascii
-import errno
-import gc
 import logging
 import os
 import secrets
-import signal
-import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader
 from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth
 from tornado import web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Float, Integer, TraitError, Unicode
-from traitlets.config import Config
+from traitlets import Integer, Unicode
 
 from ..errors import ConfigError
-from ..lab.config import GPULab, load_config_file
-from ..ledger import Ledger, SchemaOutOfDate
+from ..lab.config import GPULab
+from ..lab.traits import Duration
+from ..ledger import Ledger
 from .cullconfig import CullerTraits
 from .culling import Culler
 from .hubclient import HubClient, HubError
-from .lifetime import listen_when_free, watch_hub
+from .lifetime import listen_when_free
 from .state import LabState
 from .web.api import api_handlers
 from .web.base import OAuthCallback
@@ -51,7 +44,6 @@ from .web.pages import ActionPage, AdminPage, UserPage
 log = logging.getLogger("gpulab.service")
 
 TEMPLATES = Path(__file__).parent / "web" / "templates"
-DEFAULT_CONFIG = "jupyterhub_config.py"
 
 
 class GPULabService(CullerTraits):
@@ -81,14 +73,15 @@ class GPULabService(CullerTraits):
         """,
     )
 
-    hub_poll_interval = Float(
+    hub_poll_interval = Duration(
         30,
+        positive=True,
         config=True,
         help="""Seconds between reads of the hub's running servers (last activity, stale
         allocations on the admin page). ``c.GPULabService.hub_poll_interval = 30``""",
     )
 
-    listen_timeout = Float(
+    listen_timeout = Duration(
         30,
         config=True,
         help="""Seconds to wait for the service's port when another process holds it, before
@@ -97,8 +90,9 @@ class GPULabService(CullerTraits):
         crash-looping on "Address already in use". ``c.GPULabService.listen_timeout = 30``""",
     )
 
-    sample_interval = Float(
+    sample_interval = Duration(
         10,
+        positive=True,
         config=True,
         help="""Seconds between NVML utilisation samples: shown on the pages, and kept as the
         history the culler reads (``utilization_history``). ``c.GPULabService.sample_interval =
@@ -214,7 +208,7 @@ class Service:
             gpulab,
             self.ledger,
             nvml=nvml,
-            history_s=settings.seconds("utilization_history"),
+            history_s=settings.utilization_history,
             interval_s=settings.sample_interval,
             proc_root=settings.proc_root,
         )
@@ -300,87 +294,3 @@ class Service:
             self.server.stop()
         self.state.close()
         self.ledger.close()
-
-
-def _config_path(arg: str | None) -> str:
-    return arg or os.environ.get("GPULAB_CONFIG") or DEFAULT_CONFIG
-
-
-def _listen_address() -> tuple[str, int]:
-    url = os.environ.get("JUPYTERHUB_SERVICE_URL")
-    if not url:
-        raise ConfigError(
-            "JUPYTERHUB_SERVICE_URL is not set: run the service from the hub "
-            "(configure_service in jupyterhub_config.py), or set it to http://127.0.0.1:10101"
-        )
-    parsed = urlparse(url)
-    return parsed.hostname or "127.0.0.1", parsed.port or 80
-
-
-async def _serve(config: Config, hub_pid: int | None = None) -> None:
-    gpulab = GPULab(config=config)
-    settings = GPULabService(config=config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if hub_pid:
-        watch_hub(hub_pid, loop, stop)
-    hub_auth = HubOAuth(config=config, cache_max_age=settings.auth_cache_max_age)
-    service = Service(gpulab, settings, hub_auth=hub_auth)
-    address, port = _listen_address()
-    starting = asyncio.ensure_future(service.start(address, port))
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
-    if starting.done():
-        starting.result()
-        # what start built (modules, config, templates) lives as long as the process: keep the
-        # collector from re-scanning it on every full collection (latency spikes on big pages)
-        gc.collect()
-        gc.freeze()
-        await stopping
-    else:
-        starting.cancel()  # told to stop (its hub went away) while waiting for the port
-    log.info("Stopping the gpulab service")
-    await service.culler.close()
-    service.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m jupyterhub_gpulab.service", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--config",
-        "-f",
-        help=f"the hub's config file (default: $GPULAB_CONFIG or {DEFAULT_CONFIG})",
-    )
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument(
-        "--hub-pid",
-        type=int,
-        help="exit when this process (the hub that starts the service; configure_service "
-        "passes it) is no longer the parent",
-    )
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="[%(levelname).1s %(asctime)s %(name)s] %(message)s",
-        stream=sys.stderr,
-    )
-    try:
-        config = load_config_file(_config_path(args.config))
-        asyncio.run(_serve(config, args.hub_pid))
-    except (ConfigError, FileNotFoundError, SchemaOutOfDate, TraitError) as e:
-        log.error("gpulab service cannot start: %s", e)
-        return 1
-    except OSError as e:
-        if e.errno != errno.EADDRINUSE:
-            raise
-        log.error(
-            "gpulab service cannot start: its port is still in use by another process after "
-            "c.GPULabService.listen_timeout (%s); stop that process",
-            e,
-        )
-        return 1
-    return 0

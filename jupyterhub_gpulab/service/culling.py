@@ -129,11 +129,11 @@ class Culler:
         self.state = state
         self.hub = hub
         self.dry_run = traits.cull_dry_run
-        self.every_s = traits.seconds("cull_every")
+        self.every_s = traits.cull_every
         self.settings = Settings(
             threshold_percent=traits.gpu_idle_threshold,
-            warn_before_s=traits.seconds("cull_warn_before"),
-            max_sample_gap_s=traits.seconds("max_sample_gap"),
+            warn_before_s=traits.cull_warn_before,
+            max_sample_gap_s=traits.max_sample_gap,
             tz=state.lab.tz,
         )
         self.unknown_idle = traits.unknown_utilization == "idle"

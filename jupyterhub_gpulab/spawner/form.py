@@ -2,15 +2,18 @@
 
 Pure rendering: :func:`form_rows` turns profiles, capacities and the user's quota into rows;
 :func:`render_form` makes the HTML (Jinja2, autoescaped) that JupyterHub places inside its own
-``<form>`` on ``/hub/spawn``.
+``<form>`` on ``/hub/spawn``, from ``templates/gpulab_form.html`` or the admin's
+``c.GPUDockerSpawner.profile_form_template``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
-from jinja2 import Environment, select_autoescape
+from jinja2 import Environment, FileSystemLoader, Template
 
 from ..inventory.model import SliceKind, SliceRequest
 from ..lab.profile import Profile
@@ -96,39 +99,50 @@ def form_rows(
     return [FormRow(**{**r.__dict__, "checked": r is target}) for r in rows]
 
 
-_env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-_TEMPLATE = _env.from_string(
-    """\
-<fieldset class="gpulab-profiles">
-  <legend>Choose what your server gets</legend>
-  {% if notice %}<p class="gpulab-notice alert alert-warning">{{ notice }}</p>{% endif %}
-  {% if note %}<p class="gpulab-note text-muted">{{ note }}</p>{% endif %}
-  {% if not rows %}<p class="alert alert-warning">There is no profile you may pick. Ask an administrator to add you to a group.</p>{% endif %}
-  {% for r in rows %}
-  <div class="form-check card mb-2 p-2 ps-5{% if r.disabled_reason %} text-muted{% endif %}">
-    <input class="form-check-input" type="radio" name="profile" id="profile-{{ r.slug }}" value="{{ r.slug }}"
-      {%- if r.checked %} checked{% endif %}{% if r.disabled_reason %} disabled aria-describedby="why-{{ r.slug }}"{% endif %}>
-    <label class="form-check-label w-100" for="profile-{{ r.slug }}">
-      <strong>{{ r.display_name }}</strong>
-      <span class="badge {% if r.disabled_reason %}bg-secondary{% else %}bg-success{% endif %} float-end">{{ r.capacity }}</span>
-      <br><small>{{ r.gives }}{% if r.limits %}; {{ r.limits }}{% endif %}</small>
-      {% if r.description %}<br><small>{{ r.description }}</small>{% endif %}
-      {% if r.disabled_reason %}<br><small id="why-{{ r.slug }}" class="text-danger">{{ r.disabled_reason }}</small>{% endif %}
-    </label>
-  </div>
-  {% endfor %}
-</fieldset>
-"""
-)
+#: The packaged spawn form (``templates/gpulab_form.html``); its header lists the variables.
+DEFAULT_TEMPLATE = "gpulab_form.html"
+TEMPLATES = Path(__file__).parent / "templates"
+
+# autoescaped, for the packaged file and for an admin's template string alike; an admin's
+# template may {% extends %} or {% include %} the packaged one
+_env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True)
+
+
+def _is_path(source: str) -> bool:
+    return "\n" not in source and not any(c in source for c in "{}<>")
+
+
+@lru_cache(maxsize=8)
+def _compile(source: str) -> Template:
+    return _env.from_string(source)
+
+
+def form_template(source: str = "") -> Template:
+    """The spawn form's template: the packaged one for ``""``, the file at ``source`` when it is
+    a path (one line, no ``{``/``<``; read at each call, so edits show without a restart), else
+    ``source`` itself as a Jinja2 template string (as kubespawner's ``profile_form_template``).
+
+    Raises ``OSError`` for a path that cannot be read and ``jinja2.TemplateSyntaxError`` for a
+    template that does not compile."""
+    if not source:
+        return _env.get_template(DEFAULT_TEMPLATE)
+    if _is_path(source):
+        source = Path(source).expanduser().read_text()
+    return _compile(source)
 
 
 def render_form(
-    rows: Sequence[FormRow], note: str | None = None, *, notice: str | None = None
+    rows: Sequence[FormRow],
+    note: str | None = None,
+    *,
+    notice: str | None = None,
+    template: str = "",
 ) -> str:
     """The form's HTML; every value is escaped. ``note`` is one line above the choices, such as
     the user's use of their slice limit; ``notice`` a warning above it, such as why the saved
-    choice no longer applies."""
-    return _TEMPLATE.render(rows=rows, note=note, notice=notice)
+    choice no longer applies; ``template``: an admin's template (see :func:`form_template`),
+    else the packaged one."""
+    return form_template(template).render(rows=rows, note=note, notice=notice)
 
 
 def usage_note(held: int, limit: int | None) -> str:

@@ -19,10 +19,13 @@ import asyncio
 import html
 import inspect
 
+from jinja2 import TemplateSyntaxError
+from traitlets import HasTraits, TraitError, Unicode, validate
+
 from ..lab.choice import choose, options_from_form, options_from_query, saved_choice_notice
 from ..lab.policy import applicable_policies, user_limit
 from ..lab.profile import Profile
-from .form import form_rows, render_form, usage_note
+from .form import form_rows, form_template, render_form, usage_note
 from .runtime import LabRuntime
 
 
@@ -54,9 +57,37 @@ def chain_ready_hook(hook):
     return chained
 
 
-class ProfileFormMixin:
+class ProfileFormMixin(HasTraits):
     """Mixed into :class:`~.gpudocker.GPUDockerSpawner`; needs its ``runtime()``, ``entitled()``,
     ``_groups()``, ``user``, ``orm_spawner``, ``user_options`` and ``last_profile``."""
+
+    profile_form_template = Unicode(
+        "",
+        config=True,
+        help="""The spawn form's Jinja2 template: a template string (as kubespawner's), or the
+        path of a file holding one (read at each render). Empty: the packaged
+        ``jupyterhub_gpulab/spawner/templates/gpulab_form.html``, whose header lists the
+        variables (``rows``, ``note``, ``notice``); it may ``{% extends %}`` or ``{% include %}``
+        ``"gpulab_form.html"``. Values are autoescaped. The form must post one radio named
+        ``profile`` whose value is a row's ``slug``.
+        ``c.GPUDockerSpawner.profile_form_template = "/srv/jupyterhub/gpulab_form.html"``""",
+    )
+
+    @validate("profile_form_template")
+    def _check_profile_form_template(self, proposal):
+        try:
+            form_template(proposal.value)
+        except OSError as e:
+            raise TraitError(
+                f"c.GPUDockerSpawner.profile_form_template: cannot read {proposal.value!r} "
+                f"({e.strerror}); give a readable file's path or a template string"
+            ) from None
+        except TemplateSyntaxError as e:
+            raise TraitError(
+                f"c.GPUDockerSpawner.profile_form_template does not compile: {e.message} "
+                f"(line {e.lineno})"
+            ) from None
+        return proposal.value
 
     #: Why the saved choice did not apply to the last start (shown to the user), else ``None``.
     choice_notice: str | None = None
@@ -123,6 +154,7 @@ class ProfileFormMixin:
                 rows,
                 usage_note(*use) if use else None,
                 notice=saved_choice_notice(self.last_profile, entitled, rt.lab.profiles),
+                template=self.profile_form_template,
             )
 
         return await asyncio.to_thread(build)

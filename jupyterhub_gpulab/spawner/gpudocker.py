@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from dockerspawner import DockerSpawner
 from tornado.log import app_log
-from traitlets import Bool, Float, Integer, Unicode, default, validate
+from traitlets import Bool, Integer, Unicode, default, validate
 
 from .. import clock
 from ..errors import ConfigError, SpawnRefused
@@ -38,6 +38,7 @@ from ..lab.config import GPULab
 from ..lab.policy import Entitlement, applicable_policies, resolve
 from ..lab.profile import Profile
 from ..lab.profiles import entitled_profiles
+from ..lab.traits import ChoiceEnum, Duration
 from ..ledger import Claim, LedgerRefusal
 from . import container as ct
 from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
@@ -67,7 +68,8 @@ class GPUDockerSpawner(
     CPU profile), confined (:mod:`..hardening`). Profiles, inventory, policies and the ledger
     come from ``c.GPULab``."""
 
-    attach_mode = Unicode(
+    attach_mode = ChoiceEnum(
+        ct.ATTACH_MODES,
         "device_request",
         config=True,
         help="""How a slice reaches the container.
@@ -83,15 +85,6 @@ class GPUDockerSpawner(
         """,
     )
 
-    @validate("attach_mode")
-    def _check_attach_mode(self, proposal):
-        if proposal.value not in ct.ATTACH_MODES:
-            raise ValueError(
-                f"c.GPUDockerSpawner.attach_mode {proposal.value!r} is unknown; use one of "
-                f"{', '.join(ct.ATTACH_MODES)}"
-            )
-        return proposal.value
-
     mps = Bool(
         False,
         config=True,
@@ -101,8 +94,9 @@ class GPUDockerSpawner(
         the pages say so.""",
     )
 
-    reconcile_interval = Float(
+    reconcile_interval = Duration(
         60,
+        positive=True,
         config=True,
         help="""Seconds between passes of the continuous reconcile, which closes every allocation
         whose server is neither running nor starting (a hub killed mid-spawn, a stop that lost
@@ -112,15 +106,6 @@ class GPUDockerSpawner(
         ``c.GPUDockerSpawner.reconcile_interval = 60``
         """,
     )
-
-    @validate("reconcile_interval")
-    def _check_reconcile_interval(self, proposal):
-        if not proposal.value > 0:
-            raise ValueError(
-                f"c.GPUDockerSpawner.reconcile_interval must be a positive number of seconds, "
-                f"not {proposal.value!r}"
-            )
-        return proposal.value
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
