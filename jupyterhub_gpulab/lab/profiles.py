@@ -82,11 +82,23 @@ DANGER = (
     "privileged containers / host devices / the Docker socket are never allowed: "
     "a user could escape their slice"
 )
-#: Environment the spawner owns: the GPU a container sees, and MPS seat limits.
-RESERVED_ENV = frozenset(
-    {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"}
-)  # fmt: skip
-RESERVED_ENV_PREFIXES = ("CUDA_MPS_",)
+#: Environment only gpulab may set (the GPU a container sees, MIG devices, MPS seat limits):
+#: every name starting with one of these, in any case. A profile naming one is refused at load;
+#: the spawner drops any that still reach it (a user's env) before adding the slice's own.
+PROTECTED_ENV_PREFIXES = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_MPS_",
+    "NVIDIA_MIG_",
+)
+
+
+def is_protected_env(name: str) -> bool:
+    """Whether ``name`` is an environment variable only gpulab may set
+    (:data:`PROTECTED_ENV_PREFIXES`, case-insensitive: ``cuda_visible_devices`` too)."""
+    return name.upper().startswith(PROTECTED_ENV_PREFIXES)
+
+
 SLUG_FIX = "use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. 'pytorch-a100'"
 
 
@@ -176,7 +188,7 @@ def _env(value: object, where: str, errors: list[str]) -> dict[str, str]:
             errors.append(
                 f"{where}: env name {name!r} is not a valid variable name; use letters, digits and '_'"
             )
-        elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+        elif is_protected_env(name):
             errors.append(
                 f"{where}: env {name} is set by gpulab to the allocated slice and may not be "
                 "overridden; remove it (choose the GPU with the profile's slice instead)"
