@@ -8,3 +8,14 @@ from datetime import datetime, timezone
 def utcnow() -> datetime:
     """Timezone-aware current UTC time. Tests monkeypatch this single function."""
     return datetime.now(timezone.utc)
+
+
+def as_utc(dt: datetime | None) -> datetime | None:
+    """``dt`` as an aware UTC datetime (``None`` stays ``None``).
+
+    A naive ``dt`` is read as UTC: SQLite hands back naive datetimes and gpulab writes UTC only;
+    an aware one is converted (PostgreSQL answers in the session's time zone, the hub in ``Z``).
+    """
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
+from ..clock import as_utc
 from ..hub.announce import NOTICE_PREFIX
 from ..lab.config import Lab
 from ..lab.policy import applicable_policies
@@ -61,7 +62,7 @@ def hub_time(text: str | None) -> datetime | None:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+    return as_utc(dt)
 
 
 @dataclass(frozen=True)

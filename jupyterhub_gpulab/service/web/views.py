@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
+from ...clock import as_utc
 from ...inventory import SliceKind, Utilization
 from ...lab.policy import GroupPolicy, applicable_policies, user_limit
 from ...lab.profile import Profile
@@ -41,13 +42,8 @@ class Server:
     started: str | None = None
 
 
-def _aware(dt: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; the ledger writes UTC only.
-    return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
-
-
 def iso(dt: datetime | None) -> str | None:
-    dt = _aware(dt)
+    dt = as_utc(dt)
     return dt.isoformat().replace("+00:00", "Z") if dt else None
 
 
@@ -197,7 +193,7 @@ def allocation_view(
             servers is not None
             and server is None
             and servers_at is not None
-            and _aware(a.started_at) < servers_at
+            and as_utc(a.started_at) < servers_at
         )
         rows.append(
             {
@@ -211,7 +207,7 @@ def allocation_view(
                 "node": a.node,
                 "charge_group": a.charge_group,
                 "started_at": iso(a.started_at),
-                "held_seconds": max(0, int((now - _aware(a.started_at)).total_seconds())),
+                "held_seconds": max(0, int((now - as_utc(a.started_at)).total_seconds())),
                 "server": state,
                 "last_activity": server.last_activity if server else None,
                 "stale": bool(stale),
