@@ -22,6 +22,7 @@ from e2e_support import LAB, PROFILES
 from jupyterhub import orm
 from jupyterhub.objects import Hub
 from jupyterhub.user import User
+from test_spawner_form import radios
 from traitlets.config import Config
 
 from jupyterhub_gpulab import clock
@@ -182,6 +183,26 @@ async def test_a_profile_the_user_is_not_entitled_to_is_refused_before_anything_
     assert "'mig'" in e.value.message  # says what she may pick
     assert sp.engine_calls == [] and rows(make.ledger) == []
     assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"not-entitled": 1}
+
+
+# -- the default profile: one rule for the form and a start with no choice ---------------------
+
+
+async def test_the_form_preselects_what_a_start_without_a_choice_would_run(lab):
+    # The form used to preselect the saved slug, else the first pickable row, so a saved choice
+    # that no longer applies checked the first row while a start without a choice ran the default.
+    by_slug = {p["slug"]: p for p in PROFILES}
+    order = [by_slug[s] for s in ("cpu", "seat", "mig", "a40")]  # the default is not first
+    make = lab(profiles=[{**p, "image": IMAGE} for p in order])
+    for i, (last, runs) in enumerate((("gone", "mig"), ("", "mig"), ("seat", "seat"))):
+        sp = make(f"ann{i}", ["students"])
+        sp.last_profile = last
+        checked = [
+            slug for slug, r in radios(await sp._render_options_form()).items() if "checked" in r
+        ]
+        assert checked == [runs], (last, checked)
+        sp.user_options = {}
+        assert sp._pick_profile(sp.runtime()).slug == runs
 
 
 # -- the GPU-hour budget, checked before any slice is claimed ----------------------------------

@@ -31,9 +31,9 @@ from datetime import datetime, timedelta
 
 from ..clock import as_utc
 from ..hub.announce import NOTICE_PREFIX
+from ..lab.choice import default_profile
 from ..lab.config import Lab
 from ..lab.policy import applicable_policies
-from ..lab.profile import Profile
 from ..ledger import Allocation, CullWarning
 from .culler import RULES, Limits, Sample, Server
 from .quota import over_budget_servers, session_limit, user_budget, window_start
@@ -108,10 +108,6 @@ def running_servers(users: Iterable[Mapping]) -> list[Running]:
     return sorted(found, key=lambda r: r.key)
 
 
-def _default_profile(lab: Lab) -> Profile | None:
-    return next((p for p in lab.profiles if p.default), lab.profiles[0] if lab.profiles else None)
-
-
 def budget_window_start(lab: Lab, now: datetime) -> datetime:
     """Where to read the ledger from to compute any user's budget now."""
     policies = list(lab.policies.values())
@@ -182,7 +178,7 @@ def plan(
         slug = first.profile if first else r.profile
         profile = lab.profile(slug) if slug else None
         if profile is None and first is None:
-            profile = _default_profile(lab)
+            profile = default_profile(lab.profiles)
         mine = applicable_policies(r.groups, r.admin, lab.policies, lab.default_policy)
         limits = Limits.for_profile(profile, session_limit(profile, mine)) if profile else Limits()
         started = first.started_at if first else (r.started or now)

@@ -19,7 +19,13 @@ import asyncio
 import html
 import inspect
 
-from ..lab.choice import choose, options_from_form, options_from_query, saved_choice_notice
+from ..lab.choice import (
+    choose,
+    options_from_form,
+    options_from_query,
+    saved_choice_notice,
+    saved_or_default,
+)
 from ..lab.policy import applicable_policies, user_limit
 from ..lab.profile import Profile
 from .form import form_rows, render_form, usage_note
@@ -112,10 +118,11 @@ class ProfileFormMixin:
                     f"You hold {use[0]} GPU slice{'s' if use[0] != 1 else ''}, the most your "
                     "groups allow at once; stop a server first."
                 )
+            preselect = saved_or_default(self.last_profile, entitled)
             rows = form_rows(
                 entitled,
                 rt.ledger.capacity,
-                preselect=self.last_profile or next((p.slug for p in entitled if p.default), None),
+                preselect=preselect.slug if preselect else None,
                 quota_reason=quota_reason,
                 out_of_service=rt.ledger.out_of_service,
             )
