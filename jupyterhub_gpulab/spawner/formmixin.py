@@ -125,6 +125,7 @@ class ProfileFormMixin:
                 preselect=preselect.slug if preselect else None,
                 quota_reason=quota_reason,
                 out_of_service=rt.ledger.out_of_service,
+                mps=self.mps,
             )
             return render_form(
                 rows,

@@ -356,7 +356,7 @@ class GPUDockerSpawner(
                 claim = await asyncio.to_thread(self._reserve, rt, profile, ent, self._asker())
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id
-                self._emit(30, f"Reserved {claim.slice.describe()}")
+                self._emit(30, f"Reserved {claim.slice.explain(self.mps)}")
             else:
                 self._emit(30, "No GPU for this profile (CPU only)")
             return await self._start_container(rt, profile, claim)

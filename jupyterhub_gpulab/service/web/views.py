@@ -13,21 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ...clock import as_utc
-from ...inventory import SliceKind, Utilization
+from ...inventory import Utilization
+from ...inventory.model import describe_slice as describe
+from ...inventory.model import isolation
 from ...lab.policy import GroupPolicy, applicable_policies, user_limit
 from ...lab.profile import Profile
 from ...ledger import Allocation
 from ...units import format_bytes
-
-ISOLATION = {
-    "gpu": ("hard", "the whole GPU is yours alone"),
-    "mig": ("hard", "a MIG instance: its own memory and compute, isolated in hardware"),
-    "shared": (
-        "soft",
-        "a shared seat: other seats run on the same GPU; your memory and compute share are "
-        "capped where the host runs MPS, and only advisory elsewhere",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -55,13 +47,17 @@ def _util(u: Utilization | None) -> dict:
 
 
 def describe_slice(row: Mapping) -> str:
-    where = f"GPU {row['device_index']} ({row['device_name']})"
-    if row["kind"] == SliceKind.MIG.value:
-        return f"MIG {row['mig_profile']} on {where}"
-    if row["kind"] == SliceKind.SHARED.value:
-        seat = row["seat"] + 1 if row["seat"] is not None else "?"
-        return f"seat {seat} of {row['seats']} ({format_bytes(row['memory_bytes'])}) on {where}"
-    return f"whole {where}"
+    """A ledger slice row in the words of :func:`~...inventory.model.describe_slice`."""
+    return describe(
+        row["kind"],
+        row["device_index"],
+        row["device_name"],
+        row["memory_bytes"],
+        mig_profile=row["mig_profile"],
+        seat=row["seat"],
+        seats=row["seats"],
+        share=row["share"],
+    )
 
 
 def _layout(slices: list[dict], device: Mapping) -> str:
@@ -120,7 +116,7 @@ def inventory_view(
                 "seats": s["seats"],
                 "memory_bytes": s["memory_bytes"],
                 "share": s["share"],
-                "isolation": ISOLATION[s["kind"]][0],
+                "isolation": isolation(s["kind"])[0],
                 "available": bool(s["available"]),
                 "vanished": vanished,
                 "held_by": s["held_by"],
@@ -268,7 +264,7 @@ def refusal_view(refusals: Mapping[str, int]) -> list[dict]:
 
 def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utilization]) -> dict:
     kind = s["kind"] if s else None
-    isolation, explained = ISOLATION.get(kind, ("unknown", "this slice left the inventory"))
+    level, explained = isolation(kind) if s else ("unknown", "this slice left the inventory")
     return {
         "allocation": a.id,
         "server_name": a.server_name,
@@ -279,7 +275,7 @@ def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utiliza
         "gpu_model": s["device_name"] if s else None,
         "memory_bytes": s["memory_bytes"] if s else None,
         "mig_profile": s["mig_profile"] if s else None,
-        "isolation": isolation,
+        "isolation": level,
         "isolation_detail": explained,
         "started_at": iso(a.started_at),
         **_util(utilisation.get(a.slice_id)),
