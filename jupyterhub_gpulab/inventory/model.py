@@ -189,15 +189,24 @@ class SliceRequest:
     def wants_gpu(self) -> bool:
         return self.kind is not None
 
+    @property
+    def wanted_mig_profile(self) -> str | None:
+        """The ``mig_profile`` a matching slice has: the request's for MIG, else none."""
+        return self.mig_profile if self.kind is SliceKind.MIG else None
+
     def matches(self, s: Slice) -> bool:
-        """Whether slice ``s`` satisfies this request (drain and holders are the ledger's job)."""
-        if self.kind is None or s.kind is not self.kind:
-            return False
-        if s.memory_bytes < self.min_memory_bytes:
-            return False
-        if self.model and self.model.lower() not in s.device_name.lower():
-            return False
-        return not (self.kind is SliceKind.MIG and s.mig_profile != self.mig_profile)
+        """Whether slice ``s`` satisfies this request (drain and holders are the ledger's job).
+
+        The one rule, also written in SQL by :func:`~..ledger.queries.slice_filter` (a test
+        checks the two agree): same kind; the same ``mig_profile`` (none unless MIG); at least
+        ``min_memory_bytes``; ``model`` a case-insensitive substring of the device name."""
+        return (
+            self.kind is not None
+            and s.kind is self.kind
+            and s.mig_profile == self.wanted_mig_profile
+            and s.memory_bytes >= self.min_memory_bytes
+            and (not self.model or self.model.lower() in s.device_name.lower())
+        )
 
     def describe(self) -> str:
         """``"MIG 1g.10gb"``, ``"whole GPU (A100, >= 40 GiB)"``, ``"shared GPU seat"``, ``"no GPU"``."""
