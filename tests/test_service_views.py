@@ -12,7 +12,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpulab.hub.hubconfig import configure_service
-from jupyterhub_gpulab.lab.policy import GroupPolicy, user_limit
+from jupyterhub_gpulab.lab.policy import GroupPolicy, PolicyContext, user_limit
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.ledger import Allocation
 from jupyterhub_gpulab.service.app import read_cookie_secret
@@ -173,16 +173,17 @@ def test_user_view_shows_slice_isolation_limits_and_capacity():
     }
     data = views.user_view(
         user="ann",
-        groups=["students"],
-        is_admin=False,
+        ctx=PolicyContext.of(
+            ["students"],
+            False,
+            {"students": GroupPolicy("students", max_slices_per_user=2, max_slices=10)},
+        ),
         servers=[views.Server("ann", "", "running"), views.Server("ann", "train", "running")],
         allocations=[alloc(1, "ann", "GPU-1/seat-0"), alloc(2, "ann", "MIG-1", server="train")],
         slices_by_id=slices,
         utilisation={},
         entitled=profiles,
         capacity={"seat": (3, 4), "mig": (0, 2)},
-        policies={"students": GroupPolicy("students", max_slices_per_user=2, max_slices=10)},
-        default_policy=None,
         open_by_group={"students": 5},
     )
     by_server = {s["name"]: s["slice"] for s in data["servers"]}

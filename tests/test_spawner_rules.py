@@ -11,6 +11,7 @@ engine and a real hub: test_spawner_e2e.py and test_spawner_lifecycle.py.
 from __future__ import annotations
 
 import secrets
+import sys
 from datetime import timedelta
 
 import pytest
@@ -275,6 +276,30 @@ async def test_cpu_profiles_are_never_refused_for_a_budget(lab):
     sp.user_options = {"profile": "cpu"}
     assert await sp.start() == ("127.0.0.1", 49153)
     assert make.ledger.open_allocations() == []
+
+
+async def test_a_spawn_works_out_the_users_policies_once(lab, monkeypatch):
+    # Entitlement, the choice, the slice limit and the budget each recomputed the user's
+    # policies (four times per spawn); one PolicyContext now carries them through the spawn.
+    from jupyterhub_gpulab.lab import policy
+
+    calls = []
+    real = policy.applicable_policies
+
+    def counted(*args, **kwargs):
+        calls.append(args[:2])
+        return real(*args, **kwargs)
+
+    for name, module in list(sys.modules.items()):  # wherever it was imported by name
+        if name.startswith("jupyterhub_gpulab") and hasattr(module, "applicable_policies"):
+            monkeypatch.setattr(module, "applicable_policies", counted)
+    make = budget_lab(lab)
+    spent_budget(make, "ann", hours=0.5)
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    assert await sp.start() == ("127.0.0.1", 49153)
+    assert [a.user for a in make.ledger.open_allocations()] == ["ann"]
+    assert calls == [({"students"}, False)]
 
 
 # -- what the container gets --------------------------------------------------------------------

@@ -33,7 +33,7 @@ from ..clock import as_utc
 from ..hub.announce import NOTICE_PREFIX
 from ..lab.choice import default_profile
 from ..lab.config import Lab
-from ..lab.policy import applicable_policies
+from ..lab.policy import PolicyContext
 from ..ledger import Allocation, CullWarning
 from .culler import RULES, Limits, Sample, Server
 from .quota import over_budget_servers, session_limit, user_budget, window_start
@@ -117,26 +117,14 @@ def budget_window_start(lab: Lab, now: datetime) -> datetime:
 
 
 def _budgets(
-    running: Sequence[Running], lab: Lab, period: Iterable[Allocation], now: datetime
+    contexts: Mapping[str, PolicyContext], period: Iterable[Allocation], now: datetime
 ) -> dict[str, object]:
     by_user: dict[str, list[Allocation]] = {}
     for a in period:
         by_user.setdefault(a.user, []).append(a)
-    found = {}
-    for r in running:
-        if r.user not in found:
-            found[r.user] = user_budget(
-                r.user,
-                r.groups,
-                lab.policies,
-                by_user.get(r.user, ()),
-                now,
-                is_admin=r.admin,
-                default_policy=lab.default_policy,
-                tz=lab.tz,
-                term=lab.term,
-            )
-    return found
+    return {
+        user: user_budget(user, ctx, by_user.get(user, ()), now) for user, ctx in contexts.items()
+    }
 
 
 def _seen(samples: Sequence[Sample], unknown_idle: bool) -> tuple[Sample, ...]:
@@ -165,7 +153,10 @@ def plan(
         held.setdefault((a.user, a.server_name), []).append(a)
     for allocations in held.values():
         allocations.sort(key=lambda a: a.id)
-    budgets = _budgets(running, lab, period_allocations, now)
+    contexts: dict[str, PolicyContext] = {}
+    for r in running:  # a user's first server gives their groups, as the hub lists them
+        contexts.setdefault(r.user, PolicyContext.for_user(r.groups, r.admin, lab))
+    budgets = _budgets(contexts, period_allocations, now)
     mine_open = [a for r in running for a in held.get(r.key, ())]
     exhausted: dict[int, datetime] = {
         ob.allocation.id: ob.exhausted_at
@@ -179,7 +170,7 @@ def plan(
         profile = lab.profile(slug) if slug else None
         if profile is None and first is None:
             profile = default_profile(lab.profiles)
-        mine = applicable_policies(r.groups, r.admin, lab.policies, lab.default_policy)
+        mine = contexts[r.user].policies
         limits = Limits.for_profile(profile, session_limit(profile, mine)) if profile else Limits()
         started = first.started_at if first else (r.started or now)
         dues = [exhausted[a.id] for a in allocations if a.id in exhausted]

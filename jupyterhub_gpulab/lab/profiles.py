@@ -46,13 +46,16 @@ from ..errors import ConfigError
 from ..inventory.model import SliceKind, SliceRequest
 from ..units import UnitError, parse_bytes, parse_seconds
 from .hardening import cap_add_problems, pids_limit_problem
-from .policy import GroupPolicy, applicable_policies
+from .policy import GroupPolicy, PolicyContext
 from .profile import Profile
 
 __all__ = [
     "PROFILE_KEYS",
     "load_profiles",
     "entitled_profiles",
+    "entitled_in",
+    "is_protected_env",
+    "PROTECTED_ENV_PREFIXES",
 ]
 
 SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -358,10 +361,14 @@ def entitled_profiles(
     default_policy: GroupPolicy | None = None,
 ) -> tuple[Profile, ...]:
     """The profiles this user may pick, in config order (rule: module docstring)."""
-    if is_admin:
+    return entitled_in(profiles, PolicyContext.of(groups, is_admin, policies, default_policy))
+
+
+def entitled_in(profiles: Iterable[Profile], ctx: PolicyContext) -> tuple[Profile, ...]:
+    """The profiles the user of ``ctx`` may pick, in config order (rule: module docstring)."""
+    if ctx.is_admin:
         return tuple(profiles)
-    groups = frozenset(groups)
-    mine = applicable_policies(groups, False, policies, default_policy)
+    groups, mine = ctx.groups, ctx.policies
     listed = {slug for p in mine for slug in (p.profiles or ())}
 
     def may_pick(p: Profile) -> bool:

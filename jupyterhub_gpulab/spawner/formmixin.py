@@ -26,7 +26,7 @@ from ..lab.choice import (
     saved_choice_notice,
     saved_or_default,
 )
-from ..lab.policy import applicable_policies, user_limit
+from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from .form import form_rows, render_form, usage_note
 from .runtime import LabRuntime
@@ -62,7 +62,8 @@ def chain_ready_hook(hook):
 
 class ProfileFormMixin:
     """Mixed into :class:`~.gpudocker.GPUDockerSpawner`; needs its ``runtime()``, ``entitled()``,
-    ``_groups()``, ``user``, ``orm_spawner``, ``user_options`` and ``last_profile``."""
+    ``policy_context()``, ``mps``, ``_groups()``, ``user``, ``orm_spawner``, ``user_options``
+    and ``last_profile``."""
 
     #: Why the saved choice did not apply to the last start (shown to the user), else ``None``.
     choice_notice: str | None = None
@@ -85,10 +86,10 @@ class ProfileFormMixin:
         if orm_spawner is not None and orm_spawner.user_options:
             orm_spawner.user_options = {}
 
-    def _pick_profile(self, rt: LabRuntime) -> Profile:
+    def _pick_profile(self, rt: LabRuntime, ctx: PolicyContext | None = None) -> Profile:
         """The profile for this start; sets :attr:`choice_notice`. Raises ProfileChoiceError."""
         profile, self.choice_notice = choose(
-            self.user_options, self.entitled(rt), rt.lab.profiles, last=self.last_profile
+            self.user_options, self.entitled(rt, ctx), rt.lab.profiles, last=self.last_profile
         )
         if self.choice_notice:
             self.log.info("%s: %s", self._log_name, self.choice_notice)
@@ -96,22 +97,21 @@ class ProfileFormMixin:
 
     # -- the form -------------------------------------------------------------------------------
 
-    def _slice_use(self, rt: LabRuntime, entitled) -> tuple[int, int | None] | None:
+    def _slice_use(
+        self, rt: LabRuntime, ctx: PolicyContext, entitled
+    ) -> tuple[int, int | None] | None:
         """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
         if not any(p.wants_gpu for p in entitled):
             return None
-        lab = rt.lab
-        mine = applicable_policies(
-            self._groups(), bool(self.user.admin), lab.policies, lab.default_policy
-        )
-        return rt.ledger.count_open(user=self.user.name), user_limit(mine)
+        return rt.ledger.count_open(user=self.user.name), ctx.user_limit
 
     async def _render_options_form(self, spawner=None) -> str:
         rt = self.runtime()
-        entitled = self.entitled(rt)
+        ctx = self.policy_context(rt)
+        entitled = self.entitled(rt, ctx)
 
         def build():
-            use = self._slice_use(rt, entitled)
+            use = self._slice_use(rt, ctx, entitled)
             quota_reason = None
             if use is not None and use[1] is not None and use[0] >= use[1]:
                 quota_reason = (

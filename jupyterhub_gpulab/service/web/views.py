@@ -16,7 +16,7 @@ from ...clock import as_utc
 from ...inventory import Utilization
 from ...inventory.model import describe_slice as describe
 from ...inventory.model import isolation
-from ...lab.policy import GroupPolicy, applicable_policies, user_limit
+from ...lab.policy import GroupPolicy, PolicyContext
 from ...lab.profile import Profile
 from ...ledger import Allocation
 from ...units import format_bytes
@@ -285,21 +285,19 @@ def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utiliza
 def user_view(
     *,
     user: str,
-    groups: Iterable[str],
-    is_admin: bool,
+    ctx: PolicyContext,
     servers: list[Server] | None,
     allocations: list[Allocation],
     slices_by_id: Mapping[str, Mapping],
     utilisation: Mapping[str, Utilization],
     entitled: Iterable[Profile],
     capacity: Mapping[str, tuple[int, int]],
-    policies: Mapping[str, GroupPolicy],
-    default_policy: GroupPolicy | None,
     open_by_group: Mapping[str, int],
 ) -> dict:
     """The user page: my servers and their slices, my groups' limits and my use of them, and
-    the free capacity of every profile I may pick."""
-    mine = applicable_policies(groups, is_admin, policies, default_policy)
+    the free capacity of every profile I may pick. ``ctx``: my policies (computed once for the
+    request, :meth:`~...lab.policy.PolicyContext.for_user`)."""
+    mine = ctx.policies
     by_server = {a.server_name: a for a in allocations}
     server_rows = []
     for srv in servers or []:
@@ -330,12 +328,12 @@ def user_view(
         )
     return {
         "user": user,
-        "groups": sorted(groups),
+        "groups": sorted(ctx.groups),
         "servers": server_rows,
         "slices": [my_slice(a, slices_by_id.get(a.slice_id), utilisation) for a in allocations],
         "limits": {
             "held": len(allocations),
-            "max_slices_per_user": user_limit(mine),
+            "max_slices_per_user": ctx.user_limit,
             "policies": [
                 {
                     "group": p.group,
