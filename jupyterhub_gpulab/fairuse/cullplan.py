@@ -31,11 +31,12 @@ from datetime import datetime, timedelta
 
 from ..clock import as_utc
 from ..hub.announce import NOTICE_PREFIX
+from ..inventory.model import Utilization
 from ..lab.choice import default_profile
 from ..lab.config import Lab
 from ..lab.policy import PolicyContext
 from ..ledger import Allocation, CullWarning
-from .culler import RULES, Limits, Sample, Server
+from .culler import RULES, Limits, Server
 from .quota import over_budget_servers, session_limit, user_budget, window_start
 
 __all__ = [
@@ -127,7 +128,7 @@ def _budgets(
     }
 
 
-def _seen(samples: Sequence[Sample], unknown_idle: bool) -> tuple[Sample, ...]:
+def _seen(samples: Sequence[Utilization], unknown_idle: bool) -> tuple[Utilization, ...]:
     if not unknown_idle:
         return tuple(samples)
     return tuple(replace(s, gpu_percent=0.0) if s.gpu_percent is None else s for s in samples)
@@ -137,7 +138,7 @@ def plan(
     running: Sequence[Running],
     open_allocations: Iterable[Allocation],
     lab: Lab,
-    history: Callable[[str], Sequence[Sample]],
+    history: Callable[[str], Sequence[Utilization]],
     period_allocations: Iterable[Allocation],
     now: datetime,
     *,

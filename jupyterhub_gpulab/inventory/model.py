@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from ..units import format_bytes
 
@@ -232,3 +233,17 @@ class SharedSettings:
     memory_bytes: int
     compute_share: float
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """One utilisation sample of a slice: ``gpu_percent`` (0–100, the share of the sample
+    period a kernel ran: GPM's busy share, ``nvmlDeviceGetUtilizationRates``, or a seat's
+    processes' share) and ``memory_used_bytes`` (bytes), each ``None`` where NVML cannot tell
+    (MIG devices report no utilisation rate; a vanished device reports nothing); ``at`` (aware
+    UTC) when it was taken, ``None`` for a bare NVML read. The monitor keeps a history of them
+    for the culler; the pages show the latest."""
+
+    gpu_percent: float | None = None
+    memory_used_bytes: int | None = None
+    at: datetime | None = None
