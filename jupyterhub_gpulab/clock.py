@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import date, datetime, time, timezone, tzinfo
 
 
 def utcnow() -> datetime:
@@ -19,3 +19,9 @@ def as_utc(dt: datetime | None) -> datetime | None:
     if dt is None:
         return None
     return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+
+
+def midnight_utc(day: date, tz: tzinfo) -> datetime:
+    """The start of ``day`` in time zone ``tz``, as an aware UTC datetime (budget periods, the
+    term, the usage page's dates)."""
+    return datetime.combine(day, time(0), tzinfo=tz).astimezone(timezone.utc)

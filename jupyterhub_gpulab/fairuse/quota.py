@@ -33,8 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 
+from ..clock import midnight_utc
 from ..errors import ConfigError, plain
 from ..lab.policy import GroupPolicy, PolicyContext
 from ..lab.profile import Profile
@@ -74,10 +75,6 @@ class Term:
             )
 
 
-def _midnight(day: date, tz: tzinfo) -> datetime:
-    return datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)
-
-
 def period_window(
     period: str, now: datetime, *, tz: tzinfo = UTC, term: Term | None = None
 ) -> tuple[datetime, datetime] | None:
@@ -90,10 +87,10 @@ def period_window(
     local = now.astimezone(tz)
     if period == "day":
         first = local.date()
-        return _midnight(first, tz), _midnight(first + timedelta(days=1), tz)
+        return midnight_utc(first, tz), midnight_utc(first + timedelta(days=1), tz)
     if period == "week":
         first = local.date() - timedelta(days=local.weekday())
-        return _midnight(first, tz), _midnight(first + timedelta(days=7), tz)
+        return midnight_utc(first, tz), midnight_utc(first + timedelta(days=7), tz)
     if period == "term":
         if term is None:
             raise ConfigError(
