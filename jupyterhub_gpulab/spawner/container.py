@@ -66,8 +66,8 @@ def slice_env(s: Slice | None, *, mps: bool = False) -> dict[str, str]:
 
 
 def merge_env(*layers: Mapping[str, str], protected: Mapping[str, str]) -> dict[str, str]:
-    """Merge env layers left to right, drop protected names from them
-    (:func:`~..lab.profiles.is_protected_env`, the rule profiles are refused by), then apply ``protected``
+    """Merge env layers left to right, drop protected names from them (the rule profiles are
+    refused by at load, :func:`~..lab.profiles.is_protected_env`), then apply ``protected``
     (gpulab's slice variables) last, so nothing a profile or user sets can change the slice."""
     env: dict[str, str] = {}
     for layer in layers:
