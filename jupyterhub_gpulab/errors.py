@@ -78,6 +78,7 @@ except ImportError:  # pragma: no cover - JupyterHub 5 has no SpawnException
 
 __all__ = [
     "ConfigError",
+    "StatusError",
     "SpawnRefused",
     "ProfileChoiceError",
     "STATUS_BY_REASON",
@@ -101,6 +102,17 @@ class ConfigError(ValueError):
         n = len(self.errors)
         header = f"{n} problem{'s' if n > 1 else ''} in gpulab configuration:"
         super().__init__("\n".join([header, *(f"- {e}" for e in self.errors)]))
+
+
+class StatusError(Exception):
+    """A request refused or failed with an HTTP ``status`` (int) and a ``message`` safe to show
+    the caller (plain text, no token or secret). The service's actions and its hub client raise
+    subclasses; its handlers answer ``{"status": status, "message": message}``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 #: HTTP status for each refusal reason gpulab uses; see the module docstring for why.

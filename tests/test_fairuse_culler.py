@@ -14,13 +14,13 @@ import pytest
 from jupyterhub_gpulab.fairuse.culler import (
     Decision,
     Limits,
-    Sample,
     Server,
     Settings,
     decide,
     next_warnings,
 )
 from jupyterhub_gpulab.fairuse.rounds import cull_round
+from jupyterhub_gpulab.inventory.model import Utilization
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 MIN = timedelta(minutes=1)
@@ -28,11 +28,11 @@ STUDENT = Limits(idle_timeout=2 * 3600, gpu_idle_timeout=30 * 60, max_age=8 * 36
 SETTINGS = Settings(threshold_percent=5.0, warn_before_s=600)
 
 
-def samples(until: datetime, gpu_at, start: datetime = T0, every_s: int = 10) -> list[Sample]:
+def samples(until: datetime, gpu_at, start: datetime = T0, every_s: int = 10) -> list[Utilization]:
     """One sample every ``every_s`` from ``start`` to ``until``; ``gpu_at(t)`` gives the percent."""
     out, t = [], start
     while t <= until:
-        out.append(Sample(t, gpu_at(t), 2**30))
+        out.append(Utilization(gpu_at(t), 2**30, at=t))
         t += timedelta(seconds=every_s)
     return out
 

@@ -13,6 +13,7 @@ from jupyterhub_gpulab.errors import ConfigError
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
 from jupyterhub_gpulab.fairuse.quota import (
     Term,
+    budget_window,
     check_spawn,
     over_budget_servers,
     period_window,
@@ -21,7 +22,7 @@ from jupyterhub_gpulab.fairuse.quota import (
     window_start,
 )
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest, load_declared
-from jupyterhub_gpulab.lab.policy import GroupPolicy, applicable_policies
+from jupyterhub_gpulab.lab.policy import GroupPolicy, PolicyContext, applicable_policies
 from jupyterhub_gpulab.lab.profile import Profile
 from jupyterhub_gpulab.ledger import Allocation, Ledger
 
@@ -37,6 +38,13 @@ GPU_PROFILE = Profile(
     "pytorch-1g", "PyTorch 1g", "img", slice=SliceRequest(SliceKind.MIG, mig_profile="1g.10gb")
 )
 CPU_PROFILE = Profile("cpu", "CPU", "img")
+
+
+def ctx(groups, policies=POLICIES, *, is_admin=False, tz=UTC, term=None) -> PolicyContext:
+    """The policy context of a user in ``groups`` (the spawner and service build it once)."""
+    return PolicyContext.of(groups, is_admin, policies, tz=tz, term=term)
+
+
 TERM = Term(datetime(2026, 9, 7, tzinfo=UTC), datetime(2026, 12, 19, tzinfo=UTC))
 
 LAB = [
@@ -102,7 +110,7 @@ def test_a_term_policy_without_a_term_is_a_config_error():
 
 
 def test_refusal_says_hours_used_and_when_more_come_back():
-    msg = check_spawn("ann", ["students"], POLICIES, used("ann", 10, n=2), WED, profile=GPU_PROFILE)
+    msg = check_spawn("ann", ctx(["students"]), used("ann", 10, n=2), WED, profile=GPU_PROFILE)
     assert msg == (
         "You have used 10.0 of 10 GPU-hours this week (students); more from Monday 2026-12-07 "
         "00:00 UTC. CPU profiles are not counted."
@@ -110,13 +118,13 @@ def test_refusal_says_hours_used_and_when_more_come_back():
 
 
 def test_refusal_in_the_users_time_zone():
-    msg = check_spawn("ann", ["students"], POLICIES, used("ann", 10), WED, tz=BERLIN)
+    msg = check_spawn("ann", ctx(["students"], tz=BERLIN), used("ann", 10), WED)
     assert "more from Monday 2026-12-07 00:00 CET" in msg
 
 
 def test_term_budget_refusal_says_it_does_not_renew_before_the_term_ends():
     term_students = {"students": GroupPolicy("students", gpu_hours=40, period="term")}
-    msg = check_spawn("ann", ["students"], term_students, used("ann", 40), WED, term=TERM)
+    msg = check_spawn("ann", ctx(["students"], term_students, term=TERM), used("ann", 40), WED)
     assert "40.0 of 40 GPU-hours this term" in msg
     assert "Saturday 2026-12-19" in msg and "instructor" in msg
 
@@ -129,25 +137,25 @@ def test_term_budget_refusal_says_it_does_not_renew_before_the_term_ends():
     ],
 )
 def test_spawn_check_boundary(hours, refused):
-    msg = check_spawn("ann", ["students"], POLICIES, used("ann", hours), WED)
+    msg = check_spawn("ann", ctx(["students"]), used("ann", hours), WED)
     assert (msg is not None) is refused
 
 
 def test_cpu_profiles_are_never_refused_for_gpu_hours():
     allocs = used("ann", 50)
-    assert check_spawn("ann", ["students"], POLICIES, allocs, WED, profile=CPU_PROFILE) is None
-    assert check_spawn("ann", ["students"], POLICIES, allocs, WED, profile=GPU_PROFILE)
+    assert check_spawn("ann", ctx(["students"]), allocs, WED, profile=CPU_PROFILE) is None
+    assert check_spawn("ann", ctx(["students"]), allocs, WED, profile=GPU_PROFILE)
 
 
 def test_only_the_users_own_usage_counts():
     allocs = used("ben", 50) + used("ann", 3)
-    b = user_budget("ann", ["students"], POLICIES, allocs, WED)
+    b = user_budget("ann", ctx(["students"]), allocs, WED)
     assert (b.used_hours, b.remaining_hours) == (pytest.approx(3), pytest.approx(7))
 
 
 def test_usage_before_the_period_does_not_count():
     last_week = used("ann", 10, end=WED - timedelta(days=7))
-    assert check_spawn("ann", ["students"], POLICIES, last_week, WED) is None
+    assert check_spawn("ann", ctx(["students"]), last_week, WED) is None
 
 
 @pytest.mark.parametrize(
@@ -161,14 +169,14 @@ def test_usage_before_the_period_does_not_count():
 )
 def test_several_groups_the_most_generous_budget_governs(groups, is_admin, governing):
     yesterday = used("ann", 10, end=WED - timedelta(days=1))  # the week's 10 h, none today
-    b = user_budget("ann", groups, POLICIES, yesterday, WED, is_admin=is_admin)
+    b = user_budget("ann", ctx(groups, is_admin=is_admin), yesterday, WED)
     assert (b.group if b else None) == governing
 
 
 def test_a_user_with_any_budget_left_may_spawn():
     # 10 of 10 weekly hours used as a student, but today's TA budget is untouched.
     allocs = used("ann", 10, end=WED - timedelta(days=1))
-    assert check_spawn("ann", ["students", "tas"], POLICIES, allocs, WED) is None
+    assert check_spawn("ann", ctx(["students", "tas"]), allocs, WED) is None
 
 
 def test_window_start_covers_the_longest_period():
@@ -208,9 +216,8 @@ def ledger(tmp_path, at):
 
 
 def budget_of(ledger, user, now, groups=("students",)):
-    mine = applicable_policies(groups, False, POLICIES)
-    rows = ledger.allocations_between(window_start(mine, now), now)
-    return user_budget(user, groups, POLICIES, rows, now), rows
+    rows = ledger.allocations_between(budget_window(ctx(groups), now), now)
+    return user_budget(user, ctx(groups), rows, now), rows
 
 
 def test_quota_refusal_before_spawn_from_the_ledger(ledger, at):
@@ -223,11 +230,11 @@ def test_quota_refusal_before_spawn_from_the_ledger(ledger, at):
         ledger.release(a.allocation.id, "stopped")
     b, rows = budget_of(ledger, "ann", at.now)
     assert b.exhausted and b.used_hours == pytest.approx(10)
-    msg = check_spawn("ann", ["students"], POLICIES, rows, at.now, profile=GPU_PROFILE)
+    msg = check_spawn("ann", ctx(["students"]), rows, at.now, profile=GPU_PROFILE)
     assert msg.startswith("You have used 10.0 of 10 GPU-hours this week (students)")
     assert "Monday 2026-12-07 00:00 UTC" in msg
     assert "ben" not in {r.user for r in rows}  # nothing spawned for anyone else
-    assert check_spawn("ben", ["students"], POLICIES, rows, at.now, profile=GPU_PROFILE) is None
+    assert check_spawn("ben", ctx(["students"]), rows, at.now, profile=GPU_PROFILE) is None
 
 
 def test_budget_exhausted_mid_session_warns_then_stops_the_server(ledger, at):

@@ -444,3 +444,33 @@ async def test_the_rest_api_answers_400_with_the_message_as_json():
         "status": 400,
         "message": f"'pytorch-a100' is for groups researchers. {MENU}",
     }
+
+
+# --- the protected environment: one rule at load and at spawn ----------------------------------
+
+#: Names around the protected prefixes, in several cases; the old load rule accepted the
+#: lower-case and ``NVIDIA_MIG_*`` ones that the spawner then silently dropped.
+ENV_NAMES = [
+    "NVIDIA_VISIBLE_DEVICES", "nvidia_visible_devices", "Cuda_Visible_Devices",
+    "CUDA_VISIBLE_DEVICES_EXTRA", "cuda_mps_pipe_directory", "CUDA_MPS_LOG_DIRECTORY",
+    "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_PARTED", "nvidia_mig_monitor_devices",
+    "NVIDIA_DRIVER_CAPABILITIES", "CUDA_HOME", "CUDA_MP", "NVIDIA_MI", "OMP_NUM_THREADS",
+    "MY_CUDA_VISIBLE_DEVICES", "GPULAB_NOTE",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_profile_env_is_refused_at_load_exactly_when_the_spawner_would_drop_it(name):
+    from jupyterhub_gpulab.spawner.container import merge_env
+
+    dropped = name not in merge_env({name: "x"}, protected={})
+    try:
+        load_profiles(spec_with(env={name: "x"}))
+        refused = False
+    except ConfigError as e:
+        refused = True
+        assert f"env {name} is set by gpulab" in str(e)
+    assert refused == dropped, f"{name}: refused at load={refused}, dropped at spawn={dropped}"
+    assert dropped == name.upper().startswith(
+        ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_MPS_", "NVIDIA_MIG_")
+    )

@@ -13,7 +13,7 @@ from html_support import parse_html
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyterhub_gpulab.fairuse.culler import Sample, Settings, decide
+from jupyterhub_gpulab.fairuse.culler import Settings, decide
 from jupyterhub_gpulab.fairuse.cullplan import (
     NOTICE_TTL,
     hub_time,
@@ -23,6 +23,7 @@ from jupyterhub_gpulab.fairuse.cullplan import (
     warnings_map,
 )
 from jupyterhub_gpulab.hub.announce import HomeAnnouncement, warnings_html
+from jupyterhub_gpulab.inventory.model import Utilization
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger import Allocation, CullWarning, Ledger
 from jupyterhub_gpulab.service.app import GPULabService
@@ -130,7 +131,7 @@ def test_a_slice_without_figures_is_idle_only_when_the_lab_says_so(unknown, acti
     the_lab = lab()
     [r] = running_servers([hub_user("ann", {"": hub_server()}, groups=("staff",))])
     minutes = range(0, 31)
-    samples = [Sample(NOW - timedelta(minutes=30 - m), None) for m in minutes]
+    samples = [Utilization(at=NOW - timedelta(minutes=30 - m)) for m in minutes]
 
     [(_, server, _)] = plan(
         [r], [alloc(1, "ann")], the_lab, lambda sid: samples, [], NOW, within_s=600,

@@ -12,7 +12,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpulab.hub.hubconfig import configure_service
-from jupyterhub_gpulab.lab.policy import GroupPolicy, user_limit
+from jupyterhub_gpulab.lab.policy import GroupPolicy, PolicyContext, user_limit
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.ledger import Allocation
 from jupyterhub_gpulab.service.app import read_cookie_secret
@@ -173,16 +173,17 @@ def test_user_view_shows_slice_isolation_limits_and_capacity():
     }
     data = views.user_view(
         user="ann",
-        groups=["students"],
-        is_admin=False,
+        ctx=PolicyContext.of(
+            ["students"],
+            False,
+            {"students": GroupPolicy("students", max_slices_per_user=2, max_slices=10)},
+        ),
         servers=[views.Server("ann", "", "running"), views.Server("ann", "train", "running")],
         allocations=[alloc(1, "ann", "GPU-1/seat-0"), alloc(2, "ann", "MIG-1", server="train")],
         slices_by_id=slices,
         utilisation={},
         entitled=profiles,
         capacity={"seat": (3, 4), "mig": (0, 2)},
-        policies={"students": GroupPolicy("students", max_slices_per_user=2, max_slices=10)},
-        default_policy=None,
         open_by_group={"students": 5},
     )
     by_server = {s["name"]: s["slice"] for s in data["servers"]}
@@ -353,3 +354,50 @@ def test_cookie_secret_is_created_private_and_kept(tmp_path):
     assert len(first) == 32
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert read_cookie_secret(path) == first
+
+
+# -- one wording for a slice: the spawn progress, the form, the user and admin pages ------------
+
+
+def test_a_slice_reads_the_same_in_the_progress_the_form_and_the_pages():
+    # The pages described a seat without its compute share and a whole GPU without its memory,
+    # and the form said a seat's caps hold even where the host runs no MPS.
+    from jupyterhub_gpulab.inventory.model import Slice, SliceKind, SliceRequest, isolation
+    from jupyterhub_gpulab.spawner.form import form_rows
+
+    made = {
+        "gpu": Slice("GPU-1", SliceKind.GPU, "GPU-1", 2, "NVIDIA A40", 48 * GiB, "GPU-1"),
+        "mig": Slice(
+            "MIG-1", SliceKind.MIG, "GPU-2", 0, "NVIDIA A100", 5 * GiB, "MIG-1",
+            share=1 / 7, mig_profile="1g.5gb",
+        ),
+        "shared": Slice(
+            "GPU-3/seat-1", SliceKind.SHARED, "GPU-3", 1, "Tesla T4", 4 * GiB, "GPU-3",
+            share=0.25, seat=1, seats=4,
+        ),
+    }  # fmt: skip
+    for kind, s in made.items():
+        row = slice_row(
+            s.id, kind, device=s.device_uuid, index=s.device_index, name=s.device_name,
+            mem=s.memory_bytes, mig_profile=s.mig_profile, seat=s.seat, seats=s.seats, share=s.share,
+        )  # fmt: skip
+        page = views.my_slice(alloc(1, "ann", s.id), row, {})
+        level, sentence = isolation(kind)
+        # the user page (my_slice) and the admin page (inventory_view, allocation_view) both
+        # describe with views.describe_slice
+        assert page["description"] == s.describe() == views.describe_slice(row)
+        assert (
+            (page["isolation"], page["isolation_detail"])
+            == (level, sentence)
+            == (s.isolation, sentence)
+        )
+        for mps in (True, False, None):
+            said = isolation(kind, mps)[1]
+            assert s.explain(mps) == f"{s.describe()} — {said}"
+            req = SliceRequest(SliceKind(kind), mig_profile=s.mig_profile)
+            profile = load_profiles([{"slug": "p", "display_name": "P", "image": "x",
+                                      "slice": {"kind": kind, **({"mig_profile": s.mig_profile} if s.mig_profile else {})}}])  # fmt: skip
+            [form_row] = form_rows(profile, lambda r: (1, 1), preselect=None, mps=mps)
+            assert form_row.gives == f"{req.describe()} — {said}"
+    assert "advisory" in isolation("shared", False)[1] and "MPS" in isolation("shared", True)[1]
+    assert "advisory" not in isolation("shared", True)[1]

@@ -11,6 +11,7 @@ engine and a real hub: test_spawner_e2e.py and test_spawner_lifecycle.py.
 from __future__ import annotations
 
 import secrets
+import sys
 from datetime import timedelta
 
 import pytest
@@ -22,6 +23,7 @@ from e2e_support import LAB, PROFILES
 from jupyterhub import orm
 from jupyterhub.objects import Hub
 from jupyterhub.user import User
+from test_spawner_form import radios
 from traitlets.config import Config
 
 from jupyterhub_gpulab import clock
@@ -184,6 +186,26 @@ async def test_a_profile_the_user_is_not_entitled_to_is_refused_before_anything_
     assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"not-entitled": 1}
 
 
+# -- the default profile: one rule for the form and a start with no choice ---------------------
+
+
+async def test_the_form_preselects_what_a_start_without_a_choice_would_run(lab):
+    # The form used to preselect the saved slug, else the first pickable row, so a saved choice
+    # that no longer applies checked the first row while a start without a choice ran the default.
+    by_slug = {p["slug"]: p for p in PROFILES}
+    order = [by_slug[s] for s in ("cpu", "seat", "mig", "a40")]  # the default is not first
+    make = lab(profiles=[{**p, "image": IMAGE} for p in order])
+    for i, (last, runs) in enumerate((("gone", "mig"), ("", "mig"), ("seat", "seat"))):
+        sp = make(f"ann{i}", ["students"])
+        sp.last_profile = last
+        checked = [
+            slug for slug, r in radios(await sp._render_options_form()).items() if "checked" in r
+        ]
+        assert checked == [runs], (last, checked)
+        sp.user_options = {}
+        assert sp._pick_profile(sp.runtime()).slug == runs
+
+
 # -- the GPU-hour budget, checked before any slice is claimed ----------------------------------
 
 
@@ -254,6 +276,30 @@ async def test_cpu_profiles_are_never_refused_for_a_budget(lab):
     sp.user_options = {"profile": "cpu"}
     assert await sp.start() == ("127.0.0.1", 49153)
     assert make.ledger.open_allocations() == []
+
+
+async def test_a_spawn_works_out_the_users_policies_once(lab, monkeypatch):
+    # Entitlement, the choice, the slice limit and the budget each recomputed the user's
+    # policies (four times per spawn); one PolicyContext now carries them through the spawn.
+    from jupyterhub_gpulab.lab import policy
+
+    calls = []
+    real = policy.applicable_policies
+
+    def counted(*args, **kwargs):
+        calls.append(args[:2])
+        return real(*args, **kwargs)
+
+    for name, module in list(sys.modules.items()):  # wherever it was imported by name
+        if name.startswith("jupyterhub_gpulab") and hasattr(module, "applicable_policies"):
+            monkeypatch.setattr(module, "applicable_policies", counted)
+    make = budget_lab(lab)
+    spent_budget(make, "ann", hours=0.5)
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    assert await sp.start() == ("127.0.0.1", 49153)
+    assert [a.user for a in make.ledger.open_allocations()] == ["ann"]
+    assert calls == [({"students"}, False)]
 
 
 # -- what the container gets --------------------------------------------------------------------

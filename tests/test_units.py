@@ -112,3 +112,21 @@ def test_anything_either_parses_or_says_which_forms_are_accepted(value):
 def test_bad_values_raise_a_value_error_naming_the_setting(bad):
     with pytest.raises(ValueError, match="mem_limit"):
         parse_bytes(bad, what="mem_limit")
+
+
+def test_one_naive_datetime_rule_reads_naive_as_utc_and_converts_aware_to_utc():
+    # The ledger's and the views' copies left a non-UTC aware time as it was (the API then wrote
+    # "+01:00" where it writes "Z" for everything else); the cull plan's converted it.
+    from datetime import datetime, timedelta, timezone
+
+    from jupyterhub_gpulab.clock import as_utc
+    from jupyterhub_gpulab.fairuse.cullplan import hub_time
+    from jupyterhub_gpulab.service.web.views import iso
+
+    berlin = datetime(2026, 3, 2, 13, 0, tzinfo=timezone(timedelta(hours=1)))
+    naive = datetime(2026, 3, 2, 12, 0)
+    assert as_utc(None) is None
+    assert as_utc(naive) == as_utc(berlin) == datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+    assert as_utc(berlin).utcoffset() == timedelta(0)
+    assert iso(berlin) == iso(naive) == "2026-03-02T12:00:00Z"
+    assert hub_time("2026-03-02T13:00:00+01:00") == as_utc(naive)

@@ -39,13 +39,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 
+from ..inventory.model import Utilization
 from ..lab.profile import Profile
 
 __all__ = [
     "RULES",
     "Decision",
     "Limits",
-    "Sample",
     "Server",
     "Settings",
     "decide",
@@ -54,16 +54,6 @@ __all__ = [
 
 #: Rule names, in the order that breaks ties between rules due at the same moment.
 RULES = ("budget", "max-age", "gpu-idle", "idle")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One utilisation reading of a slice at ``at`` (aware UTC): ``gpu_percent`` 0–100 (``None``:
-    NVML could not tell) and ``memory_used_bytes`` (bytes; ``None``: unknown)."""
-
-    at: datetime
-    gpu_percent: float | None
-    memory_used_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +93,7 @@ class Server:
     last_activity: datetime | None = None
     kernels_busy: bool | None = None
     has_gpu: bool = False
-    samples: Sequence[Sample] = ()
+    samples: Sequence[Utilization] = ()
     budget_exhausted_at: datetime | None = None
 
 

@@ -27,14 +27,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
+from ..clock import as_utc
 from ..hub.announce import NOTICE_PREFIX
+from ..inventory.model import Utilization
+from ..lab.choice import default_profile
 from ..lab.config import Lab
-from ..lab.policy import applicable_policies
-from ..lab.profile import Profile
+from ..lab.policy import PolicyContext
 from ..ledger import Allocation, CullWarning
-from .culler import RULES, Limits, Sample, Server
+from .culler import RULES, Limits, Server
 from .quota import over_budget_servers, session_limit, user_budget, window_start
 
 __all__ = [
@@ -61,7 +63,7 @@ def hub_time(text: str | None) -> datetime | None:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+    return as_utc(dt)
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,6 @@ def running_servers(users: Iterable[Mapping]) -> list[Running]:
     return sorted(found, key=lambda r: r.key)
 
 
-def _default_profile(lab: Lab) -> Profile | None:
-    return next((p for p in lab.profiles if p.default), lab.profiles[0] if lab.profiles else None)
-
-
 def budget_window_start(lab: Lab, now: datetime) -> datetime:
     """Where to read the ledger from to compute any user's budget now."""
     policies = list(lab.policies.values())
@@ -120,29 +118,17 @@ def budget_window_start(lab: Lab, now: datetime) -> datetime:
 
 
 def _budgets(
-    running: Sequence[Running], lab: Lab, period: Iterable[Allocation], now: datetime
+    contexts: Mapping[str, PolicyContext], period: Iterable[Allocation], now: datetime
 ) -> dict[str, object]:
     by_user: dict[str, list[Allocation]] = {}
     for a in period:
         by_user.setdefault(a.user, []).append(a)
-    found = {}
-    for r in running:
-        if r.user not in found:
-            found[r.user] = user_budget(
-                r.user,
-                r.groups,
-                lab.policies,
-                by_user.get(r.user, ()),
-                now,
-                is_admin=r.admin,
-                default_policy=lab.default_policy,
-                tz=lab.tz,
-                term=lab.term,
-            )
-    return found
+    return {
+        user: user_budget(user, ctx, by_user.get(user, ()), now) for user, ctx in contexts.items()
+    }
 
 
-def _seen(samples: Sequence[Sample], unknown_idle: bool) -> tuple[Sample, ...]:
+def _seen(samples: Sequence[Utilization], unknown_idle: bool) -> tuple[Utilization, ...]:
     if not unknown_idle:
         return tuple(samples)
     return tuple(replace(s, gpu_percent=0.0) if s.gpu_percent is None else s for s in samples)
@@ -152,7 +138,7 @@ def plan(
     running: Sequence[Running],
     open_allocations: Iterable[Allocation],
     lab: Lab,
-    history: Callable[[str], Sequence[Sample]],
+    history: Callable[[str], Sequence[Utilization]],
     period_allocations: Iterable[Allocation],
     now: datetime,
     *,
@@ -168,7 +154,10 @@ def plan(
         held.setdefault((a.user, a.server_name), []).append(a)
     for allocations in held.values():
         allocations.sort(key=lambda a: a.id)
-    budgets = _budgets(running, lab, period_allocations, now)
+    contexts: dict[str, PolicyContext] = {}
+    for r in running:  # a user's first server gives their groups, as the hub lists them
+        contexts.setdefault(r.user, PolicyContext.for_user(r.groups, r.admin, lab))
+    budgets = _budgets(contexts, period_allocations, now)
     mine_open = [a for r in running for a in held.get(r.key, ())]
     exhausted: dict[int, datetime] = {
         ob.allocation.id: ob.exhausted_at
@@ -181,8 +170,8 @@ def plan(
         slug = first.profile if first else r.profile
         profile = lab.profile(slug) if slug else None
         if profile is None and first is None:
-            profile = _default_profile(lab)
-        mine = applicable_policies(r.groups, r.admin, lab.policies, lab.default_policy)
+            profile = default_profile(lab.profiles)
+        mine = contexts[r.user].policies
         limits = Limits.for_profile(profile, session_limit(profile, mine)) if profile else Limits()
         started = first.started_at if first else (r.started or now)
         dues = [exhausted[a.id] for a in allocations if a.id in exhausted]

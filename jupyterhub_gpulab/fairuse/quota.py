@@ -33,10 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 
+from ..clock import midnight_utc
 from ..errors import ConfigError, plain
-from ..lab.policy import GroupPolicy, applicable_policies
+from ..lab.policy import GroupPolicy, PolicyContext
 from ..lab.profile import Profile
 from ..ledger.models import Allocation
 from .accounting import usage
@@ -46,6 +47,7 @@ __all__ = [
     "OverBudget",
     "Term",
     "budgets",
+    "budget_window",
     "check_spawn",
     "over_budget_servers",
     "period_window",
@@ -73,10 +75,6 @@ class Term:
             )
 
 
-def _midnight(day: date, tz: tzinfo) -> datetime:
-    return datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)
-
-
 def period_window(
     period: str, now: datetime, *, tz: tzinfo = UTC, term: Term | None = None
 ) -> tuple[datetime, datetime] | None:
@@ -89,10 +87,10 @@ def period_window(
     local = now.astimezone(tz)
     if period == "day":
         first = local.date()
-        return _midnight(first, tz), _midnight(first + timedelta(days=1), tz)
+        return midnight_utc(first, tz), midnight_utc(first + timedelta(days=1), tz)
     if period == "week":
         first = local.date() - timedelta(days=local.weekday())
-        return _midnight(first, tz), _midnight(first + timedelta(days=7), tz)
+        return midnight_utc(first, tz), midnight_utc(first + timedelta(days=7), tz)
     if period == "term":
         if term is None:
             raise ConfigError(
@@ -178,22 +176,12 @@ def budgets(
 
 
 def user_budget(
-    user: str,
-    groups: Iterable[str],
-    policies: Mapping[str, GroupPolicy],
-    allocations: Iterable[Allocation],
-    now: datetime,
-    *,
-    is_admin: bool = False,
-    default_policy: GroupPolicy | None = None,
-    tz: tzinfo = UTC,
-    term: Term | None = None,
+    user: str, ctx: PolicyContext, allocations: Iterable[Allocation], now: datetime
 ) -> Budget | None:
-    """The budget that governs ``user`` now (module docstring: the most generous), or ``None``
-    for no budget. ``allocations``: the ledger's rows overlapping the period (see
-    :func:`window_start`); other users' rows are ignored."""
-    mine = applicable_policies(groups, is_admin, policies, default_policy)
-    found = budgets(user, mine, allocations, now, tz=tz, term=term)
+    """The budget that governs ``user`` (whose policies are ``ctx``) now (module docstring: the
+    most generous), or ``None`` for no budget. ``allocations``: the ledger's rows overlapping
+    the period (see :func:`budget_window`); other users' rows are ignored."""
+    found = budgets(user, ctx.policies, allocations, now, tz=ctx.tz, term=ctx.term)
     if found is None:
         return None
     return min(found, key=lambda b: (-b.remaining_hours, -b.limit_hours, b.group))
@@ -214,18 +202,19 @@ def window_start(
     return min(starts)
 
 
+def budget_window(ctx: PolicyContext, now: datetime) -> datetime:
+    """Where to read the ledger from for the budgets of the user of ``ctx``
+    (:func:`window_start` of their policies); ``now`` when they have none."""
+    return window_start(ctx.policies, now, tz=ctx.tz, term=ctx.term)
+
+
 def check_spawn(
     user: str,
-    groups: Iterable[str],
-    policies: Mapping[str, GroupPolicy],
+    ctx: PolicyContext,
     allocations: Iterable[Allocation],
     now: datetime,
     *,
     profile: Profile | None = None,
-    is_admin: bool = False,
-    default_policy: GroupPolicy | None = None,
-    tz: tzinfo = UTC,
-    term: Term | None = None,
 ) -> str | None:
     """``None`` when ``user`` may start a server of ``profile`` now, else the refusal for them:
     ``"You have used 10.0 of 10 GPU-hours this week (students); more from Monday 2026-12-07 00:00
@@ -233,17 +222,8 @@ def check_spawn(
     raises it as ``SpawnRefused(message, reason="quota")`` (HTTP 429)."""
     if profile is not None and not profile.wants_gpu:
         return None
-    b = user_budget(
-        user,
-        groups,
-        policies,
-        allocations,
-        now,
-        is_admin=is_admin,
-        default_policy=default_policy,
-        tz=tz,
-        term=term,
-    )
+    tz = ctx.tz
+    b = user_budget(user, ctx, allocations, now)
     if b is None or not b.exhausted:
         return None
     more = (

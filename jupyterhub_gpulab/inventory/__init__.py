@@ -9,8 +9,8 @@ from typing import Any
 
 from .declared import load_declared, load_shared
 from .errors import InventoryError
-from .model import Inventory, SharedSettings, SliceKind, SliceRequest
-from .nvml import Utilization, discover, sample_utilization
+from .model import Inventory, SharedSettings, SliceKind, SliceRequest, Utilization
+from .nvml import discover, sample_utilization
 
 __all__ = [
     "Inventory",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from ..units import format_bytes
 
@@ -21,6 +22,54 @@ class SliceKind(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: What a shared seat's caps are, by whether the host runs an MPS control daemon (``None``: not
+#: known here, as in the service, which does not see the spawner's ``mps`` setting).
+_SEAT_CAPS = {
+    True: "memory and compute are capped by MPS",
+    False: "memory and compute caps are only advisory (the host runs no MPS)",
+    None: "memory and compute are capped where the host runs MPS, only advisory elsewhere",
+}
+
+
+def isolation(kind: SliceKind | str, mps: bool | None = None) -> tuple[str, str]:
+    """``(level, sentence)`` for a slice of ``kind``: the one wording the spawn form, the spawn
+    progress and the service's pages use. ``level`` is ``"hard"`` (whole GPU, MIG: isolated in
+    hardware) or ``"soft"`` (shared seat); ``mps`` says whether a seat's caps are enforced
+    (``None``: unknown). Raises ``ValueError`` for an unknown kind."""
+    kind = SliceKind(kind)
+    if kind is SliceKind.GPU:
+        return "hard", "a whole GPU, yours alone"
+    if kind is SliceKind.MIG:
+        return "hard", "a MIG instance: hardware-isolated memory and compute"
+    return "soft", f"a shared seat: {_SEAT_CAPS[mps]}; not isolated from the other seats"
+
+
+def describe_slice(
+    kind: SliceKind | str,
+    device_index: int,
+    device_name: str,
+    memory_bytes: int,
+    *,
+    mig_profile: str | None = None,
+    seat: int | None = None,
+    seats: int | None = None,
+    share: float = 1.0,
+) -> str:
+    """A user-facing one-liner for a slice, from its fields (a :class:`Slice`'s or a ledger
+    row's): ``"MIG 1g.10gb on GPU 0 (NVIDIA A100-SXM4-40GB)"``, ``"shared seat 2 of 4 (4 GiB,
+    25% compute) on GPU 1 (Tesla T4)"``, ``"whole GPU 2 (NVIDIA A40), 48 GiB"``."""
+    kind = SliceKind(kind)
+    where = f"GPU {device_index} ({device_name})"
+    if kind is SliceKind.MIG:
+        return f"MIG {mig_profile} on {where}"
+    if kind is SliceKind.SHARED:
+        return (
+            f"shared seat {seat + 1 if seat is not None else '?'} of {seats} "
+            f"({format_bytes(memory_bytes)}, {share:.0%} compute) on {where}"
+        )
+    return f"whole {where}, {format_bytes(memory_bytes)}"
 
 
 @dataclass(frozen=True)
@@ -77,21 +126,28 @@ class Slice:
     rank: int = 0
 
     def describe(self) -> str:
-        """A user-facing one-liner: ``"MIG 1g.10gb on GPU 0 (NVIDIA A100-SXM4-40GB)"``."""
-        where = f"GPU {self.device_index} ({self.device_name})"
-        if self.kind is SliceKind.MIG:
-            return f"MIG {self.mig_profile} on {where}"
-        if self.kind is SliceKind.SHARED:
-            return (
-                f"shared seat {self.seat + 1 if self.seat is not None else '?'} of {self.seats} "
-                f"({format_bytes(self.memory_bytes)}, {self.share:.0%} compute) on {where}"
-            )
-        return f"whole {where}, {format_bytes(self.memory_bytes)}"
+        """A user-facing one-liner (:func:`describe_slice`):
+        ``"MIG 1g.10gb on GPU 0 (NVIDIA A100-SXM4-40GB)"``."""
+        return describe_slice(
+            self.kind,
+            self.device_index,
+            self.device_name,
+            self.memory_bytes,
+            mig_profile=self.mig_profile,
+            seat=self.seat,
+            seats=self.seats,
+            share=self.share,
+        )
+
+    def explain(self, mps: bool | None = None) -> str:
+        """:meth:`describe` and what it isolates (:func:`isolation`), for the spawn progress:
+        ``"MIG 1g.10gb on GPU 0 (…) — a MIG instance: hardware-isolated memory and compute"``."""
+        return f"{self.describe()} — {isolation(self.kind, mps)[1]}"
 
     @property
     def isolation(self) -> str:
         """``"hard"`` for whole GPUs and MIG (hardware-isolated), ``"soft"`` for shared seats."""
-        return "soft" if self.kind is SliceKind.SHARED else "hard"
+        return isolation(self.kind)[0]
 
 
 @dataclass(frozen=True)
@@ -134,15 +190,24 @@ class SliceRequest:
     def wants_gpu(self) -> bool:
         return self.kind is not None
 
+    @property
+    def wanted_mig_profile(self) -> str | None:
+        """The ``mig_profile`` a matching slice has: the request's for MIG, else none."""
+        return self.mig_profile if self.kind is SliceKind.MIG else None
+
     def matches(self, s: Slice) -> bool:
-        """Whether slice ``s`` satisfies this request (drain and holders are the ledger's job)."""
-        if self.kind is None or s.kind is not self.kind:
-            return False
-        if s.memory_bytes < self.min_memory_bytes:
-            return False
-        if self.model and self.model.lower() not in s.device_name.lower():
-            return False
-        return not (self.kind is SliceKind.MIG and s.mig_profile != self.mig_profile)
+        """Whether slice ``s`` satisfies this request (drain and holders are the ledger's job).
+
+        The one rule, also written in SQL by :func:`~..ledger.queries.slice_filter` (a test
+        checks the two agree): same kind; the same ``mig_profile`` (none unless MIG); at least
+        ``min_memory_bytes``; ``model`` a case-insensitive substring of the device name."""
+        return (
+            self.kind is not None
+            and s.kind is self.kind
+            and s.mig_profile == self.wanted_mig_profile
+            and s.memory_bytes >= self.min_memory_bytes
+            and (not self.model or self.model.lower() in s.device_name.lower())
+        )
 
     def describe(self) -> str:
         """``"MIG 1g.10gb"``, ``"whole GPU (A100, >= 40 GiB)"``, ``"shared GPU seat"``, ``"no GPU"``."""
@@ -168,3 +233,17 @@ class SharedSettings:
     memory_bytes: int
     compute_share: float
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """One utilisation sample of a slice: ``gpu_percent`` (0–100, the share of the sample
+    period a kernel ran: GPM's busy share, ``nvmlDeviceGetUtilizationRates``, or a seat's
+    processes' share) and ``memory_used_bytes`` (bytes), each ``None`` where NVML cannot tell
+    (MIG devices report no utilisation rate; a vanished device reports nothing); ``at`` (aware
+    UTC) when it was taken, ``None`` for a bare NVML read. The monitor keeps a history of them
+    for the culler; the pages show the latest."""
+
+    gpu_percent: float | None = None
+    memory_used_bytes: int | None = None
+    at: datetime | None = None

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .model import Device, Inventory, SharedSettings, Slice
+from .model import Device, Inventory, SharedSettings, Slice, Utilization
 from .slices import (
     DEFAULT_MIG_COMPUTE_SLICES,
     assemble,
@@ -51,17 +50,6 @@ _PROFILE_SUFFIXES = {
     "NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME": "-me",
     "NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME": "-me",
 }
-
-
-@dataclass(frozen=True)
-class Utilization:
-    """One sample for a slice: ``gpu_percent`` (0–100, the share of the last sample period a
-    kernel ran, from ``nvmlDeviceGetUtilizationRates``) and ``memory_used_bytes`` (bytes, from
-    ``nvmlDeviceGetMemoryInfo``). ``None`` where NVML cannot tell (MIG devices report no
-    utilisation rate; a vanished device reports nothing)."""
-
-    gpu_percent: float | None = None
-    memory_used_bytes: int | None = None
 
 
 def discover(

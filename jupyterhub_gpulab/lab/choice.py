@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JUPYTERHUB_FIELDS",
     "default_profile",
+    "saved_or_default",
     "options_from_form",
     "options_from_query",
     "choose",
@@ -40,8 +41,17 @@ JUPYTERHUB_FIELDS = frozenset({"_xsrf"})
 
 
 def default_profile(entitled: Sequence[Profile]) -> Profile | None:
-    """The entitled profile marked ``default``, else the first entitled one, else ``None``."""
+    """The entitled profile marked ``default``, else the first entitled one, else ``None``.
+    The one default rule: the spawn form's preselection, a start with no choice, and the
+    culler's limits for a server whose profile is unknown all use it."""
     return next((p for p in entitled if p.default), entitled[0] if entitled else None)
+
+
+def saved_or_default(last: str, entitled: Sequence[Profile]) -> Profile | None:
+    """What a start with no choice runs: ``last`` (the slug this server last started with) if
+    it names an entitled profile, else :func:`default_profile` (``None``: nothing entitled).
+    The spawn form preselects the same one (when it can be picked now)."""
+    return next((p for p in entitled if last and p.slug == last), None) or default_profile(entitled)
 
 
 def _menu(entitled: Sequence[Profile] | None) -> str:
@@ -157,13 +167,10 @@ def saved_choice_notice(
 def _saved_or_default(
     last: str, entitled: Sequence[Profile], all_profiles: Iterable[Profile]
 ) -> tuple[Profile, str | None]:
-    for p in entitled:
-        if last and p.slug == last:
-            return p, None
-    chosen = default_profile(entitled)
+    chosen = saved_or_default(last, entitled)
     if chosen is None:
         _refuse("No profile was chosen and there is none you may use", entitled, "no-profile")
-    if not last:
+    if not last or chosen.slug == last:
         return chosen, None
     return chosen, (
         f"{_no_longer_applies(last, all_profiles)}, so this server starts with the default, "

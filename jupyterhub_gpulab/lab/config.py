@@ -15,13 +15,14 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timezone, tzinfo
+from datetime import date, timezone, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from traitlets import Bool, Dict, List, Unicode, default
 from traitlets.config import Config, LoggingConfigurable, PyFileConfigLoader
 
+from ..clock import midnight_utc
 from ..errors import ConfigError
 from ..inventory import Inventory, InventoryError, load_inventory, load_shared
 from .policy import GroupPolicy, load_policies, load_policy
@@ -185,10 +186,10 @@ class GPULab(LoggingConfigurable):
         if self.term_start or self.term_end:
             try:
                 start, end = (
-                    datetime.combine(date.fromisoformat(d), time(0), tzinfo=tz)
+                    midnight_utc(date.fromisoformat(d), tz)
                     for d in (self.term_start, self.term_end)
                 )
-                term = Term(start.astimezone(timezone.utc), end.astimezone(timezone.utc))
+                term = Term(start, end)
             except (ValueError, ConfigError):
                 errors.append(
                     f"c.GPULab.term_start / term_end ({self.term_start!r}, {self.term_end!r}) must "

@@ -37,12 +37,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timezone, tzinfo
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ProfileChoiceError, plain
 from ..units import UnitError, parse_seconds
 
 if TYPE_CHECKING:
+    from ..fairuse.quota import Term
+    from .config import Lab
     from .profile import Profile
 
 __all__ = [
@@ -54,6 +57,7 @@ __all__ = [
     "load_policy",
     "load_policies",
     "applicable_policies",
+    "PolicyContext",
     "resolve",
     "user_limit",
 ]
@@ -295,6 +299,76 @@ def user_limit(policies: Iterable[GroupPolicy]) -> int | None:
     return None if not limits or None in limits else max(limits)
 
 
+@dataclass(frozen=True)
+class PolicyContext:
+    """A user's standing under the lab's policies, computed once per request and passed on (to
+    entitlement, the per-user limit, the budget check, the user page).
+
+    ``groups`` (JupyterHub group names) and ``is_admin`` are the user's; ``policies`` are the
+    ones they fall under (:func:`applicable_policies`, sorted by group; ``()``: no limits);
+    ``tz`` and ``term`` (a :class:`~..fairuse.quota.Term` or ``None``) place their budget
+    periods (``c.GPULab.quota_timezone``, ``term_start`` / ``term_end``).
+    """
+
+    groups: frozenset[str]
+    is_admin: bool
+    policies: tuple[GroupPolicy, ...]
+    tz: tzinfo = timezone.utc
+    term: Term | None = None
+
+    @classmethod
+    def of(
+        cls,
+        groups: Iterable[str],
+        is_admin: bool,
+        policies: Mapping[str, GroupPolicy],
+        default_policy: GroupPolicy | None = None,
+        *,
+        tz: tzinfo = timezone.utc,
+        term: Term | None = None,
+    ) -> PolicyContext:
+        groups = frozenset(groups)
+        mine = applicable_policies(groups, is_admin, policies, default_policy)
+        return cls(groups, is_admin, mine, tz, term)
+
+    @classmethod
+    def for_user(cls, groups: Iterable[str], is_admin: bool, lab: Lab) -> PolicyContext:
+        """The context of a user of ``lab`` (a loaded :class:`~.config.Lab`)."""
+        return cls.of(groups, is_admin, lab.policies, lab.default_policy, tz=lab.tz, term=lab.term)
+
+    @property
+    def user_limit(self) -> int | None:
+        """Most slices the user may hold at once (:func:`user_limit`; ``None``: no limit)."""
+        return user_limit(self.policies)
+
+    @property
+    def priority(self) -> int:
+        """The highest priority of the user's policies (0 without one)."""
+        return max((p.priority for p in self.policies), default=0)
+
+    def entitlement(self, profile: Profile) -> Entitlement:
+        """Combine the user's policies for one allocation of ``profile`` (rule: module
+        docstring). Raises :class:`~.errors.ProfileChoiceError` (``not-entitled``, HTTP 400)
+        for a non-admin none of whose policies allows ``profile``."""
+        mine = self.policies
+        if not profile.slice.wants_gpu:
+            return Entitlement(None, (), priority=self.priority, counted=False)
+        covering = sorted(
+            (p for p in mine if p.allows(profile.slug)), key=lambda p: (-p.priority, p.group)
+        )
+        if mine and not covering and not self.is_admin:
+            raise ProfileChoiceError(
+                f"'{profile.slug}' is not allowed by the policies of your groups "
+                f"({', '.join(plain(p.group) for p in mine)})",
+                reason="not-entitled",
+            )
+        return Entitlement(
+            user_limit=self.user_limit,
+            charge_groups=tuple((p.group, p.max_slices) for p in covering),
+            priority=self.priority,
+        )
+
+
 def resolve(
     groups: Iterable[str],
     is_admin: bool,
@@ -302,29 +376,11 @@ def resolve(
     policies: Mapping[str, GroupPolicy],
     default_policy: GroupPolicy | None = None,
 ) -> Entitlement:
-    """Combine the user's policies for one allocation of ``profile`` (rule: module docstring).
+    """:meth:`PolicyContext.entitlement` for a user given by ``groups`` and ``is_admin``.
 
     Call it for a profile the user is entitled to (:func:`~.profiles.entitled_profiles`); for a
     non-admin none of whose policies allows ``profile`` it raises
     :class:`~.errors.ProfileChoiceError` (``not-entitled``, HTTP 400) rather than leave the
     allocation outside every group cap.
     """
-    mine = applicable_policies(groups, is_admin, policies, default_policy)
-    priority = max((p.priority for p in mine), default=0)
-    if not profile.slice.wants_gpu:
-        return Entitlement(user_limit=None, charge_groups=(), priority=priority, counted=False)
-    limit = user_limit(mine)
-    covering = sorted(
-        (p for p in mine if p.allows(profile.slug)), key=lambda p: (-p.priority, p.group)
-    )
-    if mine and not covering and not is_admin:
-        raise ProfileChoiceError(
-            f"'{profile.slug}' is not allowed by the policies of your groups "
-            f"({', '.join(plain(p.group) for p in mine)})",
-            reason="not-entitled",
-        )
-    return Entitlement(
-        user_limit=limit,
-        charge_groups=tuple((p.group, p.max_slices) for p in covering),
-        priority=priority,
-    )
+    return PolicyContext.of(groups, is_admin, policies, default_policy).entitlement(profile)

@@ -46,13 +46,16 @@ from ..errors import ConfigError
 from ..inventory.model import SliceKind, SliceRequest
 from ..units import UnitError, parse_bytes, parse_seconds
 from .hardening import cap_add_problems, pids_limit_problem
-from .policy import GroupPolicy, applicable_policies
+from .policy import GroupPolicy, PolicyContext
 from .profile import Profile
 
 __all__ = [
     "PROFILE_KEYS",
     "load_profiles",
     "entitled_profiles",
+    "entitled_in",
+    "is_protected_env",
+    "PROTECTED_ENV_PREFIXES",
 ]
 
 SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -82,11 +85,23 @@ DANGER = (
     "privileged containers / host devices / the Docker socket are never allowed: "
     "a user could escape their slice"
 )
-#: Environment the spawner owns: the GPU a container sees, and MPS seat limits.
-RESERVED_ENV = frozenset(
-    {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"}
-)  # fmt: skip
-RESERVED_ENV_PREFIXES = ("CUDA_MPS_",)
+#: Environment only gpulab may set (the GPU a container sees, MIG devices, MPS seat limits):
+#: every name starting with one of these, in any case. A profile naming one is refused at load;
+#: the spawner drops any that still reach it (a user's env) before adding the slice's own.
+PROTECTED_ENV_PREFIXES = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_MPS_",
+    "NVIDIA_MIG_",
+)
+
+
+def is_protected_env(name: str) -> bool:
+    """Whether ``name`` is an environment variable only gpulab may set
+    (:data:`PROTECTED_ENV_PREFIXES`, case-insensitive: ``cuda_visible_devices`` too)."""
+    return name.upper().startswith(PROTECTED_ENV_PREFIXES)
+
+
 SLUG_FIX = "use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. 'pytorch-a100'"
 
 
@@ -176,7 +191,7 @@ def _env(value: object, where: str, errors: list[str]) -> dict[str, str]:
             errors.append(
                 f"{where}: env name {name!r} is not a valid variable name; use letters, digits and '_'"
             )
-        elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+        elif is_protected_env(name):
             errors.append(
                 f"{where}: env {name} is set by gpulab to the allocated slice and may not be "
                 "overridden; remove it (choose the GPU with the profile's slice instead)"
@@ -346,10 +361,14 @@ def entitled_profiles(
     default_policy: GroupPolicy | None = None,
 ) -> tuple[Profile, ...]:
     """The profiles this user may pick, in config order (rule: module docstring)."""
-    if is_admin:
+    return entitled_in(profiles, PolicyContext.of(groups, is_admin, policies, default_policy))
+
+
+def entitled_in(profiles: Iterable[Profile], ctx: PolicyContext) -> tuple[Profile, ...]:
+    """The profiles the user of ``ctx`` may pick, in config order (rule: module docstring)."""
+    if ctx.is_admin:
         return tuple(profiles)
-    groups = frozenset(groups)
-    mine = applicable_policies(groups, False, policies, default_policy)
+    groups, mine = ctx.groups, ctx.policies
     listed = {slug for p in mine for slug in (p.profiles or ())}
 
     def may_pick(p: Profile) -> bool:

@@ -18,8 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from .. import clock
+from ..clock import as_utc
 from . import db
-from .models import Allocation, ForeignContainer, LabIdentity, _aware
+from .models import Allocation, ForeignContainer, LabIdentity
 from .schema import allocations, foreign_containers, lab
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class LabRecords:
                     user=r.user,
                     devices=tuple(r.devices.split()),
                     attached_by=r.attached_by,
-                    seen_at=_aware(r.seen_at),
+                    seen_at=as_utc(r.seen_at),
                 )
                 for r in conn.execute(q)
             ]

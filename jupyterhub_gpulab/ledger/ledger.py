@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from .. import clock
-from ..inventory.model import SliceKind, SliceRequest
+from ..inventory.model import SliceRequest
 from . import db
 from .inventory_sync import InventorySync
 from .labs import LabRecords
@@ -26,7 +26,7 @@ from .models import (
     QuotaExceeded,
     slice_from_row,
 )
-from .queries import LedgerQueries
+from .queries import LedgerQueries, slice_filter
 from .schema import allocations, slices
 
 log = logging.getLogger(__name__)
@@ -90,18 +90,8 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
 
     def _free_query(self, request: SliceRequest, limit: int):
         q = sa.select(slices).where(
-            slices.c.held_by.is_(None),
-            slices.c.kind == request.kind.value,
-            slices.c.available == sa.true(),
+            slices.c.held_by.is_(None), slices.c.available == sa.true(), *slice_filter(request)
         )
-        if request.kind is SliceKind.MIG:
-            q = q.where(slices.c.mig_profile == request.mig_profile)
-        else:
-            q = q.where(slices.c.mig_profile.is_(None))
-        if request.min_memory_bytes:
-            q = q.where(slices.c.memory_bytes >= request.min_memory_bytes)
-        if request.model:
-            q = q.where(sa.func.lower(slices.c.device_name).contains(request.model.lower()))
         q = q.order_by(slices.c.rank, slices.c.id).limit(limit)
         if self.dialect == "postgresql":
             q = q.with_for_update(skip_locked=True)

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
+from ..clock import as_utc
 from ..inventory.model import Slice, SliceKind
-
-
-def _aware(dt: datetime | None) -> datetime | None:
-    # SQLite returns naive datetimes; everything we write is UTC.
-    if dt is not None and dt.tzinfo is None:
-        return dt.replace(tzinfo=timezone.utc)
-    return dt
 
 
 @dataclass(frozen=True)
@@ -53,8 +47,8 @@ class Allocation:
             share=m["share"],
             container_id=m["container_id"],
             container_name=m["container_name"],
-            started_at=_aware(m["started_at"]),
-            ended_at=_aware(m["ended_at"]),
+            started_at=as_utc(m["started_at"]),
+            ended_at=as_utc(m["ended_at"]),
             end_reason=m["end_reason"],
         )
 
@@ -97,8 +91,8 @@ class CullWarning:
             server_name=m["server_name"],
             rule=m["rule"],
             message=m["message"],
-            due_at=_aware(m["due_at"]),
-            created_at=_aware(m["created_at"]),
+            due_at=as_utc(m["due_at"]),
+            created_at=as_utc(m["created_at"]),
         )
 
 

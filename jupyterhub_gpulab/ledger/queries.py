@@ -7,9 +7,30 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from .. import clock
-from ..inventory.model import SliceKind, SliceRequest
+from ..inventory.model import SliceRequest
 from .models import Allocation, CullWarning
 from .schema import allocations, devices, refusals, slices, warnings
+
+
+def slice_filter(request: SliceRequest) -> list[sa.ColumnElement[bool]]:
+    """``WHERE`` clauses over :data:`~.schema.slices` for the slices that satisfy ``request``:
+    :meth:`~..inventory.model.SliceRequest.matches` in SQL (drain, presence and holders are
+    the caller's). ``model`` is matched with ``LIKE`` escaped, so ``_`` and ``%`` are literal.
+    Raises ``ValueError`` for a request for no GPU."""
+    if request.kind is None:
+        raise ValueError("a request for no GPU matches no slice")
+    where = [
+        slices.c.kind == request.kind.value,
+        # == None is IS NULL: a whole GPU or a seat has no MIG profile
+        slices.c.mig_profile == request.wanted_mig_profile,
+    ]
+    if request.min_memory_bytes:
+        where.append(slices.c.memory_bytes >= request.min_memory_bytes)
+    if request.model:
+        where.append(
+            sa.func.lower(slices.c.device_name).contains(request.model.lower(), autoescape=True)
+        )
+    return where
 
 
 class LedgerQueries:
@@ -65,18 +86,7 @@ class LedgerQueries:
     @staticmethod
     def _matching(request: SliceRequest):
         """``SELECT count(*)`` over the slices that satisfy ``request`` (any state)."""
-        q = (
-            sa.select(sa.func.count())
-            .select_from(slices)
-            .where(slices.c.kind == request.kind.value)
-        )
-        if request.kind is SliceKind.MIG:
-            q = q.where(slices.c.mig_profile == request.mig_profile)
-        if request.min_memory_bytes:
-            q = q.where(slices.c.memory_bytes >= request.min_memory_bytes)
-        if request.model:
-            q = q.where(sa.func.lower(slices.c.device_name).contains(request.model.lower()))
-        return q
+        return sa.select(sa.func.count()).select_from(slices).where(*slice_filter(request))
 
     def capacity(self, request: SliceRequest) -> tuple[int, int]:
         """``(free, total)`` slices matching ``request`` that are in service (not drained or

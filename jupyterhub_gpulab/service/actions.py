@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StatusError
 from .hubclient import HubClient, HubError
 from .state import LabState
 from .web.inputs import MAX_REASON, shown
@@ -20,11 +20,8 @@ log = logging.getLogger(__name__)
 ADMIN_REASON = "admin"
 
 
-class ActionError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class ActionError(StatusError):
+    """An admin action refused: ``status`` (HTTP) and a ``message`` for the admin."""
 
 
 def _device(state: LabState, uuid: str) -> dict:

@@ -16,6 +16,7 @@ from tornado.escape import url_escape
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .. import clock
+from ..errors import StatusError
 from .web.views import Server
 
 log = logging.getLogger(__name__)
@@ -25,14 +26,9 @@ PAGE = 200
 MAX_PAGES = 500
 
 
-class HubError(Exception):
+class HubError(StatusError):
     """The hub refused or failed a request: ``status`` is its HTTP status, ``message`` is safe
     to show (the hub's own message, never the token or the URL's query)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def server_state(model: dict) -> str:

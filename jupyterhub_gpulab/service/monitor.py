@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import clock
-from ..fairuse.culler import Sample
-from ..inventory.model import Inventory, Slice, SliceKind
+from ..inventory.model import Inventory, Slice, SliceKind, Utilization
 from ..inventory.nvml import sample_utilization
 from ..inventory.nvml_sampling import GpmActivity, ProcessReport, process_utilization
 
@@ -88,19 +87,19 @@ class UtilizationMonitor:
         self.nvml = nvml
         self.proc_root = proc_root
         self.maxlen = max(2, math.ceil(span_s / interval_s) + 1)
-        self._history: dict[str, deque[Sample]] = {}
+        self._history: dict[str, deque[Utilization]] = {}
         self._gpm = GpmActivity(nvml)
         self._since: dict[str, int] = {}
 
-    def history(self, slice_id: str) -> tuple[Sample, ...]:
+    def history(self, slice_id: str) -> tuple[Utilization, ...]:
         """The samples of ``slice_id``, oldest first (empty when never sampled)."""
         return tuple(self._history.get(slice_id, ()))
 
-    def latest(self, slice_id: str) -> Sample | None:
+    def latest(self, slice_id: str) -> Utilization | None:
         found = self._history.get(slice_id)
         return found[-1] if found else None
 
-    def sample(self, inventory: Inventory, containers: Mapping[str, str]) -> dict[str, Sample]:
+    def sample(self, inventory: Inventory, containers: Mapping[str, str]) -> dict[str, Utilization]:
         """Read every slice of ``inventory`` once, record the samples (time: ``clock.utcnow()``)
         and return them by slice id. ``containers`` maps held slices' ids to their container ids
         (from the ledger's open allocations); it is needed for shared seats only. Slices no longer
@@ -113,12 +112,12 @@ class UtilizationMonitor:
         gpm = self._gpm.read(
             (s.device_uuid, s.visible_id if s.kind is SliceKind.MIG else None) for s in hard
         )
-        found: dict[str, Sample] = {}
+        found: dict[str, Utilization] = {}
         for s in hard:
             rate = gpm.get(s.visible_id)
             if rate is None:
                 rate = base[s.id].gpu_percent
-            found[s.id] = Sample(now, rate, base[s.id].memory_used_bytes)
+            found[s.id] = Utilization(rate, base[s.id].memory_used_bytes, at=now)
         seats = [s for s in slices if s.kind is SliceKind.SHARED]
         if seats:
             found.update(self._seats(now, seats, containers))
@@ -126,7 +125,9 @@ class UtilizationMonitor:
         self._gpm.forget({s.visible_id for s in hard})
         return found
 
-    def record(self, samples: Mapping[str, Sample], *, present: set[str] | None = None) -> None:
+    def record(
+        self, samples: Mapping[str, Utilization], *, present: set[str] | None = None
+    ) -> None:
         """Append ``samples`` (by slice id) to the history, forgetting slices not in ``present``
         (default: the slices sampled). :meth:`sample` calls it; the service calls it directly
         with unknown figures (``gpu_percent=None``) where it knows NVML is absent, so that the
@@ -137,16 +138,18 @@ class UtilizationMonitor:
         for sid in set(self._history) - keep:
             del self._history[sid]
 
-    def _seats(self, now, seats: list[Slice], containers: Mapping[str, str]) -> dict[str, Sample]:
+    def _seats(
+        self, now, seats: list[Slice], containers: Mapping[str, str]
+    ) -> dict[str, Utilization]:
         devices = sorted({s.device_uuid for s in seats})
         reports = process_utilization({d: self._since.get(d, 0) for d in devices}, nvml=self.nvml)
         owner: dict[int, str | None] = {}
-        found: dict[str, Sample] = {}
+        found: dict[str, Utilization] = {}
         for device in devices:
             report = reports.get(device)
             on_device = [s for s in seats if s.device_uuid == device]
             if report is None:
-                found.update({s.id: Sample(now, None, None) for s in on_device})
+                found.update({s.id: Utilization(at=now) for s in on_device})
                 continue
             self._since[device] = report.last_seen_us
             found.update(self._attribute(now, report, on_device, containers, owner))
@@ -159,7 +162,7 @@ class UtilizationMonitor:
         seats: list[Slice],
         containers: Mapping[str, str],
         owner: dict[int, str | None],
-    ) -> dict[str, Sample]:
+    ) -> dict[str, Utilization]:
         held = {s.id: containers[s.id] for s in seats if containers.get(s.id)}
         busy = {sid: 0.0 for sid in held}
         memory = {sid: 0 for sid in held}
@@ -178,12 +181,12 @@ class UtilizationMonitor:
         found = {}
         for s in seats:
             if s.id not in held:
-                found[s.id] = Sample(now, 0.0 if known else None, 0)
+                found[s.id] = Utilization(0.0 if known else None, 0, at=now)
                 continue
             percent: float | None = min(100.0, busy[s.id]) if known else None
             if percent == 0.0 and unattributed:
                 percent = None
-            found[s.id] = Sample(now, percent, memory[s.id])
+            found[s.id] = Utilization(percent, memory[s.id], at=now)
         return found
 
     def close(self) -> None:

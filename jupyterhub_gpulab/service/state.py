@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import clock
-from ..fairuse.culler import Sample as SliceSample
 from ..inventory import Inventory, SliceKind, Utilization, discover
 from ..lab.config import GPULab, Lab
 from ..ledger import Allocation, Ledger, SyncReport
@@ -148,13 +147,10 @@ class LabState:
         with self._sample_lock:
             if problem:
                 now = clock.utcnow()
-                self.monitor.record({s.id: SliceSample(now, None) for s in inventory.slices})
+                self.monitor.record({s.id: Utilization(at=now) for s in inventory.slices})
             else:
                 samples = self.monitor.sample(inventory, self._containers(inventory))
-                by_slice = {
-                    sid: Utilization(smp.gpu_percent, smp.memory_used_bytes)
-                    for sid, smp in samples.items()
-                }
+                by_slice = dict(samples)
         if (
             not problem
             and by_slice
@@ -175,7 +171,7 @@ class LabState:
             a.slice_id: a.container_id for a in self.ledger.open_allocations() if a.container_id
         }
 
-    def history(self, slice_id: str) -> tuple[SliceSample, ...]:
+    def history(self, slice_id: str) -> tuple[Utilization, ...]:
         """``slice_id``'s utilisation samples, oldest first (for the culler)."""
         with self._sample_lock:
             return self.monitor.history(slice_id)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from ..inventory.model import Slice, SliceKind
 from ..lab.hardening import SECURITY_OPT
+from ..lab.profiles import is_protected_env
 
 #: Docker labels gpulab puts on every container it starts.
 LABEL_ALLOCATION = "org.jupyter.gpulab.allocation"
@@ -24,18 +25,6 @@ LABEL_LAB = "org.jupyter.gpulab.lab-id"
 LABEL_LAB_NAME = "org.jupyter.gpulab.lab-name"
 
 ATTACH_MODES = ("device_request", "cdi", "env")
-
-#: Environment variables only gpulab may set; a profile or user value for them is dropped.
-PROTECTED_ENV_PREFIXES = (
-    "NVIDIA_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_MPS_",
-    "NVIDIA_MIG_",
-)
-
-
-def is_protected(name: str) -> bool:
-    return name.upper().startswith(PROTECTED_ENV_PREFIXES)
 
 
 def slice_env(s: Slice | None, *, mps: bool = False) -> dict[str, str]:
@@ -77,11 +66,12 @@ def slice_env(s: Slice | None, *, mps: bool = False) -> dict[str, str]:
 
 
 def merge_env(*layers: Mapping[str, str], protected: Mapping[str, str]) -> dict[str, str]:
-    """Merge env layers left to right, drop protected names from them, then apply ``protected``
+    """Merge env layers left to right, drop protected names from them (the rule profiles are
+    refused by at load, :func:`~..lab.profiles.is_protected_env`), then apply ``protected``
     (gpulab's slice variables) last, so nothing a profile or user sets can change the slice."""
     env: dict[str, str] = {}
     for layer in layers:
-        env.update({k: v for k, v in layer.items() if not is_protected(k)})
+        env.update({k: v for k, v in layer.items() if not is_protected_env(k)})
     env.update(protected)
     return env
 

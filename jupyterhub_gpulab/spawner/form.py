@@ -15,15 +15,9 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, Template
 
-from ..inventory.model import SliceKind, SliceRequest
+from ..inventory.model import SliceRequest, isolation
 from ..lab.profile import Profile
 from ..units import format_bytes
-
-_ISOLATION = {
-    SliceKind.GPU: "a whole GPU, yours alone",
-    SliceKind.MIG: "a MIG instance: hardware-isolated memory and compute",
-    SliceKind.SHARED: "a shared seat: memory and compute are capped, not isolated",
-}
 
 
 @dataclass(frozen=True)
@@ -38,10 +32,10 @@ class FormRow:
     disabled_reason: str | None  # why it cannot be picked now
 
 
-def _gives(req: SliceRequest) -> str:
+def _gives(req: SliceRequest, mps: bool | None) -> str:
     if req.kind is None:
         return "No GPU"
-    return f"{req.describe()} — {_ISOLATION[req.kind]}"
+    return f"{req.describe()} — {isolation(req.kind, mps)[1]}"
 
 
 def _limits(p: Profile) -> str:
@@ -60,10 +54,12 @@ def form_rows(
     preselect: str | None,
     quota_reason: str | None = None,
     out_of_service: Callable[[SliceRequest], int] | None = None,
+    mps: bool | None = None,
 ) -> list[FormRow]:
     """One row per entitled profile. ``capacity(request)`` gives ``(free, total)`` in service;
     ``out_of_service(request)`` counts matching slices that are drained; ``quota_reason`` (the
-    user holds all the slices they may) disables every GPU profile."""
+    user holds all the slices they may) disables every GPU profile; ``mps`` (the spawner's
+    setting) says whether a seat's caps are enforced (:func:`~..inventory.model.isolation`)."""
     rows = []
     for p in entitled:
         reason = None
@@ -86,7 +82,7 @@ def form_rows(
                 slug=p.slug,
                 display_name=p.display_name,
                 description=p.description,
-                gives=_gives(p.slice),
+                gives=_gives(p.slice, mps),
                 capacity=cap,
                 limits=_limits(p),
                 checked=False,

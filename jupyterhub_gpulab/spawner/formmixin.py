@@ -22,8 +22,14 @@ import inspect
 from jinja2 import TemplateSyntaxError
 from traitlets import HasTraits, TraitError, Unicode, validate
 
-from ..lab.choice import choose, options_from_form, options_from_query, saved_choice_notice
-from ..lab.policy import applicable_policies, user_limit
+from ..lab.choice import (
+    choose,
+    options_from_form,
+    options_from_query,
+    saved_choice_notice,
+    saved_or_default,
+)
+from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from .form import form_rows, form_template, render_form, usage_note
 from .runtime import LabRuntime
@@ -59,7 +65,8 @@ def chain_ready_hook(hook):
 
 class ProfileFormMixin(HasTraits):
     """Mixed into :class:`~.gpudocker.GPUDockerSpawner`; needs its ``runtime()``, ``entitled()``,
-    ``_groups()``, ``user``, ``orm_spawner``, ``user_options`` and ``last_profile``."""
+    ``policy_context()``, ``mps``, ``_groups()``, ``user``, ``orm_spawner``, ``user_options``
+    and ``last_profile``."""
 
     profile_form_template = Unicode(
         "",
@@ -110,10 +117,10 @@ class ProfileFormMixin(HasTraits):
         if orm_spawner is not None and orm_spawner.user_options:
             orm_spawner.user_options = {}
 
-    def _pick_profile(self, rt: LabRuntime) -> Profile:
+    def _pick_profile(self, rt: LabRuntime, ctx: PolicyContext | None = None) -> Profile:
         """The profile for this start; sets :attr:`choice_notice`. Raises ProfileChoiceError."""
         profile, self.choice_notice = choose(
-            self.user_options, self.entitled(rt), rt.lab.profiles, last=self.last_profile
+            self.user_options, self.entitled(rt, ctx), rt.lab.profiles, last=self.last_profile
         )
         if self.choice_notice:
             self.log.info("%s: %s", self._log_name, self.choice_notice)
@@ -121,34 +128,35 @@ class ProfileFormMixin(HasTraits):
 
     # -- the form -------------------------------------------------------------------------------
 
-    def _slice_use(self, rt: LabRuntime, entitled) -> tuple[int, int | None] | None:
+    def _slice_use(
+        self, rt: LabRuntime, ctx: PolicyContext, entitled
+    ) -> tuple[int, int | None] | None:
         """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
         if not any(p.wants_gpu for p in entitled):
             return None
-        lab = rt.lab
-        mine = applicable_policies(
-            self._groups(), bool(self.user.admin), lab.policies, lab.default_policy
-        )
-        return rt.ledger.count_open(user=self.user.name), user_limit(mine)
+        return rt.ledger.count_open(user=self.user.name), ctx.user_limit
 
     async def _render_options_form(self, spawner=None) -> str:
         rt = self.runtime()
-        entitled = self.entitled(rt)
+        ctx = self.policy_context(rt)
+        entitled = self.entitled(rt, ctx)
 
         def build():
-            use = self._slice_use(rt, entitled)
+            use = self._slice_use(rt, ctx, entitled)
             quota_reason = None
             if use is not None and use[1] is not None and use[0] >= use[1]:
                 quota_reason = (
                     f"You hold {use[0]} GPU slice{'s' if use[0] != 1 else ''}, the most your "
                     "groups allow at once; stop a server first."
                 )
+            preselect = saved_or_default(self.last_profile, entitled)
             rows = form_rows(
                 entitled,
                 rt.ledger.capacity,
-                preselect=self.last_profile or next((p.slug for p in entitled if p.default), None),
+                preselect=preselect.slug if preselect else None,
                 quota_reason=quota_reason,
                 out_of_service=rt.ledger.out_of_service,
+                mps=self.mps,
             )
             return render_form(
                 rows,

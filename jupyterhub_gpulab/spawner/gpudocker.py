@@ -33,11 +33,11 @@ from traitlets import Bool, Integer, Unicode, default, validate
 
 from .. import clock
 from ..errors import ConfigError, SpawnRefused
-from ..fairuse.quota import check_spawn, window_start
+from ..fairuse.quota import budget_window, check_spawn
 from ..lab.config import GPULab
-from ..lab.policy import Entitlement, applicable_policies, resolve
+from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
-from ..lab.profiles import entitled_profiles
+from ..lab.profiles import entitled_in
 from ..lab.traits import ChoiceEnum, Duration
 from ..ledger import Claim, LedgerRefusal
 from . import container as ct
@@ -216,15 +216,16 @@ class GPUDockerSpawner(
     def _groups(self) -> set[str]:
         return {g.name for g in self.user.groups}
 
-    def entitled(self, rt: LabRuntime | None = None) -> tuple[Profile, ...]:
+    def policy_context(self, rt: LabRuntime | None = None) -> PolicyContext:
+        """This user's standing under the lab's policies; computed once per request."""
         rt = rt or self.runtime()
-        return entitled_profiles(
-            rt.lab.profiles,
-            rt.lab.policies,
-            self._groups(),
-            bool(self.user.admin),
-            default_policy=rt.lab.default_policy,
-        )
+        return PolicyContext.for_user(self._groups(), bool(self.user.admin), rt.lab)
+
+    def entitled(
+        self, rt: LabRuntime | None = None, ctx: PolicyContext | None = None
+    ) -> tuple[Profile, ...]:
+        rt = rt or self.runtime()
+        return entitled_in(rt.lab.profiles, ctx or self.policy_context(rt))
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -317,15 +318,10 @@ class GPUDockerSpawner(
             rt = self.runtime()
             slug = None
             try:
-                profile = self._pick_profile(rt)
+                ctx = self.policy_context(rt)
+                profile = self._pick_profile(rt, ctx)
                 slug = profile.slug
-                ent = resolve(
-                    self._groups(),
-                    bool(self.user.admin),
-                    profile,
-                    rt.lab.policies,
-                    rt.lab.default_policy,
-                )
+                ent = ctx.entitlement(profile)
             except SpawnRefused as e:
                 await self._refuse(rt, slug, e)
                 raise
@@ -336,23 +332,25 @@ class GPUDockerSpawner(
             if profile.wants_gpu:
                 # One trip to a thread for the budget, the claim and a refusal's record: under a
                 # burst every extra await queues behind the hub's own work for the other spawns.
-                claim = await asyncio.to_thread(self._reserve, rt, profile, ent, self._asker())
+                claim = await asyncio.to_thread(self._reserve, rt, profile, ctx, ent, self._asker())
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id
-                self._emit(30, f"Reserved {claim.slice.describe()}")
+                self._emit(30, f"Reserved {claim.slice.explain(self.mps)}")
             else:
                 self._emit(30, "No GPU for this profile (CPU only)")
             return await self._start_container(rt, profile, claim)
         finally:
             self._start_done = True
 
-    def _reserve(self, rt: LabRuntime, profile: Profile, ent: Entitlement, who: _Asker) -> Claim:
+    def _reserve(
+        self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, ent: Entitlement, who: _Asker
+    ) -> Claim:
         """Check the GPU-hour budget, then claim a slice (blocks: runs in a thread).
 
         A refusal is recorded before it is raised: :class:`SpawnRefused` with reason ``quota``
         (budget spent, or the user's or group's slice limit) or ``no-free-slice``.
         """
-        budget = self._budget_refusal(rt, profile, who)
+        budget = self._budget_refusal(rt, profile, ctx, who)
         if budget:
             err = SpawnRefused(budget, reason="quota")
             self._record_refusal(rt, who, profile.slug, err)
@@ -373,26 +371,16 @@ class GPUDockerSpawner(
             self._record_refusal(rt, who, profile.slug, err)
             raise err from None
 
-    def _budget_refusal(self, rt: LabRuntime, profile: Profile, who: _Asker) -> str | None:
+    def _budget_refusal(
+        self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
+    ) -> str | None:
         """The GPU-hour budget's refusal, or ``None`` (blocks: reads the ledger)."""
-        lab = rt.lab
         now = clock.utcnow()
-        mine = applicable_policies(who.groups, who.is_admin, lab.policies, lab.default_policy)
-        start = window_start(mine, now, tz=lab.tz, term=lab.term)
+        start = budget_window(ctx, now)
         if start >= now:
             return None  # no budget applies to this user
-        return check_spawn(
-            who.user,
-            who.groups,
-            lab.policies,
-            rt.ledger.allocations_between(start, now, user=who.user),
-            now,
-            profile=profile,
-            is_admin=who.is_admin,
-            default_policy=lab.default_policy,
-            tz=lab.tz,
-            term=lab.term,
-        )
+        allocations = rt.ledger.allocations_between(start, now, user=who.user)
+        return check_spawn(who.user, ctx, allocations, now, profile=profile)
 
     async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
         """Claim a slice for this server in a thread (the ledger is synchronous)."""

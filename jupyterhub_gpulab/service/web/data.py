@@ -9,9 +9,9 @@ from datetime import datetime
 
 from ... import clock
 from ...fairuse.accounting import Usage, usage
-from ...fairuse.quota import period_window, user_budget, window_start
-from ...lab.policy import applicable_policies
-from ...lab.profiles import entitled_profiles
+from ...fairuse.quota import budget_window, period_window, user_budget
+from ...lab.policy import PolicyContext
+from ...lab.profiles import entitled_in
 from ..hubclient import HubClient, HubError
 from ..state import LabState
 from . import labview, usageview, views
@@ -86,9 +86,8 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
     except HubError as e:
         log.warning("Cannot read %s's servers from the hub: %s", name, e.message)
         servers = None
-    entitled = entitled_profiles(
-        lab.profiles, lab.policies, groups, is_admin, default_policy=lab.default_policy
-    )
+    ctx = PolicyContext.for_user(groups, is_admin, lab)
+    entitled = entitled_in(lab.profiles, ctx)
 
     def read():
         ledger = state.ledger
@@ -100,22 +99,19 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
         )
 
     def fair_use():
-        return _budget(state, name, groups, is_admin), state.ledger.warnings(name)
+        return _budget(state, name, ctx), state.ledger.warnings(name)
 
     allocations, slices_by_id, capacity, open_by_group = await asyncio.to_thread(read)
     budget, warnings = await asyncio.to_thread(fair_use)
     data = views.user_view(
         user=name,
-        groups=groups,
-        is_admin=is_admin,
+        ctx=ctx,
         servers=servers,
         allocations=allocations,
         slices_by_id=slices_by_id,
         utilisation=state.sample.by_slice,
         entitled=entitled,
         capacity=capacity,
-        policies=lab.policies,
-        default_policy=lab.default_policy,
         open_by_group=open_by_group,
     )
     data["hub"] = {"reachable": servers is not None}
@@ -125,25 +121,14 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
     return data
 
 
-def _budget(state: LabState, name: str, groups, is_admin: bool) -> dict:
+def _budget(state: LabState, name: str, ctx: PolicyContext) -> dict:
     """``name``'s governing GPU-hour budget and their use in its period (without a budget: in
     this calendar week), recomputed from the ledger (runs in a thread)."""
     lab, now = state.lab, clock.utcnow()
-    mine = applicable_policies(groups, is_admin, lab.policies, lab.default_policy)
     week = period_window("week", now, tz=lab.tz)
-    start = min(window_start(mine, now, tz=lab.tz, term=lab.term), week[0])
+    start = min(budget_window(ctx, now), week[0])
     own = state.ledger.allocations_between(start, now, user=name)
-    budget = user_budget(
-        name,
-        groups,
-        lab.policies,
-        own,
-        now,
-        is_admin=is_admin,
-        default_policy=lab.default_policy,
-        tz=lab.tz,
-        term=lab.term,
-    )
+    budget = user_budget(name, ctx, own, now)
     used = budget.used_hours if budget else usage(own, week[0], week[1], now).hours(name)
     return usageview.budget_view(budget, used, week, lab.tz)
 

@@ -8,8 +8,9 @@ The accounting rule (:mod:`jupyterhub_gpulab.fairuse.accounting`), as the pages 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from datetime import date, datetime, timedelta, timezone, tzinfo
 
+from ...clock import midnight_utc
 from ...fairuse.accounting import Usage
 from ...fairuse.quota import Budget, period_window
 from ...hub.announce import NOTICE_PREFIX
@@ -70,10 +71,7 @@ def parse_period(
     if (last - first).days > MAX_DAYS:
         raise PeriodError(f"a period of at most {MAX_DAYS} days, please")
 
-    def midnight(d: date) -> datetime:
-        return datetime.combine(d, time(0), tzinfo=tz).astimezone(timezone.utc)
-
-    return midnight(first), midnight(last)
+    return midnight_utc(first, tz), midnight_utc(last, tz)
 
 
 def _hours(seconds: float) -> float:

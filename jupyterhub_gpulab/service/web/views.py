@@ -10,23 +10,16 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
-from ...inventory import SliceKind, Utilization
-from ...lab.policy import GroupPolicy, applicable_policies, user_limit
+from ...clock import as_utc
+from ...inventory import Utilization
+from ...inventory.model import describe_slice as describe
+from ...inventory.model import isolation
+from ...lab.policy import GroupPolicy, PolicyContext
 from ...lab.profile import Profile
 from ...ledger import Allocation
 from ...units import format_bytes
-
-ISOLATION = {
-    "gpu": ("hard", "the whole GPU is yours alone"),
-    "mig": ("hard", "a MIG instance: its own memory and compute, isolated in hardware"),
-    "shared": (
-        "soft",
-        "a shared seat: other seats run on the same GPU; your memory and compute share are "
-        "capped where the host runs MPS, and only advisory elsewhere",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -41,13 +34,8 @@ class Server:
     started: str | None = None
 
 
-def _aware(dt: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; the ledger writes UTC only.
-    return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
-
-
 def iso(dt: datetime | None) -> str | None:
-    dt = _aware(dt)
+    dt = as_utc(dt)
     return dt.isoformat().replace("+00:00", "Z") if dt else None
 
 
@@ -59,13 +47,17 @@ def _util(u: Utilization | None) -> dict:
 
 
 def describe_slice(row: Mapping) -> str:
-    where = f"GPU {row['device_index']} ({row['device_name']})"
-    if row["kind"] == SliceKind.MIG.value:
-        return f"MIG {row['mig_profile']} on {where}"
-    if row["kind"] == SliceKind.SHARED.value:
-        seat = row["seat"] + 1 if row["seat"] is not None else "?"
-        return f"seat {seat} of {row['seats']} ({format_bytes(row['memory_bytes'])}) on {where}"
-    return f"whole {where}"
+    """A ledger slice row in the words of :func:`~...inventory.model.describe_slice`."""
+    return describe(
+        row["kind"],
+        row["device_index"],
+        row["device_name"],
+        row["memory_bytes"],
+        mig_profile=row["mig_profile"],
+        seat=row["seat"],
+        seats=row["seats"],
+        share=row["share"],
+    )
 
 
 def _layout(slices: list[dict], device: Mapping) -> str:
@@ -124,7 +116,7 @@ def inventory_view(
                 "seats": s["seats"],
                 "memory_bytes": s["memory_bytes"],
                 "share": s["share"],
-                "isolation": ISOLATION[s["kind"]][0],
+                "isolation": isolation(s["kind"])[0],
                 "available": bool(s["available"]),
                 "vanished": vanished,
                 "held_by": s["held_by"],
@@ -197,7 +189,7 @@ def allocation_view(
             servers is not None
             and server is None
             and servers_at is not None
-            and _aware(a.started_at) < servers_at
+            and as_utc(a.started_at) < servers_at
         )
         rows.append(
             {
@@ -211,7 +203,7 @@ def allocation_view(
                 "node": a.node,
                 "charge_group": a.charge_group,
                 "started_at": iso(a.started_at),
-                "held_seconds": max(0, int((now - _aware(a.started_at)).total_seconds())),
+                "held_seconds": max(0, int((now - as_utc(a.started_at)).total_seconds())),
                 "server": state,
                 "last_activity": server.last_activity if server else None,
                 "stale": bool(stale),
@@ -272,7 +264,7 @@ def refusal_view(refusals: Mapping[str, int]) -> list[dict]:
 
 def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utilization]) -> dict:
     kind = s["kind"] if s else None
-    isolation, explained = ISOLATION.get(kind, ("unknown", "this slice left the inventory"))
+    level, explained = isolation(kind) if s else ("unknown", "this slice left the inventory")
     return {
         "allocation": a.id,
         "server_name": a.server_name,
@@ -283,7 +275,7 @@ def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utiliza
         "gpu_model": s["device_name"] if s else None,
         "memory_bytes": s["memory_bytes"] if s else None,
         "mig_profile": s["mig_profile"] if s else None,
-        "isolation": isolation,
+        "isolation": level,
         "isolation_detail": explained,
         "started_at": iso(a.started_at),
         **_util(utilisation.get(a.slice_id)),
@@ -293,21 +285,19 @@ def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utiliza
 def user_view(
     *,
     user: str,
-    groups: Iterable[str],
-    is_admin: bool,
+    ctx: PolicyContext,
     servers: list[Server] | None,
     allocations: list[Allocation],
     slices_by_id: Mapping[str, Mapping],
     utilisation: Mapping[str, Utilization],
     entitled: Iterable[Profile],
     capacity: Mapping[str, tuple[int, int]],
-    policies: Mapping[str, GroupPolicy],
-    default_policy: GroupPolicy | None,
     open_by_group: Mapping[str, int],
 ) -> dict:
     """The user page: my servers and their slices, my groups' limits and my use of them, and
-    the free capacity of every profile I may pick."""
-    mine = applicable_policies(groups, is_admin, policies, default_policy)
+    the free capacity of every profile I may pick. ``ctx``: my policies (computed once for the
+    request, :meth:`~...lab.policy.PolicyContext.for_user`)."""
+    mine = ctx.policies
     by_server = {a.server_name: a for a in allocations}
     server_rows = []
     for srv in servers or []:
@@ -338,12 +328,12 @@ def user_view(
         )
     return {
         "user": user,
-        "groups": sorted(groups),
+        "groups": sorted(ctx.groups),
         "servers": server_rows,
         "slices": [my_slice(a, slices_by_id.get(a.slice_id), utilisation) for a in allocations],
         "limits": {
             "held": len(allocations),
-            "max_slices_per_user": user_limit(mine),
+            "max_slices_per_user": ctx.user_limit,
             "policies": [
                 {
                     "group": p.group,
