@@ -174,7 +174,7 @@ c.GPULab.profiles = [
     },
 ]
 
-# ADMIN: quotas per group. How several groups combine: see jupyterhub_gpulab/policy.py.
+# ADMIN: quotas per group. How several groups combine: see jupyterhub_gpulab/lab/policy.py.
 # gpu_hours: weighted GPU-hours per user and calendar period ("day", "week" or "term"): a whole
 # GPU hour counts 1, a 1g.10gb MIG hour 1/7, a seat its compute share; CPU profiles count nothing.
 # 5 GPU-hours a week is 35 hours of a 1g.10gb slice. max_session caps a profile's max_age.

@@ -159,20 +159,77 @@ def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
 
 
 def _spawner(config: Config):
-    """``(GPUDockerSpawner built from config, [])``, or ``(None, [its problem])``: building it runs
-    the spawner's own validators (``remove``, ``attach_mode``, ``prefix``, ``pids_limit``,
-    ``cap_add``), the same that refuse the value when the hub loads its configuration."""
+    """``(GPUDockerSpawner built from config, [every problem])``; the spawner is ``None`` when it
+    cannot be built. Building it runs the spawner's own validators (``remove``, ``attach_mode``,
+    ``prefix``, ``pids_limit``, ``cap_add``, …), the same that refuse the value when the hub loads
+    its configuration. traitlets stops at the first bad value, so each setting of the spawner's
+    sections is also tried on its own: every bad one is listed, not only the first."""
+    import copy
     from types import SimpleNamespace
 
     from traitlets import TraitError
 
     from .spawner import GPUDockerSpawner
 
-    try:
+    def build(cfg: Config):
         # a stand-in user: DockerSpawner names the container when c.DockerSpawner.image is set
-        return GPUDockerSpawner(config=config, user=SimpleNamespace(name="check-config")), []
+        return GPUDockerSpawner(config=cfg, user=SimpleNamespace(name="check-config"))
+
+    try:
+        return build(config), []
+    except (TraitError, ValueError) as first:
+        first_error = str(first)
+    errors: list[str] = []
+    good = copy.deepcopy(config)
+    for section in ("Spawner", "DockerSpawner", "GPUDockerSpawner"):
+        if section not in config:
+            continue
+        for key, value in list(config[section].items()):
+            alone = Config()
+            alone[section][key] = value
+            try:
+                build(alone)
+            except (TraitError, ValueError) as e:
+                errors.append(str(e))
+                del good[section][key]
+    try:
+        return build(good), errors or [first_error]
     except (TraitError, ValueError) as e:
-        return None, [str(e)]
+        return None, [*errors, str(e)] if errors else [first_error]
+
+
+def _db_url_errors(url: str) -> list[str]:
+    """Problems with ``c.GPULab.db_url`` that would stop the hub and the service at start: a URL
+    SQLAlchemy cannot read, a database driver that is not installed, a SQLite file in a folder
+    that does not exist. Opens no connection."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return [
+            f"c.GPULab.db_url {url!r} is not a database URL; use e.g. "
+            "'sqlite:////srv/jupyterhub/gpulab.sqlite' or "
+            "'postgresql+psycopg://user:password@host/gpulab'"
+        ]
+    safe = parsed.render_as_string(hide_password=True)
+    try:
+        parsed.get_dialect().import_dbapi()
+    except NoSuchModuleError:
+        return [f"c.GPULab.db_url {safe!r}: SQLAlchemy knows no database {parsed.drivername!r}"]
+    except ImportError as e:
+        fix = (
+            "pip install 'jupyterhub-gpulab[postgres]'"
+            if parsed.get_backend_name() == "postgresql"
+            else f"install the Python driver for {parsed.drivername}"
+        )
+        return [f"c.GPULab.db_url {safe!r}: its driver is not installed ({e.name}); {fix}"]
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        folder = Path(parsed.database).expanduser().resolve().parent
+        if not folder.is_dir():
+            return [f"c.GPULab.db_url {safe!r}: the folder {folder} does not exist; create it"]
+    return []
 
 
 def host_resources() -> tuple[int, int]:
@@ -202,6 +259,7 @@ def cmd_check_config(args) -> int:
     config = _config(args.config)
     spawner, errors = _spawner(config)
     errors += _service_errors(config)
+    errors += _db_url_errors(GPULab(config=config).db_url)
     lab = None
     try:
         gl = GPULab(config=config)

@@ -6,11 +6,12 @@
 # interrupts a user's notebook. Ctrl-C therefore stops only the hub (and its managed gpulab
 # service); this script stops the rest.
 # What: stops a hub still running from this checkout's jupyterhub_config.py (SIGTERM, then waits),
-# the proxy named in <state>/jupyterhub-proxy.pid, and every container this checkout's demo lab
-# started (label org.jupyter.gpulab.user, name prefix "jupyter-"); with --purge it also removes
-# the state folder (<repo>/.state or GPULAB_STATE_DIR: JupyterHub's and gpulab's databases,
-# cookie secrets) and the per-user home volumes (gpulab-home-*). Stops only processes whose
-# command line it recognises. Idempotent.
+# the proxy named in <state>/jupyterhub-proxy.pid, and every container of this checkout's demo
+# lab: those labelled with the lab id kept in its ledger (org.jupyter.gpulab.lab-id), so another
+# lab's containers on the same engine are never touched. With --purge it also removes the state
+# folder (<repo>/.state or GPULAB_STATE_DIR: JupyterHub's and gpulab's databases, cookie secrets).
+# User home volumes are never removed (`docker volume rm` them by name if you mean to). Stops only
+# processes whose command line it recognises. Idempotent.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${GPULAB_STATE_DIR:-$REPO/.state}
@@ -40,16 +41,25 @@ if [ -s "$STATE/jupyterhub-proxy.pid" ]; then
     rm -f "$STATE/jupyterhub-proxy.pid"
 fi
 
-# 3. The users' containers (the ledger closes their allocations at the next hub start).
-if timeout 10 docker info >/dev/null 2>&1; then
-    ids=$(docker ps -aq --filter label=org.jupyter.gpulab.user --filter name='^jupyter-')
+# 3. The users' containers of this lab (the ledger closes their allocations at the next start).
+PY=$REPO/.venv/bin/python
+READ_LAB_ID='
+from jupyterhub_gpulab.lab.config import GPULab, load_config_file
+from jupyterhub_gpulab.ledger.labs import peek_identity
+lab = peek_identity(GPULab(config=load_config_file("jupyterhub_config.py")).db_url)
+print(lab.uuid if lab else "")
+'
+lab_id=""
+if [ -x "$PY" ]; then
+    lab_id=$(cd "$REPO" && GPULAB_STATE_DIR=$STATE "$PY" -c "$READ_LAB_ID" 2>/dev/null | tail -n 1) || lab_id=""
+fi
+if [ -z "$lab_id" ]; then
+    say "no ledger with a lab id in $STATE: no container is this demo's"
+elif timeout 10 docker info >/dev/null 2>&1; then
+    ids=$(docker ps -aq --filter "label=org.jupyter.gpulab.lab-id=$lab_id")
     if [ -n "$ids" ]; then
-        say "removing $(echo "$ids" | wc -l) container(s)"
+        say "removing $(echo "$ids" | wc -l) container(s) of lab $lab_id"
         docker rm -f $ids >/dev/null
-    fi
-    if [ "$purge" = 1 ]; then
-        vols=$(docker volume ls -q --filter name='^gpulab-home-' || true)
-        [ -n "$vols" ] && { say "removing home volumes: $(echo $vols)"; docker volume rm $vols >/dev/null; }
     fi
 fi
 

@@ -12,7 +12,6 @@ from clock_support import HOUR, MINUTE
 from jupyterhub_gpulab.errors import ConfigError
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
 from jupyterhub_gpulab.fairuse.quota import (
-    Term,
     budget_window,
     check_spawn,
     over_budget_servers,
@@ -24,6 +23,7 @@ from jupyterhub_gpulab.fairuse.quota import (
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest, load_declared
 from jupyterhub_gpulab.lab.policy import GroupPolicy, PolicyContext, applicable_policies
 from jupyterhub_gpulab.lab.profile import Profile
+from jupyterhub_gpulab.lab.term import Term
 from jupyterhub_gpulab.ledger import Allocation, Ledger
 
 UTC = timezone.utc

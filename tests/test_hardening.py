@@ -279,3 +279,37 @@ def test_check_config_measures_this_host(capsys, tmp_path):
     rc, out, _ = check(capsys, tmp_path, f"c.GPULab.profiles = {[big]!r}\n")
     assert rc == 0
     assert "warning: profile 'huge': mem_limit 64 TiB is more than this host's memory" in out
+
+
+def test_check_config_lists_every_bad_spawner_setting_not_only_the_first(capsys, tmp_path):
+    body = (
+        f"c.GPULab.profiles = [{CPU!r}]\n"
+        "c.DockerSpawner.remove = False\n"
+        "c.DockerSpawner.extra_host_config = {'privileged': True}\n"
+        "c.GPUDockerSpawner.pids_limit = -1\n"
+    )
+    rc, out, err = check(capsys, tmp_path, body)
+    assert rc == 1 and "OK" not in out
+    assert "3 error(s)" in err, err
+    assert "remove = False is refused" in err
+    assert "extra_host_config['privileged'] is refused" in err
+    assert "c.GPUDockerSpawner.pids_limit -1 is no limit" in err
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        pytest.param("garbage", "is not a database URL", id="not-a-url"),
+        pytest.param("mysql://x/y", "driver is not installed", id="missing-driver"),
+        pytest.param("nosuchdb://x/y", "knows no database", id="unknown-database"),
+        pytest.param(
+            "sqlite:////nonexistent-gpulab-dir/x.sqlite", "does not exist", id="no-folder"
+        ),
+    ],
+)
+def test_check_config_says_what_is_wrong_with_the_database_url(capsys, tmp_path, url, says):
+    body = f"c.GPULab.profiles = [{CPU!r}]\nc.GPULab.db_url = {url!r}\n"
+    rc, out, err = check(capsys, tmp_path, body)
+    assert rc == 1, out
+    assert says in err and "Traceback" not in err
+    assert "OK" not in out

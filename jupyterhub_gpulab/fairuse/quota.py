@@ -39,13 +39,13 @@ from ..clock import midnight_utc
 from ..errors import ConfigError, plain
 from ..lab.policy import GroupPolicy, PolicyContext
 from ..lab.profile import Profile
+from ..lab.term import Term
 from ..ledger.models import Allocation
 from .accounting import usage
 
 __all__ = [
     "Budget",
     "OverBudget",
-    "Term",
     "budgets",
     "budget_window",
     "check_spawn",
@@ -57,22 +57,6 @@ __all__ = [
 ]
 
 UTC = timezone.utc
-
-
-@dataclass(frozen=True)
-class Term:
-    """The teaching term, ``[start, end)`` (timezone-aware); from ``c.GPULab.term_start`` /
-    ``term_end``."""
-
-    start: datetime
-    end: datetime
-
-    def __post_init__(self) -> None:
-        if self.start.tzinfo is None or self.end.tzinfo is None or self.end <= self.start:
-            raise ConfigError(
-                f"term [{self.start}, {self.end}) must be two timezone-aware datetimes with the "
-                "end after the start, e.g. term_start = '2026-09-07', term_end = '2026-12-19'"
-            )
 
 
 def period_window(

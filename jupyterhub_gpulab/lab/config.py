@@ -28,6 +28,7 @@ from ..inventory import Inventory, InventoryError, load_inventory, load_shared
 from .policy import GroupPolicy, load_policies, load_policy
 from .profile import Profile
 from .profiles import load_profiles
+from .term import Term
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Lab:
     node: str
     warnings: tuple[str, ...] = field(default_factory=tuple)
     tz: tzinfo = timezone.utc
-    term: object = None  # fairuse.quota.Term | None
+    term: Term | None = None
 
     def profile(self, slug: str) -> Profile | None:
         return next((p for p in self.profiles if p.slug == slug), None)
@@ -172,7 +173,6 @@ class GPULab(LoggingConfigurable):
 
     def _fair_use_settings(self, errors: list[str]):
         """``(tz, term)`` from the traits, appending problems to ``errors``."""
-        from ..fairuse.quota import Term
 
         try:
             tz = ZoneInfo(self.quota_timezone)

@@ -44,9 +44,9 @@ from ..errors import ConfigError, ProfileChoiceError, plain
 from ..units import UnitError, parse_seconds
 
 if TYPE_CHECKING:
-    from ..fairuse.quota import Term
     from .config import Lab
     from .profile import Profile
+    from .term import Term
 
 __all__ = [
     "ADMIN_POLICY",
@@ -306,7 +306,7 @@ class PolicyContext:
 
     ``groups`` (JupyterHub group names) and ``is_admin`` are the user's; ``policies`` are the
     ones they fall under (:func:`applicable_policies`, sorted by group; ``()``: no limits);
-    ``tz`` and ``term`` (a :class:`~..fairuse.quota.Term` or ``None``) place their budget
+    ``tz`` and ``term`` (a :class:`~.term.Term` or ``None``) place their budget
     periods (``c.GPULab.quota_timezone``, ``term_start`` / ``term_end``).
     """
 

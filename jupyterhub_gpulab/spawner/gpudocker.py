@@ -159,7 +159,7 @@ class GPUDockerSpawner(
     def _check_remove(self, proposal):
         if not proposal.value:
             raise ValueError(
-                "c.DockerSpawner.remove = False is refused: a restarted container would keep the "
+                "remove = False is refused (whether set on c.DockerSpawner, c.GPUDockerSpawner or c.Spawner): a restarted container would keep the "
                 "GPU slice it was created with, which the ledger may have given to someone else. "
                 "Remove the setting (gpulab removes every container when its server stops) and "
                 "keep user files in volumes (c.DockerSpawner.volumes) instead."
