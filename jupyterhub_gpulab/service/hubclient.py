@@ -17,6 +17,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .. import clock
 from ..errors import StatusError
+from .stopper import ServerStopper
 from .web.views import Server
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class HubClient:
         self.http = AsyncHTTPClient()
         self.active: dict[tuple[str, str], Server] | None = None
         self.active_at: datetime | None = None
+        #: the one stop-then-close sequence and its background tasks (:mod:`.stopper`)
+        self.stopper = ServerStopper(self)
 
     async def _request(self, method: str, path: str, *, body=None) -> tuple[int, object]:
         req = HTTPRequest(
