@@ -50,7 +50,6 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from .. import clock
 from ..fairuse.culler import Decision, Server, Settings, decide
 from ..fairuse.cullplan import (
-    Running,
     budget_window_start,
     plan,
     running_servers,
@@ -58,6 +57,7 @@ from ..fairuse.cullplan import (
     warnings_map,
 )
 from ..fairuse.rounds import RoundReport, cull_round
+from ..hub.servers import HubServer
 from ..ledger import Allocation, aio
 from .cullconfig import CullerTraits
 from .hubclient import HubClient, HubError
@@ -157,7 +157,7 @@ class Culler:
         running = [r for r in running_servers(users) if r.key not in self.hub.stopper.stopping]
         planned, given = await aio.call(self._gather, running, now)
         self._held = {r.key: held for r, _, held in planned}
-        urls = {r.key: r.url for r in running}
+        urls = {r.key: r.url or "" for r in running}
         warnings = self._dry_warnings if self.dry_run else warnings_map(given)
         servers = await self._ask_kernels([s for _, s, _ in planned], warnings, now, urls)
         report = await cull_round(
@@ -191,7 +191,7 @@ class Culler:
 
     # -- reads (in a thread) ------------------------------------------------------------------
 
-    def _gather(self, running: list[Running], now):
+    def _gather(self, running: list[HubServer], now):
         ledger, lab = self.state.ledger, self.state.lab
         start = budget_window_start(lab, now)
         period = ledger.allocations_between(start, now) if start < now else []
