@@ -30,7 +30,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from ..hub.announce import NOTICE_PREFIX
-from ..hub.servers import HubServer, hub_servers
+from ..hub.servers import HubServer, servers_in
 from ..inventory.model import Utilization
 from ..lab.choice import default_profile
 from ..lab.config import Lab
@@ -56,7 +56,7 @@ NOTICE_TTL = timedelta(hours=24)
 def running_servers(users: Iterable[Mapping]) -> list[HubServer]:
     """Every ready server in the hub's user models (servers starting or stopping are left out:
     their ``pending`` is set and ``ready`` is false)."""
-    return sorted((s for s in hub_servers(users) if s.state == "running"), key=lambda r: r.key)
+    return sorted((s for s in servers_in(users) if s.state == "running"), key=lambda r: r.key)
 
 
 def budget_window_start(lab: Lab, now: datetime) -> datetime:

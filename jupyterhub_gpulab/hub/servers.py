@@ -73,7 +73,7 @@ class HubServer:
         )
 
 
-def hub_servers(users: Iterable[Mapping]) -> list[HubServer]:
+def servers_in(users: Iterable[Mapping]) -> list[HubServer]:
     """Every server in the hub's user models ``users``, in their order."""
     return [
         HubServer.from_model(u, name, srv)

@@ -17,7 +17,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .. import clock
 from ..errors import StatusError
-from ..hub.servers import HubServer, hub_servers
+from ..hub.servers import HubServer, servers_in
 from .stopper import ServerStopper
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class HubClient:
     def remember_active(self, users: list[dict], asked_at: datetime) -> dict:
         """Keep ``users``' running or pending servers (an answer of :meth:`active_users` asked
         at ``asked_at``) as ``self.active``, keyed by ``(user, server_name)``."""
-        found = {s.key: s for s in hub_servers(users) if s.state != "stopped"}
+        found = {s.key: s for s in servers_in(users) if s.state != "stopped"}
         self.active, self.active_at = found, asked_at
         return found
 
@@ -117,7 +117,7 @@ class HubClient:
         _, model = await self._request(
             "GET", f"users/{url_escape(user, plus=False)}?include_stopped_servers=1"
         )
-        servers = hub_servers([{**model, "name": user}])
+        servers = servers_in([{**model, "name": user}])
         return sorted(servers, key=lambda s: (s.name != "", s.name))
 
     def _server_path(self, user: str, name: str) -> str:

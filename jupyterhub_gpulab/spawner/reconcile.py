@@ -5,7 +5,7 @@ Runs in the hub process: one task per lab runtime (one per process), a pass ever
 allocations), one ``docker ps -a`` sorted into this lab's containers by
 :meth:`~.runtime.LabRuntime.our_containers` (the lab id labels, :mod:`.engine`; other labs'
 containers are never touched, only reported when they hold this lab's GPUs) and a walk over
-JupyterHub's in-memory servers (:func:`hub_servers`); :func:`plan` (pure) decides, then the pass
+JupyterHub's in-memory servers (:func:`active_servers`); :func:`plan` (pure) decides, then the pass
 closes allocations and removes containers, logging each with its reason.
 
 "Still starting" is what JupyterHub knows (a spawn, check or stop pending on the server) and what
@@ -130,17 +130,19 @@ def foreign_reason(
 
 
 @dataclass(frozen=True)
-class HubServer:
-    """What JupyterHub knows of one active server: ``pending`` is ``Spawner.pending``
-    (``"spawn"``, ``"check"``, ``"stop"``, ...; ``None`` when ready)."""
+class ActiveServer:
+    """What the hub's memory holds for one active server, read from its spawner in the hub
+    process: ``pending`` is ``Spawner.pending`` (``"spawn"``, ``"check"``, ``"stop"``, ...;
+    ``None`` when ready). (The service's record of a server, from the hub's REST API, is
+    :class:`~jupyterhub_gpulab.hub.servers.HubServer`.)"""
 
     pending: str | None
     allocation_id: int | None
     object_name: str
 
 
-def hub_servers(users: Iterable) -> dict[tuple[str, str], HubServer]:
-    """``{(user, server name): HubServer}`` for every server JupyterHub runs or is starting,
+def active_servers(users: Iterable) -> dict[tuple[str, str], ActiveServer]:
+    """``{(user, server name): ActiveServer}`` for every server JupyterHub runs or is starting,
     from its in-memory users (``app.users.values()``, which holds at least every active user).
     Reads memory only; call it on the hub's event loop."""
     out = {}
@@ -148,7 +150,7 @@ def hub_servers(users: Iterable) -> dict[tuple[str, str], HubServer]:
         for name, sp in list(user.spawners.items()):
             if not sp.active:
                 continue
-            out[(user.name, name or "")] = HubServer(
+            out[(user.name, name or "")] = ActiveServer(
                 pending=sp.pending or None,
                 allocation_id=getattr(sp, "allocation_id", None),
                 object_name=getattr(sp, "object_name", ""),
@@ -167,7 +169,7 @@ class Plan:
 def plan(
     open_allocations: Iterable[Allocation],
     containers: Iterable[LabContainer],
-    servers: Mapping[tuple[str, str], HubServer],
+    servers: Mapping[tuple[str, str], ActiveServer],
 ) -> Plan:
     """Decide a pass (the rules are in the module docstring). Read the ledger first, Docker
     second and ``servers`` last: an allocation claimed before the ledger read then shows its
@@ -278,7 +280,7 @@ class Reconciler:
         t0 = time.perf_counter()
         allocs = [a for a in await aio.call(self.ledger.open_allocations) if a.node == self.node]
         containers = await self.list_objects()
-        p = plan(allocs, containers, hub_servers(self.users()))
+        p = plan(allocs, containers, active_servers(self.users()))
         for a, reason in p.close:
             if await aio.call(self.ledger.release, a.id, reason):
                 self.log.warning(
