@@ -13,19 +13,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .hubclient import HubClient
+from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+
+class Hub(Protocol):
+    """What the stopper needs of :class:`~.hubclient.HubClient` (which holds the stopper)."""
+
+    async def stop(self, user: str, name: str = "") -> bool: ...
+
+    async def wait_stopped(self, user: str, name: str = "", timeout: float = 120) -> bool: ...
 
 
 class ServerStopper:
     """Stops servers through ``hub`` (a :class:`~.hubclient.HubClient`); one per hub client
     (``hub.stopper``)."""
 
-    def __init__(self, hub: HubClient):
+    def __init__(self, hub: Hub):
         self.hub = hub
         #: ``(user, server_name)`` of servers the hub is still stopping
         self.stopping: set[tuple[str, str]] = set()
