@@ -16,13 +16,13 @@ from traitlets.config import Config
 from jupyterhub_gpulab.fairuse.culler import Settings, decide
 from jupyterhub_gpulab.fairuse.cullplan import (
     NOTICE_TTL,
-    hub_time,
     plan,
     running_servers,
     to_clear,
     warnings_map,
 )
 from jupyterhub_gpulab.hub.announce import HomeAnnouncement, warnings_html
+from jupyterhub_gpulab.hub.servers import hub_time
 from jupyterhub_gpulab.inventory.model import Utilization
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger import Allocation, CullWarning, Ledger

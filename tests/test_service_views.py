@@ -12,6 +12,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpulab.hub.hubconfig import configure_service
+from jupyterhub_gpulab.hub.servers import HubServer, hub_time
 from jupyterhub_gpulab.lab.policy import GroupPolicy, PolicyContext, user_limit
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.ledger import Allocation
@@ -47,7 +48,7 @@ def slice_row(sid, kind="gpu", *, device="GPU-1", index=0, name="NVIDIA A40", me
 
 
 def test_allocation_without_a_server_on_the_hub_is_stale_but_a_newer_one_is_not():
-    servers = {("ann", ""): views.Server("ann", "", "running", "2026-03-02T11:59:00Z")}
+    servers = {("ann", ""): HubServer("ann", "", "running", hub_time("2026-03-02T11:59:00Z"))}
     rows = views.allocation_view(
         [
             alloc(1, "ann", "GPU-1"),
@@ -178,7 +179,7 @@ def test_user_view_shows_slice_isolation_limits_and_capacity():
             False,
             {"students": GroupPolicy("students", max_slices_per_user=2, max_slices=10)},
         ),
-        servers=[views.Server("ann", "", "running"), views.Server("ann", "train", "running")],
+        servers=[HubServer("ann", "", "running"), HubServer("ann", "train", "running")],
         allocations=[alloc(1, "ann", "GPU-1/seat-0"), alloc(2, "ann", "MIG-1", server="train")],
         slices_by_id=slices,
         utilisation={},

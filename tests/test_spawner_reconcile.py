@@ -14,10 +14,10 @@ from jupyterhub_gpulab.spawner.container import labels
 from jupyterhub_gpulab.spawner.reconcile import (
     NO_SERVER,
     NOT_HELD,
-    HubServer,
+    ActiveServer,
     LabContainer,
+    active_servers,
     foreign_reason,
-    hub_servers,
     plan,
 )
 
@@ -71,12 +71,12 @@ def container(
     return LabContainer.from_ps(row)
 
 
-def running(aid: int | None, user: str) -> HubServer:
-    return HubServer(pending=None, allocation_id=aid, object_name=f"jupyter-{user}")
+def running(aid: int | None, user: str) -> ActiveServer:
+    return ActiveServer(pending=None, allocation_id=aid, object_name=f"jupyter-{user}")
 
 
-def pending(aid: int | None, user: str, what: str = "spawn") -> HubServer:
-    return HubServer(pending=what, allocation_id=aid, object_name=f"jupyter-{user}")
+def pending(aid: int | None, user: str, what: str = "spawn") -> ActiveServer:
+    return ActiveServer(pending=what, allocation_id=aid, object_name=f"jupyter-{user}")
 
 
 def closed(p) -> dict[int, str]:
@@ -260,7 +260,7 @@ def test_hub_servers_lists_active_servers_with_what_they_hold():
         NS(name="ann", spawners={"": sp(None, True, 1, "j-ann"), "b": sp(None, False, None, "x")}),
         NS(name="bob", spawners={"": sp("spawn", False, None, "j-bob")}),
     ]
-    assert hub_servers(users) == {
-        ("ann", ""): HubServer(None, 1, "j-ann"),
-        ("bob", ""): HubServer("spawn", None, "j-bob"),
+    assert active_servers(users) == {
+        ("ann", ""): ActiveServer(None, 1, "j-ann"),
+        ("bob", ""): ActiveServer("spawn", None, "j-bob"),
     }

@@ -26,11 +26,11 @@ obsolete. A server the culler stopped gets a notice whose rule is its end reason
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 
-from ..clock import as_utc
 from ..hub.announce import NOTICE_PREFIX
+from ..hub.servers import HubServer, servers_in
 from ..inventory.model import Utilization
 from ..lab.choice import default_profile
 from ..lab.config import Lab
@@ -42,9 +42,7 @@ from .quota import over_budget_servers, session_limit, user_budget, window_start
 __all__ = [
     "NOTICE_PREFIX",
     "NOTICE_TTL",
-    "Running",
     "budget_window_start",
-    "hub_time",
     "plan",
     "running_servers",
     "to_clear",
@@ -55,58 +53,10 @@ __all__ = [
 NOTICE_TTL = timedelta(hours=24)
 
 
-def hub_time(text: str | None) -> datetime | None:
-    """A JupyterHub timestamp (``2026-03-02T12:00:00.123Z``) as an aware UTC datetime."""
-    if not text:
-        return None
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return as_utc(dt)
-
-
-@dataclass(frozen=True)
-class Running:
-    """A ready server as the hub reports it."""
-
-    user: str
-    name: str
-    groups: tuple[str, ...]
-    admin: bool
-    started: datetime | None
-    last_activity: datetime | None
-    url: str
-    profile: str | None
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.user, self.name)
-
-
-def running_servers(users: Iterable[Mapping]) -> list[Running]:
+def running_servers(users: Iterable[Mapping]) -> list[HubServer]:
     """Every ready server in the hub's user models (servers starting or stopping are left out:
     their ``pending`` is set and ``ready`` is false)."""
-    found = []
-    for u in users:
-        for name, srv in (u.get("servers") or {}).items():
-            if not srv.get("ready") or srv.get("pending"):
-                continue
-            options = srv.get("user_options") or {}
-            profile = options.get("profile") if isinstance(options, Mapping) else None
-            found.append(
-                Running(
-                    user=u["name"],
-                    name=name,
-                    groups=tuple(u.get("groups") or ()),
-                    admin=bool(u.get("admin")),
-                    started=hub_time(srv.get("started")),
-                    last_activity=hub_time(srv.get("last_activity")),
-                    url=srv.get("url") or "",
-                    profile=profile if isinstance(profile, str) else None,
-                )
-            )
-    return sorted(found, key=lambda r: r.key)
+    return sorted((s for s in servers_in(users) if s.state == "running"), key=lambda r: r.key)
 
 
 def budget_window_start(lab: Lab, now: datetime) -> datetime:
@@ -135,7 +85,7 @@ def _seen(samples: Sequence[Utilization], unknown_idle: bool) -> tuple[Utilizati
 
 
 def plan(
-    running: Sequence[Running],
+    running: Sequence[HubServer],
     open_allocations: Iterable[Allocation],
     lab: Lab,
     history: Callable[[str], Sequence[Utilization]],
@@ -144,7 +94,7 @@ def plan(
     *,
     within_s: float,
     unknown_idle: bool = False,
-) -> list[tuple[Running, Server, tuple[Allocation, ...]]]:
+) -> list[tuple[HubServer, Server, tuple[Allocation, ...]]]:
     """One culler :class:`~..fairuse.culler.Server` per running server (module docstring), with
     the hub's record and the open allocations it holds (oldest first). ``history(slice_id)``
     gives a slice's samples; ``period_allocations``: the ledger's allocations since
@@ -204,7 +154,7 @@ def warnings_map(warnings: Iterable[CullWarning]) -> dict[tuple[str, str], dict[
 def to_clear(
     warnings: Iterable[CullWarning],
     kept: Mapping[tuple[str, str], Mapping[str, datetime]],
-    running: Iterable[Running],
+    running: Iterable[HubServer],
     now: datetime,
 ) -> list[tuple[str, str, str]]:
     """``(user, server_name, rule)`` of the ledger's warnings a pass made obsolete: warnings no

@@ -6,10 +6,10 @@ a message safe to show) when it cannot be done. Database and NVML work runs in a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from ..errors import ConfigError, StatusError
+from ..ledger import aio
 from .hubclient import HubClient, HubError
 from .state import LabState
 from .web.inputs import MAX_REASON, shown
@@ -42,7 +42,7 @@ async def drain(state: LabState, uuid: str, reason: str = "", *, by: str) -> str
         state.ledger.set_drained(uuid, True, reason)
         return d
 
-    d = await asyncio.to_thread(work)
+    d = await aio.call(work)
     log.info("%s drained %s (%s): %s", by, uuid, d["name"], reason)
     return f"GPU {d['index']} ({d['name']}) is drained: no new allocations on it."
 
@@ -53,7 +53,7 @@ async def undrain(state: LabState, uuid: str, *, by: str) -> str:
         state.undrain(uuid)
         return d
 
-    d = await asyncio.to_thread(work)
+    d = await aio.call(work)
     log.info("%s returned %s (%s) to service", by, uuid, d["name"])
     return f"GPU {d['index']} ({d['name']}) is back in service."
 
@@ -63,7 +63,7 @@ async def release(state: LabState, hub: HubClient, allocation_id: int, *, by: st
     left the inventory. An allocation whose server runs is refused (409): its container still
     uses the GPU, so freeing the slice would hand it to a second user; stop the server instead.
     """
-    a = await asyncio.to_thread(state.ledger.get, allocation_id)
+    a = await aio.call(state.ledger.get, allocation_id)
     if a is None:
         raise ActionError(404, f"No allocation {allocation_id}.")
     if not a.open:
@@ -86,7 +86,7 @@ async def release(state: LabState, hub: HubClient, allocation_id: int, *, by: st
                 f"{label} is {live.state}: its container still uses this slice, so releasing it "
                 "would give the GPU to two users. Stop the server instead.",
             )
-    if not await asyncio.to_thread(state.ledger.release, allocation_id, ADMIN_REASON):
+    if not await aio.call(state.ledger.release, allocation_id, ADMIN_REASON):
         raise ActionError(409, f"Allocation {allocation_id} was closed meanwhile.")
     log.info("%s released allocation %d (%s on %s)", by, a.id, a.user, a.slice_id)
     return f"Released allocation {a.id}: {a.user}'s slice {a.slice_id} is free."
@@ -99,41 +99,39 @@ async def stop_server(
     stopped already (else the hub is still stopping it). The spawner releases its slice; once
     the hub reports the server gone, allocations it held before the stop that are still open
     are closed too (so a server the spawner could not clean up frees its slice)."""
-    held = await asyncio.to_thread(
+    held = await aio.call(
         lambda: [a.id for a in state.ledger.open_allocations(user) if a.server_name == name]
     )
     label = f"{user}'s server {name!r}" if name else f"{user}'s server"
-    try:
-        stopped = await hub.stop(user, name)
-    except HubError as e:
-        raise ActionError(
-            e.status if e.status in (400, 404) else 502, f"Cannot stop {label}: {e.message}"
-        ) from None
-    log.info("%s stopped %s (allocations %s)", by, label, held)
 
     async def finish():
-        if not stopped and not await hub.wait_stopped(user, name):
-            log.warning("%s did not stop; its allocations stay open", label)
-            return
         for aid in held:
-            if await asyncio.to_thread(state.ledger.release, aid, ADMIN_REASON):
+            if await aio.call(state.ledger.release, aid, ADMIN_REASON):
                 log.info("Released allocation %d of stopped %s", aid, label)
         try:
             await hub.refresh_active()
         except HubError as e:
             log.warning("Cannot refresh servers from the hub: %s", e.message)
 
+    def not_stopped():
+        log.warning("%s did not stop; its allocations stay open", label)
+
+    try:
+        stopped = await hub.stopper.stop(user, name, finish, if_not_stopped=not_stopped)
+    except HubError as e:
+        raise ActionError(
+            e.status if e.status in (400, 404) else 502, f"Cannot stop {label}: {e.message}"
+        ) from None
+    log.info("%s stopped %s (allocations %s)", by, label, held)
     if stopped:
-        await finish()
         return f"Stopped {label}.", True
-    _background(finish())
     return f"Stopping {label}…", False
 
 
 async def refresh_inventory(state: LabState, *, by: str) -> str:
     """Re-read the inventory (NVML or the config) and sync the ledger with it."""
     try:
-        report = await asyncio.to_thread(state.refresh_inventory)
+        report = await aio.call(state.refresh_inventory)
     except ConfigError as e:
         raise ActionError(409, "The inventory cannot be read: " + "; ".join(e.errors)) from None
     log.info(
@@ -151,12 +149,3 @@ async def refresh_inventory(state: LabState, *, by: str) -> str:
         who = ", ".join(f"{a.user} ({a.slice_id})" for a in report.vanished_held)
         msg += f" Allocations on vanished slices: {who}."
     return msg
-
-
-_tasks: set[asyncio.Task] = set()
-
-
-def _background(coro) -> None:
-    task = asyncio.ensure_future(coro)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)

@@ -28,7 +28,7 @@ from traitlets import Integer, Unicode
 from ..errors import ConfigError
 from ..lab.config import GPULab
 from ..lab.traits import Duration
-from ..ledger import Ledger
+from ..ledger import Ledger, aio
 from .cullconfig import CullerTraits
 from .culling import Culler
 from .hubclient import HubClient, HubError
@@ -230,7 +230,7 @@ class Service:
 
     async def start(self, address: str, port: int) -> None:
         """Sync the inventory, take a first sample, listen, and start the periodic refreshes."""
-        report = await asyncio.to_thread(self.state.sync)
+        report = await aio.call(self.state.sync)
         for a in report.vanished_held:
             log.warning(
                 "Allocation %d (%s's server %r) holds slice %s, which is no longer in the inventory",
@@ -277,7 +277,7 @@ class Service:
 
     async def sample(self) -> None:
         try:
-            await asyncio.to_thread(self.state.take_sample)
+            await aio.call(self.state.take_sample)
         except Exception:
             log.exception("NVML sampling failed")
 

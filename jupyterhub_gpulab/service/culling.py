@@ -40,7 +40,6 @@ training run in a GPU server with its tab closed; the single-user server's own a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Sequence
@@ -51,7 +50,6 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from .. import clock
 from ..fairuse.culler import Decision, Server, Settings, decide
 from ..fairuse.cullplan import (
-    Running,
     budget_window_start,
     plan,
     running_servers,
@@ -59,7 +57,8 @@ from ..fairuse.cullplan import (
     warnings_map,
 )
 from ..fairuse.rounds import RoundReport, cull_round
-from ..ledger import Allocation
+from ..hub.servers import HubServer
+from ..ledger import Allocation, aio
 from .cullconfig import CullerTraits
 from .hubclient import HubClient, HubError
 from .state import LabState
@@ -140,10 +139,7 @@ class Culler:
         self.kernels = KernelProbe(hub, traits.proxy_url)
         #: warnings "given" in a dry run (never written to the ledger)
         self._dry_warnings: dict = {}
-        #: servers being stopped in the background: left alone until the hub says they stopped
-        self._stopping: set[tuple[str, str]] = set()
         self._held: dict[tuple[str, str], tuple[Allocation, ...]] = {}
-        self._tasks: set[asyncio.Task] = set()
         self.last_report: RoundReport | None = None
 
     async def run_pass(self) -> RoundReport | None:
@@ -158,10 +154,10 @@ class Culler:
             )
             return None
         self.hub.remember_active(users, now)
-        running = [r for r in running_servers(users) if r.key not in self._stopping]
-        planned, given = await asyncio.to_thread(self._gather, running, now)
+        running = [r for r in running_servers(users) if r.key not in self.hub.stopper.stopping]
+        planned, given = await aio.call(self._gather, running, now)
         self._held = {r.key: held for r, _, held in planned}
-        urls = {r.key: r.url for r in running}
+        urls = {r.key: r.url or "" for r in running}
         warnings = self._dry_warnings if self.dry_run else warnings_map(given)
         servers = await self._ask_kernels([s for _, s, _ in planned], warnings, now, urls)
         report = await cull_round(
@@ -179,7 +175,7 @@ class Culler:
                 if d.action == "keep":
                     log.info(d.log_line(True))
         else:
-            await asyncio.to_thread(self._tidy, given, warnings, running, now)
+            await aio.call(self._tidy, given, warnings, running, now)
         acted = report.decisions and any(d.action != "keep" for d in report.decisions)
         log.log(
             logging.INFO if acted or report.failures or self.dry_run else logging.DEBUG,
@@ -195,7 +191,7 @@ class Culler:
 
     # -- reads (in a thread) ------------------------------------------------------------------
 
-    def _gather(self, running: list[Running], now):
+    def _gather(self, running: list[HubServer], now):
         ledger, lab = self.state.ledger, self.state.lab
         start = budget_window_start(lab, now)
         period = ledger.allocations_between(start, now) if start < now else []
@@ -228,31 +224,17 @@ class Culler:
 
     async def _warn(self, d: Decision) -> None:
         ledger = self.state.ledger
-        await asyncio.to_thread(ledger.set_warning, d.user, d.server_name, d.rule, d.message, d.at)
+        await aio.call(ledger.set_warning, d.user, d.server_name, d.rule, d.message, d.at)
 
     async def _stop(self, d: Decision) -> None:
-        key = (d.user, d.server_name)
-        held = [a.id for a in self._held.get(key, ())]
-        stopped = await self.hub.stop(d.user, d.server_name)
-        if stopped:
-            await self._close(d, held)
-            return
-        self._stopping.add(key)
-        task = asyncio.ensure_future(self._close_when_stopped(d, held))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        held = [a.id for a in self._held.get((d.user, d.server_name), ())]
 
-    async def _close_when_stopped(self, d: Decision, held: list[int]) -> None:
-        key = (d.user, d.server_name)
-        try:
-            if await self.hub.wait_stopped(d.user, d.server_name):
-                await self._close(d, held)
-            else:
-                log.warning("culler: %s/%r did not stop; will try again", d.user, d.server_name)
-        except Exception:
-            log.exception("culler: closing %s/%r after its stop failed", d.user, d.server_name)
-        finally:
-            self._stopping.discard(key)
+        def not_stopped():
+            log.warning("culler: %s/%r did not stop; will try again", d.user, d.server_name)
+
+        await self.hub.stopper.stop(
+            d.user, d.server_name, lambda: self._close(d, held), if_not_stopped=not_stopped
+        )
 
     async def _close(self, d: Decision, held: list[int]) -> None:
         """The server is stopped: its allocations end as ``culled:<rule>`` (amending the
@@ -268,7 +250,7 @@ class Culler:
                         ledger.release(aid, d.end_reason)
             ledger.set_warning(d.user, d.server_name, d.end_reason, d.message, d.now)
 
-        await asyncio.to_thread(work)
+        await aio.call(work)
         log.info(
             "culler: stopped %s/%r (%s), allocations %s ended %s",
             d.user,
@@ -283,6 +265,6 @@ class Culler:
             self.state.ledger.clear_warnings(user, name, rule)
 
     async def close(self) -> None:
-        """Let background stops finish (at most a few seconds) before the service exits."""
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
+        """Let background stops (the culler's and the admin's: :mod:`.stopper`) finish, at most
+        a few seconds, before the service exits."""
+        await self.hub.stopper.close()

@@ -17,7 +17,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .. import clock
 from ..errors import StatusError
-from .web.views import Server
+from ..hub.servers import HubServer, servers_in
+from .stopper import ServerStopper
 
 log = logging.getLogger(__name__)
 
@@ -29,25 +30,6 @@ MAX_PAGES = 500
 class HubError(StatusError):
     """The hub refused or failed a request: ``status`` is its HTTP status, ``message`` is safe
     to show (the hub's own message, never the token or the URL's query)."""
-
-
-def server_state(model: dict) -> str:
-    if model.get("pending"):
-        return "pending"
-    if model.get("ready"):
-        return "running"
-    return "stopped"
-
-
-def _server(user: str, model: dict) -> Server:
-    return Server(
-        user=user,
-        name=model.get("name", ""),
-        state=server_state(model),
-        last_activity=model.get("last_activity"),
-        url=model.get("url"),
-        started=model.get("started"),
-    )
 
 
 def _hub_message(e: HTTPClientError) -> str:
@@ -68,8 +50,10 @@ class HubClient:
         self.token = token
         self.timeout = timeout
         self.http = AsyncHTTPClient()
-        self.active: dict[tuple[str, str], Server] | None = None
+        self.active: dict[tuple[str, str], HubServer] | None = None
         self.active_at: datetime | None = None
+        #: the one stop-then-close sequence and its background tasks (:mod:`.stopper`)
+        self.stopper = ServerStopper(self)
 
     async def _request(self, method: str, path: str, *, body=None) -> tuple[int, object]:
         req = HTTPRequest(
@@ -113,16 +97,11 @@ class HubClient:
     def remember_active(self, users: list[dict], asked_at: datetime) -> dict:
         """Keep ``users``' running or pending servers (an answer of :meth:`active_users` asked
         at ``asked_at``) as ``self.active``, keyed by ``(user, server_name)``."""
-        found: dict[tuple[str, str], Server] = {}
-        for u in users:
-            for name, srv in (u.get("servers") or {}).items():
-                s = _server(u["name"], {**srv, "name": name})
-                if s.state != "stopped":
-                    found[(u["name"], name)] = s
+        found = {s.key: s for s in servers_in(users) if s.state != "stopped"}
         self.active, self.active_at = found, asked_at
         return found
 
-    async def refresh_active(self) -> dict[tuple[str, str], Server]:
+    async def refresh_active(self) -> dict[tuple[str, str], HubServer]:
         """Every running or pending server, keyed by ``(user, server_name)``; kept in
         ``self.active`` with the time of the answer in ``self.active_at``."""
         asked_at = clock.utcnow()
@@ -133,15 +112,12 @@ class HubClient:
         _, model = await self._request("GET", "user")
         return frozenset(model.get("scopes") or ()) if isinstance(model, dict) else frozenset()
 
-    async def servers_of(self, user: str) -> list[Server]:
+    async def servers_of(self, user: str) -> list[HubServer]:
         """``user``'s servers, stopped named ones too (default server first)."""
         _, model = await self._request(
             "GET", f"users/{url_escape(user, plus=False)}?include_stopped_servers=1"
         )
-        servers = [
-            _server(user, {**srv, "name": name})
-            for name, srv in (model.get("servers") or {}).items()
-        ]
+        servers = servers_in([{**model, "name": user}])
         return sorted(servers, key=lambda s: (s.name != "", s.name))
 
     def _server_path(self, user: str, name: str) -> str:

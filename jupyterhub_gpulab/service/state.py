@@ -6,7 +6,7 @@ One sampler: :meth:`LabState.take_sample` reads NVML through the fair-use
 per-process attribution for shared seats), which keeps each slice's history for the culler; the
 pages show the latest of those samples.
 
-Every method here blocks (database, NVML): handlers call them through ``asyncio.to_thread``.
+Every method here blocks (database, NVML): handlers call them through :func:`jupyterhub_gpulab.ledger.aio.call`.
 The service reads the same ``c.GPULab`` configuration and the same ledger database as the hub's
 spawner; it writes only what an admin asks for (drain, release, re-read the inventory).
 """

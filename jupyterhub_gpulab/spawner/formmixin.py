@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import html
 import inspect
 
@@ -31,6 +30,7 @@ from ..lab.choice import (
 )
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
+from ..ledger import aio
 from .form import form_rows, form_template, render_form, usage_note
 from .runtime import LabRuntime
 
@@ -165,4 +165,4 @@ class ProfileFormMixin(HasTraits):
                 template=self.profile_form_template,
             )
 
-        return await asyncio.to_thread(build)
+        return await aio.call(build)

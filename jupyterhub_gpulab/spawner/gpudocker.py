@@ -1,4 +1,5 @@
-"""``GPUDockerSpawner``: a DockerSpawner whose containers each hold one GPU slice from the ledger.
+"""``GPUDockerSpawner``: the Docker backend of the spawner core; each container holds one GPU
+slice from the ledger.
 
 Contract, in JupyterHub's terms:
 
@@ -20,53 +21,49 @@ Contract, in JupyterHub's terms:
 - State (``get_state``) carries the allocation id, so a restarted hub keeps every allocation; a
   continuous reconcile closes the allocations of servers that are neither running nor starting
   (reconcile.py).
+
+Everything above but the container is the backend-neutral core (:mod:`.core`,
+:mod:`.adoption`); this module supplies the container: ``create_container`` with the slice's
+device request and labels (:meth:`GPUDockerSpawner._attach_slice`), DockerSpawner's start and
+removal, and (:mod:`.recovery`, :mod:`.labguard`) the container checks and the reconcile's
+listing and removal of this lab's labelled containers. Only containers: a Swarm service
+(``SwarmSpawner``'s ``create_service``) would get no slice, so such a class is refused.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import NamedTuple
-
 from dockerspawner import DockerSpawner
 from tornado.log import app_log
-from traitlets import Bool, Integer, Unicode, default, validate
+from traitlets import Bool, default, validate
 
-from .. import clock
-from ..errors import ConfigError, SpawnRefused
-from ..fairuse.quota import budget_window, check_spawn
-from ..lab.config import GPULab
-from ..lab.policy import Entitlement, PolicyContext
+from ..errors import SpawnRefused
 from ..lab.profile import Profile
-from ..lab.profiles import entitled_in
-from ..lab.traits import ChoiceEnum, Duration
-from ..ledger import Claim, LedgerRefusal
+from ..lab.traits import ChoiceEnum
 from . import container as ct
+from .core import SliceSpawnerCore
 from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
 from .hardenmixin import HardeningMixin
 from .labguard import LabGuardMixin
 from .logs import install_refusal_filter
 from .names import check_prefix, container_name
 from .recovery import RecoveryMixin
-from .runtime import LabRuntime, get_runtime
-
-
-class _Asker(NamedTuple):
-    """Who asks for a server, read from the hub's objects on the event loop so that code running
-    in a thread never touches JupyterHub's database session."""
-
-    user: str
-    server_name: str
-    log_name: str
-    groups: frozenset[str]
-    is_admin: bool
+from .runtime import LabRuntime
 
 
 class GPUDockerSpawner(
-    ProfileFormMixin, RecoveryMixin, LabGuardMixin, HardeningMixin, DockerSpawner
+    ProfileFormMixin, RecoveryMixin, LabGuardMixin, HardeningMixin, SliceSpawnerCore, DockerSpawner
 ):
     """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
     CPU profile), confined (:mod:`..hardening`). Profiles, inventory, policies and the ledger
     come from ``c.GPULab``."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.object_type != "container":
+            raise TypeError(
+                f"{cls.__name__}: GPUDockerSpawner attaches GPU slices to containers only; its "
+                f"{cls.object_type}s would start with no slice attached"
+            )
 
     attach_mode = ChoiceEnum(
         ct.ATTACH_MODES,
@@ -82,28 +79,6 @@ class GPUDockerSpawner(
           ``nvidia``, and for demos on hosts without GPUs.
 
         ``c.GPUDockerSpawner.attach_mode = "cdi"``
-        """,
-    )
-
-    mps = Bool(
-        False,
-        config=True,
-        help="""The host runs an NVIDIA MPS control daemon shared with the containers: shared seats
-        then get hard caps (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``,
-        ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``). Without it seats are soft (allow-growth only) and
-        the pages say so.""",
-    )
-
-    reconcile_interval = Duration(
-        60,
-        positive=True,
-        config=True,
-        help="""Seconds between passes of the continuous reconcile, which closes every allocation
-        whose server is neither running nor starting (a hub killed mid-spawn, a stop that lost
-        track) and removes this lab's containers that hold no open allocation. A pass reads the
-        ledger once and lists the engine's containers once (a few ms). Default 60.
-
-        ``c.GPUDockerSpawner.reconcile_interval = 60``
         """,
     )
 
@@ -136,11 +111,7 @@ class GPUDockerSpawner(
         # keeps its own HTTP status and is recorded for the admin page.
         return lambda spawner, user_options: None
 
-    # -- state ----------------------------------------------------------------------------------
-    allocation_id = Integer(None, allow_none=True)
-    profile_slug = Unicode("")
-    last_profile = Unicode("")
-    slice_id = Unicode("")
+    # -- state: in core.py; the container's name ------------------------------------------
 
     remove = Bool(
         True,
@@ -182,265 +153,43 @@ class GPUDockerSpawner(
     def _default_object_name(self):
         return self._object_name_default()
 
-    # -- lab ------------------------------------------------------------------------------------
+    # -- the backend (core.py) ----------------------------------------------------------------
 
-    _events: list[dict]
-    _start_done: bool = True
-    #: True from the start of start() until a container is asked for: a refused spawn made none,
-    #: so poll() answers without the engine (see poll()).
-    _no_container: bool = False
-    _current_profile: Profile | None = None
-    _current_slice = None
-
-    _runtime: LabRuntime | None = None
-
-    def runtime(self) -> LabRuntime:
-        """The process's lab runtime; on the hub's loop, also makes sure its reconcile runs."""
-        if self._runtime is None:
-            self._runtime = self._load_runtime()
-        self._start_reconciler(self._runtime)
-        return self._runtime
-
-    def _load_runtime(self) -> LabRuntime:
-        try:
-            return get_runtime(GPULab(config=self.config))
-        except ConfigError as e:
-            self.log.error("gpulab configuration is invalid:\n%s", e)
-            raise SpawnRefused(
-                "The GPU lab is misconfigured, so no server can start. An administrator has "
-                "been told (hub log); please try again later.",
-                reason="misconfigured",
-                log_message=str(e),
-            ) from None
-
-    def _groups(self) -> set[str]:
-        return {g.name for g in self.user.groups}
-
-    def policy_context(self, rt: LabRuntime | None = None) -> PolicyContext:
-        """This user's standing under the lab's policies; computed once per request."""
-        rt = rt or self.runtime()
-        return PolicyContext.for_user(self._groups(), bool(self.user.admin), rt.lab)
-
-    def entitled(
-        self, rt: LabRuntime | None = None, ctx: PolicyContext | None = None
-    ) -> tuple[Profile, ...]:
-        rt = rt or self.runtime()
-        return entitled_in(rt.lab.profiles, ctx or self.policy_context(rt))
-
-    # -- state ----------------------------------------------------------------------------------
-
-    def load_state(self, state):
-        super().load_state(state)
-        self.allocation_id = state.get("gpulab_allocation")
-        self.profile_slug = state.get("gpulab_profile", "")
-        self.slice_id = state.get("gpulab_slice", "")
-        self.last_profile = state.get("gpulab_last_profile", "") or self.last_profile
-        if self.profile_slug and not self.user_options:
-            # a running server after a hub restart: JupyterHub's saved options were cleared
-            # (formmixin.py), and the server model (read by the culler) shows what it runs
-            self.user_options = {"profile": self.profile_slug}
-
-    def get_state(self):
-        state = super().get_state()
-        if self.allocation_id is not None:
-            state["gpulab_allocation"] = self.allocation_id
-        if self.profile_slug:
-            state["gpulab_profile"] = self.profile_slug
-        if self.slice_id:
-            state["gpulab_slice"] = self.slice_id
-        if self.last_profile:
-            # kept across stops: an admin starting this server later gets the same profile
-            state["gpulab_last_profile"] = self.last_profile
-        return state
-
-    def clear_state(self):
-        super().clear_state()
-        self.allocation_id = None
-        self.profile_slug = ""
-        self.slice_id = ""
-
-    # -- progress -------------------------------------------------------------------------------
-
-    def _emit(self, progress: int, message: str) -> None:
-        self._events.append({"progress": progress, "message": message})
-        self.log.info("%s: %s", self._log_name, message)
-
-    async def progress(self):
-        """Real steps of this start: profile, slice reserved, container created, started."""
-        i = 0
-        while True:
-            events = getattr(self, "_events", [])
-            while i < len(events):
-                yield events[i]
-                i += 1
-            if self._start_done:
-                return
-            await asyncio.sleep(0.2)
-
-    # -- start ----------------------------------------------------------------------------------
-
-    def _asker(self) -> _Asker:
-        return _Asker(
-            self.user.name,
-            self.name or "",
-            self._log_name,
-            frozenset(self._groups()),
-            bool(self.user.admin),
-        )
-
-    def _record_refusal(
-        self, rt: LabRuntime, who: _Asker, profile: str | None, err: SpawnRefused
-    ) -> None:
-        """Log a refusal and record it for the admin page (blocks: writes the ledger)."""
-        self.log.info(
-            "Refused spawn of %s (%s): %s",
-            who.log_name,
-            err.reason,
-            err.log_message or err.message,
-        )
-        try:
-            rt.ledger.record_refusal(who.user, profile, err.reason, err.message)
-        except Exception:
-            self.log.exception("Could not record a refused spawn")
-
-    async def _refuse(self, rt: LabRuntime, profile: str | None, err: SpawnRefused) -> None:
-        await asyncio.to_thread(self._record_refusal, rt, self._asker(), profile, err)
-
-    async def start(self):
-        self._events = []
-        self._start_done = False
-        self._stopped_during_start = False
-        self.choice_notice = None
-        self._forget_saved_options()
-        self._no_container = True
-        claim: Claim | None = None
-        try:
-            rt = self.runtime()
-            slug = None
-            try:
-                ctx = self.policy_context(rt)
-                profile = self._pick_profile(rt, ctx)
-                slug = profile.slug
-                ent = ctx.entitlement(profile)
-            except SpawnRefused as e:
-                await self._refuse(rt, slug, e)
-                raise
-            self.user_options = {"profile": profile.slug}  # what the server model shows
-            self._emit(10, f"Profile: {profile.display_name}")
-            if self.choice_notice:
-                self._events.append({"progress": 10, "message": self.choice_notice})
-            if profile.wants_gpu:
-                # One trip to a thread for the budget, the claim and a refusal's record: under a
-                # burst every extra await queues behind the hub's own work for the other spawns.
-                claim = await asyncio.to_thread(self._reserve, rt, profile, ctx, ent, self._asker())
-                self.allocation_id = claim.allocation.id
-                self.slice_id = claim.slice.id
-                self._emit(30, f"Reserved {claim.slice.explain(self.mps)}")
-            else:
-                self._emit(30, "No GPU for this profile (CPU only)")
-            return await self._start_container(rt, profile, claim)
-        finally:
-            self._start_done = True
-
-    def _reserve(
-        self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, ent: Entitlement, who: _Asker
-    ) -> Claim:
-        """Check the GPU-hour budget, then claim a slice (blocks: runs in a thread).
-
-        A refusal is recorded before it is raised: :class:`SpawnRefused` with reason ``quota``
-        (budget spent, or the user's or group's slice limit) or ``no-free-slice``.
-        """
-        budget = self._budget_refusal(rt, profile, ctx, who)
-        if budget:
-            err = SpawnRefused(budget, reason="quota")
-            self._record_refusal(rt, who, profile.slug, err)
-            raise err
-        try:
-            return rt.ledger.claim(
-                profile.slice,
-                user=who.user,
-                profile=profile.slug,
-                server_name=who.server_name,
-                node=rt.lab.node,
-                user_limit=ent.user_limit,
-                charge_groups=ent.charge_groups,
+    async def _start_object(self, rt: LabRuntime, profile: Profile):
+        if self.object_type != "container":
+            raise NotImplementedError(
+                f"{type(self).__name__} attaches GPU slices to Docker containers only, not to "
+                f"{self.object_type}s"
             )
-        except LedgerRefusal as e:
-            reason = "quota" if e.reason == "quota" else "no-free-slice"
-            err = SpawnRefused(e.message, reason=reason)
-            self._record_refusal(rt, who, profile.slug, err)
-            raise err from None
-
-    def _budget_refusal(
-        self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
-    ) -> str | None:
-        """The GPU-hour budget's refusal, or ``None`` (blocks: reads the ledger)."""
-        now = clock.utcnow()
-        start = budget_window(ctx, now)
-        if start >= now:
-            return None  # no budget applies to this user
-        allocations = rt.ledger.allocations_between(start, now, user=who.user)
-        return check_spawn(who.user, ctx, allocations, now, profile=profile)
-
-    async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
-        """Claim a slice for this server in a thread (the ledger is synchronous)."""
-        return await asyncio.to_thread(
-            rt.ledger.claim,
-            profile.slice,
-            user=self.user.name,
-            profile=profile.slug,
-            server_name=self.name or "",
-            node=rt.lab.node,
-            **limits,
-        )
-
-    async def _start_container(self, rt: LabRuntime, profile: Profile, claim: Claim | None):
-        self._current_profile = profile
-        self._current_slice = claim.slice if claim else None
-        self.profile_slug = profile.slug
-        self.last_profile = profile.slug
         self.image = profile.image
         base = self._base_limits()
         self.mem_limit = profile.mem_limit if profile.mem_limit is not None else base["mem_limit"]
         self.cpu_limit = profile.cpu_limit if profile.cpu_limit is not None else base["cpu_limit"]
-        try:
-            self._no_container = False
-            self._emit(50, f"Creating container {self.object_name}")
-            result = await super().start()
-            if claim is not None:
-                if self._stopped_during_start:
-                    raise RuntimeError("the server was stopped while it was starting")
-                await asyncio.to_thread(
-                    rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
-                )
-            self._emit(90, "Container started; waiting for the server to answer")
-            return result
-        except BaseException as e:
-            await self._release(rt, "failed")
-            if self.object_id:
-                try:
-                    await self.remove_object()
-                except Exception:
-                    self.log.warning(
-                        "Could not remove the container of a failed start", exc_info=True
-                    )
-                self.object_id = ""
-            if isinstance(e, Exception) and ct.is_gpu_runtime_missing(str(e)):
-                err = SpawnRefused(
-                    "This server's host cannot attach GPUs right now: its GPU runtime is missing. "
-                    "The administrators have been told; meanwhile you can pick a CPU-only profile.",
-                    reason="gpu-runtime-missing",
-                    log_message=(
-                        f"Docker refused the GPU for {self._log_name} ({self.attach_mode} mode): "
-                        f"{e}. Install the NVIDIA Container Toolkit and run `nvidia-ctk runtime "
-                        "configure --runtime=docker` then restart dockerd (device_request mode), "
-                        "generate a CDI spec (cdi mode), or set c.GPUDockerSpawner.attach_mode."
-                    ),
-                )
-                self.log.error(err.log_message)
-                await self._refuse(rt, profile.slug, err)
-                raise err from None
-            raise
+        self._emit(50, f"Creating container {self.object_name}")
+        return await super(SliceSpawnerCore, self).start()  # DockerSpawner's, which the core wraps
+
+    async def _discard_object(self) -> None:
+        if self.object_id:
+            try:
+                await self.remove_object()
+            except Exception:
+                self.log.warning("Could not remove the container of a failed start", exc_info=True)
+            self.object_id = ""
+
+    def _start_refusal(self, e: BaseException) -> SpawnRefused | None:
+        if not ct.is_gpu_runtime_missing(str(e)):
+            return None
+        return SpawnRefused(
+            "This server's host cannot attach GPUs right now: its GPU runtime is missing. "
+            "The administrators have been told; meanwhile you can pick a CPU-only profile.",
+            reason="gpu-runtime-missing",
+            log_message=(
+                f"Docker refused the GPU for {self._log_name} ({self.attach_mode} mode): "
+                f"{e}. Install the NVIDIA Container Toolkit and run `nvidia-ctk runtime "
+                "configure --runtime=docker` then restart dockerd (device_request mode), "
+                "generate a CDI spec (cdi mode), or set c.GPUDockerSpawner.attach_mode."
+            ),
+        )
 
     def _base_limits(self) -> dict:
         if not hasattr(self, "_base"):
@@ -458,59 +207,31 @@ class GPUDockerSpawner(
         # The one seam where gpulab's device request and labels join the container, after
         # DockerSpawner has rendered its templates (so user-controlled names are never templated).
         if method == "create_container":
-            s = self._current_slice
-            rt = self.runtime()
-            host_config = kwargs.setdefault("host_config", {})
-            requests = ct.device_requests(s, self.attach_mode)
-            host_config["DeviceRequests"] = requests or None
-            host_config.update(
-                self.hardening_for(self._current_profile, host_config.get("SecurityOpt") or ())
-            )
-            kwargs["labels"] = {
-                **(kwargs.get("labels") or {}),
-                **ct.labels(
-                    allocation_id=self.allocation_id,
-                    user=self.user.name,
-                    server_name=self.name or "",
-                    profile=self.profile_slug,
-                    slice_id=s.id if s else None,
-                    node=rt.lab.node,
-                    lab=rt.identity.uuid,
-                    lab_name=rt.identity.name,
-                ),
-            }
+            self._attach_slice(kwargs, self._current_slice)
         return super().docker(method, *args, **kwargs)
 
-    # -- stop / poll ----------------------------------------------------------------------------
-
-    async def poll(self):
-        """``0`` (not running) at once for a start that was refused before any container was
-        asked for, else :meth:`RecoveryMixin.poll` (which asks the engine).
-
-        JupyterHub polls every failed start before answering it. DockerSpawner runs every engine
-        call on one shared thread, so under a burst each refusal would queue behind the winners'
-        container creates and starts (seconds); a refusal must not wait for slow work it did not
-        cause.
-        """
-        if self._no_container and not self.object_id:
-            return 0
-        return await super().poll()
-
-    async def _release(self, rt: LabRuntime | None, reason: str, aid: int | None = None) -> None:
-        aid = self.allocation_id if aid is None else aid
-        if aid is None:
-            return
-        rt = rt or self.runtime()
-        closed = await asyncio.to_thread(rt.ledger.release, aid, reason)
-        if closed:
-            self.log.info("Released allocation %d of %s (%s)", aid, self._log_name, reason)
-        self.allocation_id = None
-        self.slice_id = ""
-
-    async def stop(self, now=False):
-        self._stopped_during_start = True
-        aid = self.allocation_id  # DockerSpawner.stop() clears the state
-        try:
-            await super().stop(now=now)
-        finally:
-            await self._release(None, "stopped", aid)
+    def _attach_slice(self, create_kwargs: dict, s) -> None:
+        """Put slice ``s`` (``None``: no GPU) into docker-py ``create_container`` keyword
+        arguments: its device request (``attach_mode``), the profile's hardening, and the lab's
+        labels naming this server and its allocation."""
+        kwargs = create_kwargs
+        rt = self.runtime()
+        host_config = kwargs.setdefault("host_config", {})
+        requests = ct.device_requests(s, self.attach_mode)
+        host_config["DeviceRequests"] = requests or None
+        host_config.update(
+            self.hardening_for(self._current_profile, host_config.get("SecurityOpt") or ())
+        )
+        kwargs["labels"] = {
+            **(kwargs.get("labels") or {}),
+            **ct.labels(
+                allocation_id=self.allocation_id,
+                user=self.user.name,
+                server_name=self.name or "",
+                profile=self.profile_slug,
+                slice_id=s.id if s else None,
+                node=rt.lab.node,
+                lab=rt.identity.uuid,
+                lab_name=rt.identity.name,
+            ),
+        }

@@ -9,10 +9,8 @@ removed: a start is refused with the fix for the admin (a distinct
 
 from __future__ import annotations
 
-import asyncio
-
 from ..errors import SpawnRefused
-from ..ledger import LabIdentity
+from ..ledger import LabIdentity, aio
 from . import engine
 from .container import LABEL_LAB, LABEL_LAB_NAME
 
@@ -32,7 +30,7 @@ class LabGuardMixin:
             return None
         rt = self.runtime()
         labels = (obj.get("Config") or {}).get("Labels") or {}
-        if await asyncio.to_thread(_owner, labels, obj["Id"], rt) != engine.OTHER:
+        if await aio.call(_owner, labels, obj["Id"], rt) != engine.OTHER:
             return obj
         # not ours: forget its id, so nothing here stops or removes it
         self.object_id = ""

@@ -5,7 +5,7 @@ Runs in the hub process: one task per lab runtime (one per process), a pass ever
 allocations), one ``docker ps -a`` sorted into this lab's containers by
 :meth:`~.runtime.LabRuntime.our_containers` (the lab id labels, :mod:`.engine`; other labs'
 containers are never touched, only reported when they hold this lab's GPUs) and a walk over
-JupyterHub's in-memory servers (:func:`hub_servers`); :func:`plan` (pure) decides, then the pass
+JupyterHub's in-memory servers (:func:`active_servers`); :func:`plan` (pure) decides, then the pass
 closes allocations and removes containers, logging each with its reason.
 
 "Still starting" is what JupyterHub knows (a spawn, check or stop pending on the server) and what
@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ..ledger import Allocation, Ledger
+from ..ledger import Allocation, Ledger, aio
 from .container import LABEL_SERVER, LABEL_SLICE, LABEL_USER
 from .engine import allocation_label
 
@@ -47,9 +47,6 @@ log = logging.getLogger(__name__)
 #: End reasons a pass writes.
 NO_SERVER = "reconciled:no-server"
 NOT_HELD = "reconciled:not-held"
-
-#: ``docker(method, *args, **kwargs)`` -> awaitable result: DockerSpawner's one seam for the engine.
-DockerCall = Callable[..., Awaitable]
 
 
 @dataclass(frozen=True)
@@ -133,17 +130,19 @@ def foreign_reason(
 
 
 @dataclass(frozen=True)
-class HubServer:
-    """What JupyterHub knows of one active server: ``pending`` is ``Spawner.pending``
-    (``"spawn"``, ``"check"``, ``"stop"``, ...; ``None`` when ready)."""
+class ActiveServer:
+    """What the hub's memory holds for one active server, read from its spawner in the hub
+    process: ``pending`` is ``Spawner.pending`` (``"spawn"``, ``"check"``, ``"stop"``, ...;
+    ``None`` when ready). (The service's record of a server, from the hub's REST API, is
+    :class:`~jupyterhub_gpulab.hub.servers.HubServer`.)"""
 
     pending: str | None
     allocation_id: int | None
     object_name: str
 
 
-def hub_servers(users: Iterable) -> dict[tuple[str, str], HubServer]:
-    """``{(user, server name): HubServer}`` for every server JupyterHub runs or is starting,
+def active_servers(users: Iterable) -> dict[tuple[str, str], ActiveServer]:
+    """``{(user, server name): ActiveServer}`` for every server JupyterHub runs or is starting,
     from its in-memory users (``app.users.values()``, which holds at least every active user).
     Reads memory only; call it on the hub's event loop."""
     out = {}
@@ -151,7 +150,7 @@ def hub_servers(users: Iterable) -> dict[tuple[str, str], HubServer]:
         for name, sp in list(user.spawners.items()):
             if not sp.active:
                 continue
-            out[(user.name, name or "")] = HubServer(
+            out[(user.name, name or "")] = ActiveServer(
                 pending=sp.pending or None,
                 allocation_id=getattr(sp, "allocation_id", None),
                 object_name=getattr(sp, "object_name", ""),
@@ -170,7 +169,7 @@ class Plan:
 def plan(
     open_allocations: Iterable[Allocation],
     containers: Iterable[LabContainer],
-    servers: Mapping[tuple[str, str], HubServer],
+    servers: Mapping[tuple[str, str], ActiveServer],
 ) -> Plan:
     """Decide a pass (the rules are in the module docstring). Read the ledger first, Docker
     second and ``servers`` last: an allocation claimed before the ledger read then shows its
@@ -213,9 +212,9 @@ def plan(
 class Reconciler:
     """The periodic pass for one lab runtime, on the hub's event loop.
 
-    ``docker`` is DockerSpawner's engine seam; ``ours`` picks this lab's containers from a
-    ``docker ps -a`` listing (blocking: run in a thread); ``users`` returns JupyterHub's in-memory users
-    (``app.users.values()``); ``interval_s`` is the pause between passes (seconds); ``log`` is
+    ``list_objects`` returns this lab's labelled containers in any state and ``remove_object``
+    removes one by id (the spawner backend's, :mod:`.core`); ``users`` returns JupyterHub's
+    in-memory users (``app.users.values()``); ``interval_s`` is the pause between passes (seconds); ``log`` is
     where passes report (the hub's log).
     """
 
@@ -224,8 +223,8 @@ class Reconciler:
         ledger: Ledger,
         node: str,
         *,
-        docker: DockerCall,
-        ours: Callable[[list[dict]], list[dict]],
+        list_objects: Callable[[], Awaitable[list[LabContainer]]],
+        remove_object: Callable[[str], Awaitable],
         users: Callable[[], Iterable],
         interval_s: float,
         log: logging.Logger | logging.LoggerAdapter = log,
@@ -233,8 +232,8 @@ class Reconciler:
         self.log = log
         self.ledger = ledger
         self.node = node
-        self.docker = docker
-        self.ours = ours
+        self.list_objects = list_objects
+        self.remove_object = remove_object
         self.users = users
         self.interval_s = interval_s
         self.passes = 0
@@ -279,14 +278,11 @@ class Reconciler:
     async def run_pass(self) -> Plan:
         """One pass: read, :func:`plan`, act. Returns the plan it carried out."""
         t0 = time.perf_counter()
-        allocs = [
-            a for a in await asyncio.to_thread(self.ledger.open_allocations) if a.node == self.node
-        ]
-        rows = await self.docker("containers", all=True)
-        containers = [LabContainer.from_ps(r) for r in await asyncio.to_thread(self.ours, rows)]
-        p = plan(allocs, containers, hub_servers(self.users()))
+        allocs = [a for a in await aio.call(self.ledger.open_allocations) if a.node == self.node]
+        containers = await self.list_objects()
+        p = plan(allocs, containers, active_servers(self.users()))
         for a, reason in p.close:
-            if await asyncio.to_thread(self.ledger.release, a.id, reason):
+            if await aio.call(self.ledger.release, a.id, reason):
                 self.log.warning(
                     "gpulab reconcile: closed allocation %d (%s's server %r on %s): %s",
                     a.id,
@@ -298,7 +294,7 @@ class Reconciler:
         for c, why in p.remove:
             self.log.warning("gpulab reconcile: removing %s: %s", c.describe(), why)
             try:
-                await self.docker("remove_container", c.id, force=True, v=True)
+                await self.remove_object(c.id)
             except Exception as e:
                 self.log.warning("gpulab reconcile: could not remove %s: %s", c.id[:12], e)
         self.passes += 1

@@ -61,18 +61,18 @@ class LabRuntime:
         return survey.ours
 
     def start_reconciler(
-        self, *, docker, docker_client, users, interval_s: float, log=log
+        self, *, list_objects, remove_object, users, interval_s: float, log=log
     ) -> Reconciler:
         """Start the continuous reconcile on the running event loop, once per runtime (and loop):
-        see :mod:`.reconcile`. ``docker`` is DockerSpawner's engine seam and ``docker_client``
-        its docker-py client, ``users`` returns JupyterHub's in-memory users, ``interval_s`` the
+        see :mod:`.reconcile`. ``list_objects`` and ``remove_object`` are the spawner backend's
+        (:mod:`.core`), ``users`` returns JupyterHub's in-memory users, ``interval_s`` the
         seconds between passes, ``log`` the hub's log."""
         if self.reconciler is None:
             self.reconciler = Reconciler(
                 self.ledger,
                 self.lab.node,
-                docker=docker,
-                ours=lambda rows: self.our_containers(docker_client, rows),
+                list_objects=list_objects,
+                remove_object=remove_object,
                 users=users,
                 interval_s=interval_s,
                 log=log,

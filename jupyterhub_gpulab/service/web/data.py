@@ -3,7 +3,6 @@ the latest utilisation sample, turned into views (:mod:`.views`)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime
 
@@ -12,6 +11,7 @@ from ...fairuse.accounting import Usage, usage
 from ...fairuse.quota import budget_window, period_window, user_budget
 from ...lab.policy import PolicyContext
 from ...lab.profiles import entitled_in
+from ...ledger import aio
 from ..hubclient import HubClient, HubError
 from ..state import LabState
 from . import labview, usageview, views
@@ -32,7 +32,7 @@ async def hub_servers(hub: HubClient):
 async def admin_data(
     state: LabState, hub: HubClient, parts=("inventory", "allocations", "usage")
 ) -> dict:
-    snap = await asyncio.to_thread(
+    snap = await aio.call(
         lambda: state.snapshot(devices="inventory" in parts, usage="usage" in parts)
     )
     sample = state.sample
@@ -49,7 +49,7 @@ async def admin_data(
             sample.taken_at,
             holders={a.id: a.user for a in snap.allocations},
         )
-        identity, foreign = await asyncio.to_thread(
+        identity, foreign = await aio.call(
             lambda: (state.ledger.identity(), state.ledger.foreign_containers())
         )
         out["inventory"]["lab"] = labview.lab_view(identity, state.gpulab.lab_name)
@@ -101,8 +101,8 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
     def fair_use():
         return _budget(state, name, ctx), state.ledger.warnings(name)
 
-    allocations, slices_by_id, capacity, open_by_group = await asyncio.to_thread(read)
-    budget, warnings = await asyncio.to_thread(fair_use)
+    allocations, slices_by_id, capacity, open_by_group = await aio.call(read)
+    budget, warnings = await aio.call(fair_use)
     data = views.user_view(
         user=name,
         ctx=ctx,
@@ -142,5 +142,5 @@ def period_usage(state: LabState, start: datetime, end: datetime) -> Usage:
 
 async def usage_data(state: LabState, start: datetime, end: datetime) -> tuple[Usage, dict]:
     """GPU-hours used in ``[start, end)``: the accounting and its view."""
-    u = await asyncio.to_thread(period_usage, state, start, end)
+    u = await aio.call(period_usage, state, start, end)
     return u, usageview.usage_view(u, state.lab.tz)

@@ -6,13 +6,13 @@ Pages extend JupyterHub's ``page.html`` and use the hub's CSS, so they look like
 
 from __future__ import annotations
 
-import asyncio
 import json
 from types import SimpleNamespace
 
 from markupsafe import Markup
 from tornado import web
 
+from ...ledger import aio
 from .. import actions
 from . import inputs
 from .base import BaseHandler, error_message, refuse
@@ -137,7 +137,7 @@ class AdminPage(PageHandler):
         start, end = self.period()
         data = await admin_data(self.state, self.hub)
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
-        data["warnings"] = warnings_view(await asyncio.to_thread(self.state.ledger.warnings))
+        data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
 
@@ -189,7 +189,7 @@ class ActionPage(PageHandler):
             server = inputs.name(self.get_body_argument("server", ""), "server name", empty=True)
             return user, server
         aid = inputs.allocation_id(allocation)
-        a = await asyncio.to_thread(self.state.ledger.get, aid)
+        a = await aio.call(self.state.ledger.get, aid)
         if a is None:
             raise actions.ActionError(404, f"No allocation {aid}.")
         return a.user, a.server_name

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 
 from ...clock import as_utc
+from ...hub.servers import HubServer
 from ...inventory import Utilization
 from ...inventory.model import describe_slice as describe
 from ...inventory.model import isolation
@@ -20,18 +20,6 @@ from ...lab.policy import GroupPolicy, PolicyContext
 from ...lab.profile import Profile
 from ...ledger import Allocation
 from ...units import format_bytes
-
-
-@dataclass(frozen=True)
-class Server:
-    """A server as the hub reports it: ``state`` is ``running`` or ``pending``."""
-
-    user: str
-    name: str
-    state: str
-    last_activity: str | None = None
-    url: str | None = None
-    started: str | None = None
 
 
 def iso(dt: datetime | None) -> str | None:
@@ -170,7 +158,7 @@ def allocation_view(
     present: set[str],
     node: str,
     utilisation: Mapping[str, Utilization],
-    servers: Mapping[tuple[str, str], Server] | None,
+    servers: Mapping[tuple[str, str], HubServer] | None,
     servers_at: datetime | None,
     now: datetime,
 ) -> list[dict]:
@@ -205,7 +193,7 @@ def allocation_view(
                 "started_at": iso(a.started_at),
                 "held_seconds": max(0, int((now - as_utc(a.started_at)).total_seconds())),
                 "server": state,
-                "last_activity": server.last_activity if server else None,
+                "last_activity": iso(server.last_activity) if server else None,
                 "stale": bool(stale),
                 "vanished": vanished,
                 **_util(None if vanished else utilisation.get(a.slice_id)),
@@ -286,7 +274,7 @@ def user_view(
     *,
     user: str,
     ctx: PolicyContext,
-    servers: list[Server] | None,
+    servers: list[HubServer] | None,
     allocations: list[Allocation],
     slices_by_id: Mapping[str, Mapping],
     utilisation: Mapping[str, Utilization],
@@ -307,8 +295,8 @@ def user_view(
                 "name": srv.name,
                 "state": srv.state,
                 "url": srv.url,
-                "last_activity": srv.last_activity,
-                "started": srv.started,
+                "last_activity": iso(srv.last_activity),
+                "started": iso(srv.started),
                 "slice": my_slice(a, slices_by_id.get(a.slice_id), utilisation) if a else None,
             }
         )

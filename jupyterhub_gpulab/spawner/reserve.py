@@ -1,0 +1,117 @@
+"""The reservation half of the spawner core (:mod:`.core`): the GPU-hour budget, the claim, and
+a refusal's record for the admin page.
+
+``_reserve`` runs in one thread trip (:func:`~jupyterhub_gpulab.ledger.aio.call`) with what it
+needs read on the event loop first (:class:`_Asker`), so it never touches JupyterHub's
+database session.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .. import clock
+from ..errors import SpawnRefused
+from ..fairuse.quota import budget_window, check_spawn
+from ..lab.policy import Entitlement, PolicyContext
+from ..lab.profile import Profile
+from ..ledger import Claim, LedgerRefusal, aio
+from .runtime import LabRuntime
+
+
+class _Asker(NamedTuple):
+    """Who asks for a server, read from the hub's objects on the event loop so that code running
+    in a thread never touches JupyterHub's database session."""
+
+    user: str
+    server_name: str
+    log_name: str
+    groups: frozenset[str]
+    is_admin: bool
+
+
+class ReservationMixin:
+    """Part of :class:`~.core.SliceSpawnerCore`; needs the Spawner's ``user``, ``name``,
+    ``log`` and ``_log_name``."""
+
+    def _groups(self) -> set[str]:
+        return {g.name for g in self.user.groups}
+
+    def _asker(self) -> _Asker:
+        return _Asker(
+            self.user.name,
+            self.name or "",
+            self._log_name,
+            frozenset(self._groups()),
+            bool(self.user.admin),
+        )
+
+    def _record_refusal(
+        self, rt: LabRuntime, who: _Asker, profile: str | None, err: SpawnRefused
+    ) -> None:
+        """Log a refusal and record it for the admin page (blocks: writes the ledger)."""
+        self.log.info(
+            "Refused spawn of %s (%s): %s",
+            who.log_name,
+            err.reason,
+            err.log_message or err.message,
+        )
+        try:
+            rt.ledger.record_refusal(who.user, profile, err.reason, err.message)
+        except Exception:
+            self.log.exception("Could not record a refused spawn")
+
+    async def _refuse(self, rt: LabRuntime, profile: str | None, err: SpawnRefused) -> None:
+        await aio.call(self._record_refusal, rt, self._asker(), profile, err)
+
+    def _reserve(
+        self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, ent: Entitlement, who: _Asker
+    ) -> Claim:
+        """Check the GPU-hour budget, then claim a slice (blocks: runs in a thread).
+
+        A refusal is recorded before it is raised: :class:`SpawnRefused` with reason ``quota``
+        (budget spent, or the user's or group's slice limit) or ``no-free-slice``.
+        """
+        budget = self._budget_refusal(rt, profile, ctx, who)
+        if budget:
+            err = SpawnRefused(budget, reason="quota")
+            self._record_refusal(rt, who, profile.slug, err)
+            raise err
+        try:
+            return rt.ledger.claim(
+                profile.slice,
+                user=who.user,
+                profile=profile.slug,
+                server_name=who.server_name,
+                node=rt.lab.node,
+                user_limit=ent.user_limit,
+                charge_groups=ent.charge_groups,
+            )
+        except LedgerRefusal as e:
+            reason = "quota" if e.reason == "quota" else "no-free-slice"
+            err = SpawnRefused(e.message, reason=reason)
+            self._record_refusal(rt, who, profile.slug, err)
+            raise err from None
+
+    def _budget_refusal(
+        self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
+    ) -> str | None:
+        """The GPU-hour budget's refusal, or ``None`` (blocks: reads the ledger)."""
+        now = clock.utcnow()
+        start = budget_window(ctx, now)
+        if start >= now:
+            return None  # no budget applies to this user
+        allocations = rt.ledger.allocations_between(start, now, user=who.user)
+        return check_spawn(who.user, ctx, allocations, now, profile=profile)
+
+    async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
+        """Claim a slice for this server in a thread (the ledger is synchronous)."""
+        return await aio.call(
+            rt.ledger.claim,
+            profile.slice,
+            user=self.user.name,
+            profile=profile.slug,
+            server_name=self.name or "",
+            node=rt.lab.node,
+            **limits,
+        )
