@@ -2,7 +2,7 @@
 
 The service gathers, per server (named servers included): the hub's ``last_activity``, whether
 any kernel is busy (where the single-user server reports it), the utilisation history of its
-slice (:mod:`.monitor`), its limits, and the warnings already given; :func:`decide` answers. The
+slice (:mod:`jupyterhub_gpulab.service.monitor`), its limits, and the warnings already given; :func:`decide` answers. The
 service then warns the user, stops the server through the hub API, or (dry run) only logs
 :meth:`Decision.log_line`.
 

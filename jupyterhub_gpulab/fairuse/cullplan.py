@@ -1,5 +1,5 @@
 """What the culler knows about every running server, built from the hub's answer, the ledger and
-the utilisation history. Pure logic, no I/O: :mod:`.culling` reads, this module combines.
+the utilisation history. Pure logic, no I/O: :mod:`jupyterhub_gpulab.service.culling` reads, this module combines.
 
 - **Servers** come from the hub (``GET /hub/api/users?state=active``): every *ready* server,
   named ones included, with its ``last_activity`` and its user's groups. A server still starting

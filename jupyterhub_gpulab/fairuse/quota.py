@@ -22,7 +22,7 @@ Pure logic, no I/O: the caller passes the user's groups, the configured policies
   :mod:`~jupyterhub_gpulab.lab.policy`. A policy without ``gpu_hours`` means no budget, which beats any
   number. Otherwise the governing budget is the one with the most hours *left now* (ties: the
   larger limit, then the group name), so a user may spawn while any of their groups' budgets has
-  hours left. Admins, and users under no policy, follow :func:`~.policy.applicable_policies`.
+  hours left. Admins, and users under no policy, follow :func:`~jupyterhub_gpulab.lab.policy.applicable_policies`.
 - **CPU-only profiles** use no GPU-hours and are never refused for a budget.
 - **Longest session** (:func:`session_limit`): the profile's ``max_age`` and the user's policies'
   ``max_session`` (most generous of those allowing the profile; unset in one of them = none); the

@@ -7,12 +7,12 @@ strings) or from a link (``GET /hub/spawn?profile=<slug>``). :func:`options_from
 :func:`options_from_query` only reshape form and query data into ``user_options``; one check,
 :func:`choose_profile` (run by the spawner's ``start()``), decides for all three, so a form, a
 link and the API are refused or accepted alike. Every refusal is a
-:class:`~.errors.ProfileChoiceError` (HTTP 400) listing what the user may pick.
+:class:`~..errors.ProfileChoiceError` (HTTP 400) listing what the user may pick.
 
 No choice (``{}``, ``None`` or ``{"profile": None}``) means the profile this server last started
 with (``last``) if the user may still pick it, else the default profile; when the last one no
 longer applies (renamed, removed, the user's groups changed) the user is told why
-(:func:`saved_choice_notice`). :mod:`.profiles` re-exports these names.
+(:func:`saved_choice_notice`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def options_from_form(
     list, which :func:`choose_profile` refuses; JupyterHub's own fields
     (:data:`JUPYTERHUB_FIELDS`) are dropped; an uploaded file (``<field>_file``) becomes ``None``.
     Other fields are kept, so that :func:`choose_profile` refuses them exactly as it refuses
-    them from the API. Raises :class:`~.errors.ProfileChoiceError` (``bad-choice``, listing
+    them from the API. Raises :class:`~..errors.ProfileChoiceError` (``bad-choice``, listing
     ``entitled`` when given) only for data JupyterHub never sends: not a mapping, or a field
     whose value is not a list.
     """
@@ -124,7 +124,7 @@ def options_from_query(
 
     As :func:`options_from_form`, and a link must name its profile: a GET is a link anyone can
     send (from another site too), so it never starts the saved or default profile. Raises
-    :class:`~.errors.ProfileChoiceError` (``bad-choice``) when ``profile`` is missing; JupyterHub
+    :class:`~..errors.ProfileChoiceError` (``bad-choice``) when ``profile`` is missing; JupyterHub
     then shows the spawn form with the message and starts nothing.
     """
     options = options_from_form(query, entitled)
@@ -194,7 +194,7 @@ def choose(
     profile. Returns ``(profile, notice)``: ``notice`` is ``None``, or, when ``last`` no longer
     applies and the default was taken instead, a sentence for the user saying so.
 
-    Raises :class:`~.errors.ProfileChoiceError` (HTTP 400), whose message names the bad value
+    Raises :class:`~..errors.ProfileChoiceError` (HTTP 400), whose message names the bad value
     (escaped, at most 64 characters) and lists what the user may pick, for: not an object, an
     option other than ``profile``, a value that is not one string (a list: "pick exactly one"),
     an empty value, no choice and nothing the user may pick (``no-profile``), an unknown slug

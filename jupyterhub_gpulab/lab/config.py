@@ -1,7 +1,7 @@
 """``c.GPULab``: the lab's configuration, shared by the spawner (in the hub), the service and the CLI.
 
 Everything here is read from ``jupyterhub_config.py``; :meth:`GPULab.load` validates it all at once
-and raises :class:`~.errors.ConfigError` listing every problem (``gpulab check-config`` prints
+and raises :class:`~..errors.ConfigError` listing every problem (``gpulab check-config`` prints
 them). Example::
 
     c.GPULab.db_url = "sqlite:////srv/jupyterhub/gpulab.sqlite"

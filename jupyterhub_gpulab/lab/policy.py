@@ -348,7 +348,7 @@ class PolicyContext:
 
     def entitlement(self, profile: Profile) -> Entitlement:
         """Combine the user's policies for one allocation of ``profile`` (rule: module
-        docstring). Raises :class:`~.errors.ProfileChoiceError` (``not-entitled``, HTTP 400)
+        docstring). Raises :class:`~..errors.ProfileChoiceError` (``not-entitled``, HTTP 400)
         for a non-admin none of whose policies allows ``profile``."""
         mine = self.policies
         if not profile.slice.wants_gpu:
@@ -380,7 +380,7 @@ def resolve(
 
     Call it for a profile the user is entitled to (:func:`~.profiles.entitled_profiles`); for a
     non-admin none of whose policies allows ``profile`` it raises
-    :class:`~.errors.ProfileChoiceError` (``not-entitled``, HTTP 400) rather than leave the
+    :class:`~..errors.ProfileChoiceError` (``not-entitled``, HTTP 400) rather than leave the
     allocation outside every group cap.
     """
     return PolicyContext.of(groups, is_admin, policies, default_policy).entitlement(profile)

@@ -32,7 +32,7 @@ The record is :class:`~.profile.Profile`. Choices (:func:`~.choice.choose`,
 :func:`~.choice.choose_profile`, :func:`~.choice.options_from_form`,
 :func:`~.choice.options_from_query`, :func:`~.choice.default_profile`,
 :func:`~.choice.saved_choice_notice`) live in :mod:`.choice`: every refusal is a
-:class:`~.errors.ProfileChoiceError` (HTTP 400) listing what the user may pick.
+:class:`~..errors.ProfileChoiceError` (HTTP 400) listing what the user may pick.
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def _profile(entry: Mapping, where: str, errors: list[str]) -> Profile:
 def load_profiles(spec: Sequence[Mapping]) -> tuple[Profile, ...]:
     """Validate the ``profiles`` list (keys: :data:`PROFILE_KEYS`) into profiles, config order.
 
-    Raises :class:`~.errors.ConfigError` listing every problem, each naming
+    Raises :class:`~..errors.ConfigError` listing every problem, each naming
     ``profiles[i] ('slug')`` and the fix: not a list or empty, unknown keys, container options
     (``privileged``, ``devices``, ``security_opt``, the Docker socket …), a ``cap_add`` outside
     Docker's default capabilities (``SYS_ADMIN`` …) or a ``pids_limit`` that limits nothing,

@@ -1,4 +1,7 @@
-"""The slice ledger: SQLAlchemy tables, Alembic migrations, and atomic claim / release."""
+"""The slice ledger: SQLAlchemy tables (:mod:`.schema`), Alembic migrations, atomic claim / release
+(:mod:`.ledger`), the read queries and the one slice-matching SQL filter (:mod:`.queries`), the
+lab's identity and other labs' containers (:mod:`.labs`), and :mod:`.aio`, the one seam that runs
+ledger calls off the event loop (``await aio.call(fn, ...)``)."""
 
 from .db import SchemaOutOfDate
 from .labs import peek_identity

@@ -2,7 +2,10 @@
 (``python -m jupyterhub_gpulab.service --config jupyterhub_config.py``, HubOAuth, custom scopes
 ``custom:gpulab:admin`` / ``custom:gpulab:read``).
 
-Where it runs: its own process, never the hub's. :mod:`.app` (start-up, the tornado application),
+Where it runs: its own process, never the hub's. :mod:`.launcher` (the traitlets ``Application``:
+command line, config file, ``--help-all``, ``--generate-config``), :mod:`.lifetime` (leaves with
+its hub, waits for a busy port), :mod:`.app` (the tornado application), :mod:`.stopper` (stop a
+server, then close its allocations: one task set, awaited at shutdown),
 :mod:`.state` (the lab, its ledger and utilisation samples, one per process), :mod:`.monitor`
 (samples every slice's GPU use through NVML and ``/proc``), :mod:`.hubclient` (the hub's REST
 API), :mod:`.actions` (admin actions), :mod:`.culling` and :mod:`.cullconfig` (the culler's loop

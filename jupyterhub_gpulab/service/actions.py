@@ -33,7 +33,7 @@ def _device(state: LabState, uuid: str) -> dict:
 
 async def drain(state: LabState, uuid: str, reason: str = "", *, by: str) -> str:
     """Take a device out of service: its free slices are no longer handed out; holders keep
-    theirs until they stop. Callers check ``reason`` (:func:`.inputs.drain_reason`); a longer
+    theirs until they stop. Callers check ``reason`` (:func:`.web.inputs.drain_reason`); a longer
     one is cut to what the ledger holds."""
     reason = (reason or "").strip()[:MAX_REASON] or f"drained by {by}"
 

@@ -1,7 +1,7 @@
 """The utilisation monitor: samples every slice's GPU use and keeps a bounded history per slice.
 
 The service calls :meth:`UtilizationMonitor.sample` every ``interval_s`` seconds (10 s by default)
-and hands :meth:`~UtilizationMonitor.history` to the culler (:mod:`.culler`). All NVML reading
+and hands :meth:`~UtilizationMonitor.history` to the culler (:mod:`jupyterhub_gpulab.fairuse.culler`). All NVML reading
 goes through :mod:`jupyterhub_gpulab.inventory.nvml`; this module only combines the figures and
 maps processes to containers through ``/proc``.
 

@@ -99,7 +99,7 @@ def device_requests(s: Slice | None, mode: str) -> list[dict]:
 def hardening(
     *, pids_limit: int, cap_add: Iterable[str] = (), security_opt: Iterable[str] = ()
 ) -> dict:
-    """Docker ``HostConfig`` entries that confine every container (rules: :mod:`..hardening`).
+    """Docker ``HostConfig`` entries that confine every container (rules: :mod:`..lab.hardening`).
 
     ``{"Privileged": False, "PidsLimit": pids_limit, "SecurityOpt": [..., "no-new-privileges:true"],
     "CapDrop": ["ALL"], "CapAdd": [...] or None}``. ``cap_add`` are validated capability names

@@ -100,7 +100,7 @@ DEFAULT_TEMPLATE = "gpulab_form.html"
 TEMPLATES = Path(__file__).parent / "templates"
 
 # autoescaped, for the packaged file and for an admin's template string alike; an admin's
-# template may {% extends %} or {% include %} the packaged one
+# template may {% include %} the packaged one (it defines no blocks to extend)
 _env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True)
 
 

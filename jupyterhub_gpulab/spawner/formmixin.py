@@ -74,7 +74,7 @@ class ProfileFormMixin(HasTraits):
         help="""The spawn form's Jinja2 template: a template string (as kubespawner's), or the
         path of a file holding one (read at each render). Empty: the packaged
         ``jupyterhub_gpulab/spawner/templates/gpulab_form.html``, whose header lists the
-        variables (``rows``, ``note``, ``notice``); it may ``{% extends %}`` or ``{% include %}``
+        variables (``rows``, ``note``, ``notice``); it may ``{% include %}``
         ``"gpulab_form.html"``. Values are autoescaped. The form must post one radio named
         ``profile`` whose value is a row's ``slug``.
         ``c.GPUDockerSpawner.profile_form_template = "/srv/jupyterhub/gpulab_form.html"``""",

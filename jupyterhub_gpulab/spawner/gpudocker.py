@@ -54,7 +54,7 @@ class GPUDockerSpawner(
     ProfileFormMixin, RecoveryMixin, LabGuardMixin, HardeningMixin, SliceSpawnerCore, DockerSpawner
 ):
     """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
-    CPU profile), confined (:mod:`..hardening`). Profiles, inventory, policies and the ledger
+    CPU profile), confined (:mod:`..lab.hardening`). Profiles, inventory, policies and the ledger
     come from ``c.GPULab``."""
 
     def __init_subclass__(cls, **kwargs):
