@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -152,9 +153,23 @@ def spawn_ready(hub: Hub, user: str, options: dict) -> float:
 
 
 def stop(hub: Hub, user: str) -> float:
+    """Seconds the hub takes to stop ``user``'s server. Then, untimed, wait until the engine has
+    removed the container: DockerSpawner's auto-removal finishes after the stop answers, and a
+    new start under the same name meanwhile fails with 409 Conflict (seen with plain
+    DockerSpawner under load), which would end the run for a reason neither side measures."""
     t0 = time.perf_counter()
     hub.stop_server(user)
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    name = f"^/{hub.workdir.name}-{user}$"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True
+        )
+        if not r.stdout.strip():
+            break
+        time.sleep(0.1)
+    return took
 
 
 def storm(hub: Hub, users: list[str], options: dict) -> float:

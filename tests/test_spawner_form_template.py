@@ -83,6 +83,7 @@ def test_an_admins_template_escapes_profile_text():
     [
         pytest.param("/srv/nowhere/form.html", "cannot read '/srv/nowhere/form.html'", id="path"),
         pytest.param("{% for r in %}", "does not compile", id="syntax"),
+        pytest.param('{% include "nope.html" %}', "does not render", id="missing-include"),
     ],
 )
 def test_a_template_that_cannot_be_used_is_refused_at_config_load(template, says):

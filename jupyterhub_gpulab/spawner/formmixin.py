@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 import inspect
 
-from jinja2 import TemplateSyntaxError
+from jinja2 import TemplateError, TemplateSyntaxError
 from traitlets import HasTraits, TraitError, Unicode, validate
 
 from ..lab.choice import (
@@ -31,7 +31,7 @@ from ..lab.choice import (
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..ledger import aio
-from .form import form_rows, form_template, render_form, usage_note
+from .form import FormRow, form_rows, form_template, render_form, usage_note
 from .runtime import LabRuntime
 
 
@@ -93,6 +93,15 @@ class ProfileFormMixin(HasTraits):
             raise TraitError(
                 f"c.GPUDockerSpawner.profile_form_template does not compile: {e.message} "
                 f"(line {e.lineno})"
+            ) from None
+        # a trial render with one sample row: an {% include %} of a missing template, or a
+        # filter that fails, shows at config load rather than on a student's spawn page
+        sample = FormRow("cpu", "CPU only", "", "No GPU", "CPU only", "", True, None)
+        try:
+            render_form([sample], "note", notice="notice", template=proposal.value)
+        except (TemplateError, TypeError, ValueError) as e:
+            raise TraitError(
+                f"c.GPUDockerSpawner.profile_form_template does not render: {type(e).__name__}: {e}"
             ) from None
         return proposal.value
 
