@@ -59,3 +59,23 @@ def at(monkeypatch, clock_start, clock_file):
     monkeypatch.setattr(clock, "utcnow", moving)
     yield moving
     moving.release()
+
+
+@pytest.fixture
+def hub_factory(tmp_path):
+    """Make real hubs (GPUDockerSpawner, the e2e lab) on demand; each is stopped and its
+    containers removed after the test. A module may override it (another kind of hub)."""
+    from e2e_support import new_hub, remove_node_containers, require_docker
+
+    require_docker()
+    hubs = []
+
+    def make(**kw):
+        h = new_hub(tmp_path, **kw)
+        hubs.append(h)
+        return h
+
+    yield make
+    for h in hubs:
+        h.stop()
+        remove_node_containers(h.workdir.name)

@@ -132,3 +132,10 @@ def remove_node_containers(node: str) -> None:
     ids = containers_with_label(f"org.jupyter.gpulab.node={node}")
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+
+
+def ledger_of(hub: Hub):
+    """The ledger of a hub made by :func:`new_hub` (its SQLite file in the hub's folder)."""
+    from jupyterhub_gpulab.ledger import Ledger
+
+    return Ledger(f"sqlite:///{hub.workdir}/gpulab.sqlite")

@@ -15,9 +15,7 @@ from e2e_support import (
     env_of,
     gpulab_config,
     inspect,
-    new_hub,
-    remove_node_containers,
-    require_docker,
+    ledger_of,
 )
 
 from jupyterhub_gpulab.ledger import Ledger
@@ -64,26 +62,6 @@ RESTARTED = f"""
 c.Spawner.http_timeout = 3
 c.GPUDockerSpawner.reconcile_interval = {INTERVAL}
 """
-
-
-@pytest.fixture
-def hub_factory(tmp_path):
-    require_docker()
-    hubs = []
-
-    def make(**kw):
-        h = new_hub(tmp_path, **kw)
-        hubs.append(h)
-        return h
-
-    yield make
-    for h in hubs:
-        h.stop()
-        remove_node_containers(h.workdir.name)
-
-
-def ledger_of(hub) -> Ledger:
-    return Ledger(f"sqlite:///{hub.workdir}/gpulab.sqlite")
 
 
 def wait_for(what, check, timeout: float = 60, hub=None):

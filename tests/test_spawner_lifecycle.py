@@ -7,31 +7,9 @@ import time
 
 import pytest
 import requests
-from e2e_support import containers_with_label, new_hub, remove_node_containers, require_docker
-
-from jupyterhub_gpulab.ledger import Ledger
+from e2e_support import containers_with_label, ledger_of, require_docker
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture
-def hub_factory(tmp_path):
-    require_docker()
-    hubs = []
-
-    def make(**kw):
-        h = new_hub(tmp_path, **kw)
-        hubs.append(h)
-        return h
-
-    yield make
-    for h in hubs:
-        h.stop()
-        remove_node_containers(h.workdir.name)
-
-
-def ledger_of(hub) -> Ledger:
-    return Ledger(f"sqlite:///{hub.workdir}/gpulab.sqlite")
 
 
 def reach(hub, user) -> int:
