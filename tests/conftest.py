@@ -62,16 +62,25 @@ def at(monkeypatch, clock_start, clock_file):
 
 
 @pytest.fixture
-def hub_factory(tmp_path):
-    """Make real hubs (GPUDockerSpawner, the e2e lab) on demand; each is stopped and its
-    containers removed after the test. A module may override it (another kind of hub)."""
-    from e2e_support import new_hub, remove_node_containers, require_docker
+def hub_maker():
+    """``(tmp_path, **kw) -> Hub``: how :func:`hub_factory` makes a hub (the e2e lab's
+    :func:`e2e_support.new_hub`); a module overrides this fixture for another kind of hub."""
+    from e2e_support import new_hub
+
+    return new_hub
+
+
+@pytest.fixture
+def hub_factory(tmp_path, hub_maker):
+    """Make real hubs (GPUDockerSpawner) on demand with ``hub_maker``; each is stopped and its
+    containers removed after the test."""
+    from e2e_support import remove_node_containers, require_docker
 
     require_docker()
     hubs = []
 
     def make(**kw):
-        h = new_hub(tmp_path, **kw)
+        h = hub_maker(tmp_path, **kw)
         hubs.append(h)
         return h
 

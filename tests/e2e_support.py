@@ -139,3 +139,13 @@ def ledger_of(hub: Hub):
     from jupyterhub_gpulab.ledger import Ledger
 
     return Ledger(f"sqlite:///{hub.workdir}/gpulab.sqlite")
+
+
+def kill_and_stop(hub: Hub) -> None:
+    """Tear down a hub whose containers stop slowly on purpose: kill its containers first (a
+    graceful stop would take their whole stop timeout), then stop the hub and remove them."""
+    ids = containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}")
+    if ids:
+        subprocess.run(["docker", "kill", *ids], capture_output=True)
+    hub.stop()
+    remove_node_containers(hub.workdir.name)

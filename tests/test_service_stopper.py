@@ -7,10 +7,12 @@ admin's stop with 202 (still stopping) and the closing goes on in the background
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from e2e_support import containers_with_label, new_hub, remove_node_containers, require_docker
+from e2e_support import (
+    kill_and_stop,
+    new_hub,
+    require_docker,
+)
 
 from jupyterhub_gpulab.lab.config import GPULab, load_config_file
 from jupyterhub_gpulab.ledger import Ledger
@@ -36,11 +38,7 @@ def hub(tmp_path):
     h = new_hub(tmp_path, extra=SLOW_STOP)
     h.start()
     yield h
-    ids = containers_with_label(f"org.jupyter.gpulab.node={h.workdir.name}")
-    if ids:
-        subprocess.run(["docker", "kill", *ids], capture_output=True)
-    h.stop()
-    remove_node_containers(h.workdir.name)
+    kill_and_stop(h)
 
 
 async def test_an_admin_stop_still_in_flight_finishes_before_the_service_exits(hub):

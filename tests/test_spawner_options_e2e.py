@@ -50,19 +50,9 @@ def new_lab_hub(tmp_path, seat_slug: str = "seat") -> Hub:
 
 
 @pytest.fixture
-def hub_factory(tmp_path):
-    require_docker()
-    hubs = []
-
-    def make(**kw):
-        h = new_lab_hub(tmp_path, **kw)
-        hubs.append(h)
-        return h
-
-    yield make
-    for h in hubs:
-        h.stop()
-        remove_node_containers(h.workdir.name)
+def hub_maker():
+    """The shared ``hub_factory`` makes this module's hubs (its own profiles)."""
+    return new_lab_hub
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,11 @@ import threading
 import time
 
 import pytest
-from e2e_support import containers_with_label, new_hub, remove_node_containers, require_docker
+from e2e_support import (
+    kill_and_stop,
+    new_hub,
+    require_docker,
+)
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -27,12 +31,7 @@ def hub(tmp_path):
     h = new_hub(tmp_path, extra=SLOW_STOP)
     h.start()
     yield h
-    # kill first: a graceful stop of these containers takes the whole stop timeout
-    ids = containers_with_label(f"org.jupyter.gpulab.node={h.workdir.name}")
-    if ids:
-        subprocess.run(["docker", "kill", *ids], capture_output=True)
-    h.stop()
-    remove_node_containers(h.workdir.name)
+    kill_and_stop(h)
 
 
 def _wait_for_log(hub, text: str, timeout: float = 30) -> None:
