@@ -13,7 +13,8 @@
 # UI: without lab (the default: 270 MB, fast start) /user/<name>/ serves jupyter_server's own page
 # "A Jupyter Server is running." plus the full /api (the single-user log warns "Found no extension
 # with a default URL"); there is no ipykernel, so no kernels. GPULAB_IMAGE_LAB=1 (404 MB) adds
-# jupyterlab (and with it ipykernel): /user/<name>/ redirects to /lab.
+# jupyterlab (and with it ipykernel) plus git and nbgitpuller (course content): /user/<name>/
+# redirects to /lab.
 # Default TAG: gpulab/singleuser:<hub version> (…-lab with GPULAB_IMAGE_LAB=1).
 # The build is skipped when TAG already exists with the same labels (hub version, lab flag and a
 # hash of this recipe); --force rebuilds the image, --refresh-base also re-runs debootstrap and
@@ -58,6 +59,8 @@ fi
 SUITE=bookworm
 MIRROR=${GPULAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 INCLUDE=python3,python3-venv,ca-certificates
+# The lab variant is what courses pull content into: nbgitpuller shells out to git.
+[ "$lab" = 1 ] && INCLUDE=$INCLUDE,git
 # The chroot's interpreter and libc (bookworm): the wheels are chosen for these, not the host's.
 CHROOT_PY=3.11.2
 GLIBC_MINOR=36
@@ -138,7 +141,7 @@ platforms=()
 for minor in $(seq 5 "$GLIBC_MINOR"); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
 reqs=("jupyterhub==$hub_version" jupyter_server)
-[ "$lab" = 1 ] && reqs+=(jupyterlab)
+[ "$lab" = 1 ] && reqs+=(jupyterlab nbgitpuller)
 [ "$refresh_base" = 1 ] && rm -rf "$WHEELS"
 mkdir -p "$WHEELS"
 pip_download() {
