@@ -184,3 +184,42 @@ foreign_containers = sa.Table(
     sa.Column("seen_at", UTC_DATETIME, nullable=False),
 )
 sa.Index("ix_foreign_containers_node", foreign_containers.c.node)
+
+# -- courses (jupyterhub_gpulab/courses/store.py; migration 0004) ------------------------------
+# A course record: the JSON of courses.model.Course.to_dict(); origin "config" (declared in
+# c.GPULab.courses, re-read at every start) or "admin" (made in the service).
+courses = sa.Table(
+    "courses",
+    metadata,
+    sa.Column("slug", sa.String(40), primary_key=True),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Column("origin", sa.String(16), nullable=False),
+    sa.Column("created_at", UTC_DATETIME, nullable=False),
+    sa.Column("updated_at", UTC_DATETIME, nullable=False),
+    sa.Column("updated_by", sa.String(255), nullable=False),
+)
+
+# Every change to a course, its roster, content, sessions, and every start all / collect /
+# return: who, when, what (detail: JSON).
+course_audit = sa.Table(
+    "course_audit",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", UTC_DATETIME, nullable=False),
+    sa.Column("who", sa.String(255), nullable=False),
+    sa.Column("course", sa.String(40), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),
+)
+sa.Index("ix_course_audit_course", course_audit.c.course)
+
+# One row per session whose pre-start ran, so a restarted service does not start it again.
+course_prestarts = sa.Table(
+    "course_prestarts",
+    metadata,
+    sa.Column("course", sa.String(40), primary_key=True),
+    sa.Column("session_start", UTC_DATETIME, primary_key=True),
+    sa.Column("started_at", UTC_DATETIME, nullable=False),
+    sa.Column("finished_at", UTC_DATETIME, nullable=True),
+    sa.Column("summary", sa.Text, nullable=False, default=""),
+)

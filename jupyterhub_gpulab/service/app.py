@@ -36,6 +36,7 @@ from .lifetime import listen_when_free
 from .state import LabState
 from .web.api import api_handlers
 from .web.base import OAuthCallback
+from .web.courseapi import course_handlers
 from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
@@ -125,6 +126,7 @@ def make_app(
     prefix: str,
     hub_base: str = "/",
     grants: RoleGrants | None = None,
+    courses=None,
 ) -> web.Application:
     """The Tornado application under ``prefix`` (``/services/gpulab/``); ``grants``: the gpulab
     scopes the hub's roles give each user, asked for at page logins (none by default)."""
@@ -133,6 +135,7 @@ def make_app(
         (prefix + "me", UserPage),
         (prefix + "actions/(?P<action>[a-z]+)", ActionPage),
         (prefix + "oauth_callback", OAuthCallback),
+        *course_handlers(prefix),
         *api_handlers(prefix),
     ]
     return web.Application(
@@ -146,6 +149,7 @@ def make_app(
         gpulab_hub_base=hub_base,
         gpulab_grants=grants or RoleGrants(),
         gpulab_jinja=jinja_env(),
+        gpulab_courses=courses,
         log_function=_log_request,
     )
 
@@ -185,6 +189,29 @@ def read_cookie_secret(path: str | os.PathLike) -> bytes:
     return secret
 
 
+def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, secret: bytes):
+    """The courses of this lab (:mod:`jupyterhub_gpulab.courses`), on the service's hub client;
+    ``secret``: the service's cookie secret, from which each course's pre-start token is derived
+    (:func:`jupyterhub_gpulab.courses.hubhook.prestart_token`)."""
+    from ..courses.config import GPULabCourses
+    from ..courses.manager import CourseManager
+    from ..courses.store import CourseStore
+    from ..hub.hubconfig import config_value
+
+    config = gpulab.config
+    settings = GPULabCourses(config=config)
+    hubcfg = config.JupyterHub if "JupyterHub" in config else {}
+    return CourseManager(
+        CourseStore(ledger.engine),
+        settings,
+        hub,
+        tz=lab.tz,
+        secret=secret,
+        spawn_limit=int(config_value(hubcfg, "concurrent_spawn_limit", 100) or 100),
+        profiles={p.slug for p in lab.profiles},
+    )
+
+
 class Service:
     """The running service: state, hub client, app, and the periodic refreshes."""
 
@@ -216,6 +243,7 @@ class Service:
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
         self.culler = Culler(self.state, self.hub, settings)
         secret = cookie_secret or read_cookie_secret(settings.cookie_secret_file)
+        self.courses = make_course_manager(gpulab, self.ledger, self.hub, self.state.lab, secret)
         self.app = make_app(
             self.state,
             self.hub,
@@ -224,6 +252,7 @@ class Service:
             prefix=hub_auth.base_url,
             hub_base=hub_auth.hub_prefix.rsplit("hub/", 1)[0] or "/",
             grants=grants or RoleGrants.from_config(gpulab.config),
+            courses=self.courses,
         )
         self._periodic: list[PeriodicCallback] = []
         self.server = None
@@ -240,6 +269,7 @@ class Service:
                 a.slice_id,
             )
         await self.sample()
+        await self.courses.declare()
         self.server = await listen_when_free(
             self.app,
             address,
@@ -252,6 +282,7 @@ class Service:
             (self.refresh_hub, self.settings.hub_poll_interval),
             (self.sample, self.settings.sample_interval),
             (self.cull, self.culler.every_s),
+            (self.courses_due, self.courses.settings.check_interval),
         ):
             pc = PeriodicCallback(job, 1000 * seconds)
             pc.start()
@@ -280,6 +311,12 @@ class Service:
             await aio.call(self.state.take_sample)
         except Exception:
             log.exception("NVML sampling failed")
+
+    async def courses_due(self) -> None:
+        try:
+            await self.courses.check_due()
+        except Exception:
+            log.exception("Course pre-start check failed")
 
     async def cull(self) -> None:
         try:

@@ -145,3 +145,8 @@ class HubClient:
                 return True
             await asyncio.sleep(1)
         return False
+
+    async def call(self, method: str, path: str, body=None) -> tuple[int, object]:
+        """Any hub API request (``path`` relative to ``…/hub/api/``): ``(status, JSON body)``;
+        raises :class:`HubError` with the hub's message."""
+        return await self._request(method, path, body=body)

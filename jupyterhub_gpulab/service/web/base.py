@@ -79,7 +79,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for verb in ("get", "post", "delete"):
+        for verb in ("get", "post", "put", "delete"):
             if verb in vars(cls):
                 setattr(cls, verb, _after_ready(vars(cls)[verb]))
 

@@ -1,0 +1,107 @@
+"""``c.GPULabCourses``: the courses declared in ``jupyterhub_config.py`` and how course servers,
+pre-start and collect behave. Read by the hub (:mod:`.hubhook`, :func:`configure_courses`) and by
+the service. Example::
+
+    c.GPULabCourses.courses = [{"slug": "ml101", "title": "ML 101", "profiles": ["cpu"],
+        "content": [{"repo": "https://git.example.edu/ml101/notebooks.git"}],
+        "sessions": {"weekly": [{"days": ["mon"], "start": "10:00", "end": "12:00",
+                                 "from": "2026-09-07", "until": "2026-12-18"}]}}]
+"""
+
+from __future__ import annotations
+
+from traitlets import Dict, Float, Integer, List, Unicode
+from traitlets.config import Configurable
+
+from .model import Course, parse_courses
+
+
+class GPULabCourses(Configurable):
+    courses = List(
+        Dict(),
+        config=True,
+        help="""Courses declared in the config (see :mod:`jupyterhub_gpulab.courses.model` for
+        the keys). Stored in the ledger at every service start; admins add more from the
+        service's pages. ``c.GPULabCourses.courses = [{"slug": "ml101", "profiles": ["cpu"]}]``
+        """,
+    )
+
+    home_volume = Unicode(
+        "gpulab-home-{username}",
+        config=True,
+        help="""Docker volume holding each user's home (``{username}`` is replaced), mounted at
+        ``home_path`` in every container: course content is pulled into it, assignments
+        collected from it. Same as ``c.DockerSpawner.volumes``' key.
+        ``c.GPULabCourses.home_volume = "gpulab-home-{username}"``""",
+    )
+
+    home_path = Unicode(
+        "/home/jovyan",
+        config=True,
+        help="""Where the home volume is mounted in a user's container.
+        ``c.GPULabCourses.home_path = "/home/jovyan"``""",
+    )
+
+    course_volume = Unicode(
+        "gpulab-course-{slug}",
+        config=True,
+        help="""Docker volume of a course's staff folder (``{slug}``: the course): collected
+        assignments land in ``collected/<assignment>/<student>/<time>/``, feedback to return is
+        read from ``feedback/<assignment>/<student>/``. Mounted in staff members' course servers
+        at ``~/<slug>-staff``; students never see it.
+        ``c.GPULabCourses.course_volume = "gpulab-course-{slug}"``""",
+    )
+
+    helper_image = Unicode(
+        "",
+        config=True,
+        help="""Image of the short-lived, never-started containers through which the service
+        copies files in and out of volumes (Docker's archive API; nothing runs in them).
+        Default: the image of the course's first profile.
+        ``c.GPULabCourses.helper_image = "gpulab/singleuser:6.1.1"``""",
+    )
+
+    prestart_batch = Integer(
+        0,
+        config=True,
+        help="""Servers pre-start asks the hub to start at once. 0: the hub's
+        ``c.JupyterHub.concurrent_spawn_limit`` (read from the same config; 100 if unset).
+        ``c.GPULabCourses.prestart_batch = 20``""",
+    )
+
+    prestart_retries = Integer(
+        3,
+        config=True,
+        help="""Retries of a server whose pre-start failed (back-off doubling from
+        ``prestart_backoff`` seconds). ``c.GPULabCourses.prestart_retries = 3``""",
+    )
+
+    prestart_backoff = Float(
+        5.0,
+        config=True,
+        help="""Seconds before the first retry of a failed pre-start; doubles each time.
+        ``c.GPULabCourses.prestart_backoff = 5``""",
+    )
+
+    ready_timeout = Float(
+        300.0,
+        config=True,
+        help="""Seconds pre-start waits for one server to become ready.
+        ``c.GPULabCourses.ready_timeout = 300``""",
+    )
+
+    check_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds between the service's looks for sessions due for pre-start.
+        ``c.GPULabCourses.check_interval = 30``""",
+    )
+
+    def declared(self, profiles: set[str] | None = None) -> list[Course]:
+        """The declared courses, validated (raises :class:`~.model.CourseError`)."""
+        return parse_courses(self.courses, profiles=profiles)
+
+    def volume_of(self, username: str) -> str:
+        from dockerspawner.dockerspawner import escape  # noqa: F401 (same escaping as volumes)
+
+        return self.home_volume.format(username=username)

@@ -1,0 +1,195 @@
+"""Courses in the hub process: one call in ``jupyterhub_config.py``, ``configure_courses(c)``.
+
+What it adds (after ``configure_service``)::
+
+    c.Spawner.pre_spawn_hook   a course server (a named server whose name is a course slug) starts
+                               with the course profile unless the request named another of the
+                               course's, pulls the course repositories into the home first
+                               (:func:`.content.start_command`), and a staff member's also mounts
+                               the course folder at ~/<slug>-staff
+    c.JupyterHub.load_roles    per course known at hub start (declared, or stored by an admin):
+                               gpulab-course-<slug>-staff for the staff group: start, stop, open
+                               and read the roster's servers (``servers!group=<roster>`` …), nothing
+                               over other users
+                               gpulab-course-<slug>-prestart for the service
+                               gpulab-prestart-<slug>: the token pre-start uses, which may only
+                               start and stop servers of the roster group
+    c.JupyterHub.services      gpulab-prestart-<slug> (a token holder, no process)
+
+The pre-start token of each course is derived from the service's cookie secret (HMAC), so the
+hub and the service agree on it without another file. A course an admin creates in the service
+gets its roles at the next hub start; until then the service acts for its staff with its own
+token, after checking the staff and roster groups itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+
+log = logging.getLogger("gpulab.courses")
+
+PRESTART_SERVICE = "gpulab-prestart-{slug}"
+#: What the gpulab service's own token needs besides SERVICE_SCOPES for courses.
+COURSE_SERVICE_SCOPES = ["admin:groups", "servers", "access:servers"]
+
+
+def staff_scopes(roster: str, service: str = "gpulab") -> list[str]:
+    """What a course's staff may do: the roster's servers (start, stop, open, read) and the
+    roster's names and activity, plus access to the gpulab service."""
+    f = f"!group={roster}"
+    return [
+        f"servers{f}",
+        f"access:servers{f}",
+        f"read:users:name{f}",
+        f"read:users:activity{f}",
+        f"access:services!service={service}",
+    ]
+
+
+def prestart_scopes(roster: str) -> list[str]:
+    """The pre-start token: start, stop and read the roster's servers; nothing else."""
+    f = f"!group={roster}"
+    return [f"servers{f}", f"read:users:name{f}"]
+
+
+def prestart_token(secret: bytes, slug: str) -> str:
+    """The pre-start service token of course ``slug`` (hex), derived from ``secret``."""
+    return hmac.new(secret, f"gpulab-prestart:{slug}".encode(), hashlib.sha256).hexdigest()
+
+
+class _CourseCache:
+    """The ledger's courses as the hook sees them, re-read at most every ``ttl`` seconds."""
+
+    def __init__(self, db_url: str, ttl: float = 5.0):
+        self.db_url, self.ttl = db_url, ttl
+        self._at = 0.0
+        self._courses: dict = {}
+
+    def get(self, slug: str):
+        if time.monotonic() - self._at > self.ttl:
+            from ..ledger import shared_ledger
+            from .store import CourseStore
+
+            store = CourseStore(shared_ledger(self.db_url).engine)
+            self._courses = {s.course.slug: s.course for s in store.all()}
+            self._at = time.monotonic()
+        return self._courses.get(slug)
+
+
+def make_pre_spawn_hook(db_url: str, home_path: str, course_volume: str, before=None):
+    """The hub's ``pre_spawn_hook`` for course servers; ``before``: a hook already configured,
+    run first."""
+    cache = _CourseCache(db_url)
+
+    async def hook(spawner):
+        if before is not None:
+            r = before(spawner)
+            if hasattr(r, "__await__"):
+                await r
+        if not spawner.name:
+            return
+        from ..ledger import aio
+
+        course = await aio.call(cache.get, spawner.name)
+        if course is None:
+            return
+        from .content import start_command
+
+        wanted = (spawner.user_options or {}).get("profile")
+        if course.profiles and wanted not in course.profiles:
+            spawner.user_options = {"profile": course.profile}
+        spawner.cmd = start_command(course, home_path)
+        groups = {g.name for g in spawner.user.groups}
+        if course.staff_group in groups:
+            volumes = dict(spawner.volumes)
+            volumes[course_volume.format(slug=course.slug)] = f"{home_path}/{course.slug}-staff"
+            spawner.volumes = volumes
+        spawner.log.info(
+            "%s is course %s's server: profile %s, %d content source(s)",
+            spawner._log_name,
+            course.slug,
+            spawner.user_options.get("profile"),
+            len(course.content),
+        )
+
+    return hook
+
+
+def configure_courses(c, *, service: str = "gpulab") -> None:
+    """Add the course hook, roles and pre-start services to JupyterHub config ``c`` (module
+    docstring). Call it after ``configure_service`` and after ``c.GPULabCourses.courses``."""
+    from ..hub.hubconfig import config_value
+    from ..lab.config import GPULab
+    from .config import GPULabCourses
+
+    settings = GPULabCourses(config=c)
+    gpulab = GPULab(config=c)
+    spawner = c.Spawner if "pre_spawn_hook" in c.Spawner else None
+    before = spawner.pre_spawn_hook if spawner is not None else None
+    c.Spawner.pre_spawn_hook = make_pre_spawn_hook(
+        gpulab.db_url, settings.home_path, settings.course_volume, before
+    )
+    courses = {co.slug: co for co in _stored(gpulab.db_url)}
+    courses.update({co.slug: co for co in settings.declared()})
+    secret = _service_secret(c)
+    roles = list(config_value(c.JupyterHub, "load_roles", []))
+    services = list(config_value(c.JupyterHub, "services", []))
+    for co in courses.values():
+        roles.append(
+            {
+                "name": f"gpulab-course-{co.slug}-staff",
+                "description": f"Staff of course {co.slug}: the roster's servers",
+                "scopes": staff_scopes(co.roster_group, service),
+                "groups": [co.staff_group],
+            }
+        )
+        if secret is None:
+            continue
+        name = PRESTART_SERVICE.format(slug=co.slug)
+        services.append({"name": name, "api_token": prestart_token(secret, co.slug)})
+        roles.append(
+            {
+                "name": f"gpulab-course-{co.slug}-prestart",
+                "description": f"Pre-start of course {co.slug}: the roster's servers only",
+                "scopes": prestart_scopes(co.roster_group),
+                "services": [name],
+            }
+        )
+    for i, role in enumerate(roles):
+        if role.get("name") == "gpulab-service":
+            # keep course groups in step with rosters; start and stop course servers
+            extra = [s for s in COURSE_SERVICE_SCOPES if s not in role.get("scopes", [])]
+            roles[i] = {**role, "scopes": list(role.get("scopes", [])) + extra}
+    c.JupyterHub.load_roles = roles
+    c.JupyterHub.services = services
+
+
+def _stored(db_url: str) -> list:
+    """Courses admins stored in the ledger (none when it does not exist yet)."""
+    try:
+        from ..ledger import Ledger
+        from .store import CourseStore
+
+        led = Ledger(db_url)
+        try:
+            return [s.course for s in CourseStore(led.engine).all()]
+        finally:
+            led.close()
+    except Exception as e:  # a missing or older ledger: the hub creates or refuses it later
+        log.info("No stored courses read at config time: %s", e)
+        return []
+
+
+def _service_secret(c) -> bytes | None:
+    """The gpulab service's cookie secret (created if missing, as the service would)."""
+    try:
+        from ..service.app import GPULabService, read_cookie_secret
+
+        path = GPULabService(config=c).cookie_secret_file
+        return read_cookie_secret(path)
+    except Exception as e:
+        log.warning("No pre-start tokens: the service's cookie secret cannot be read (%s)", e)
+        return None

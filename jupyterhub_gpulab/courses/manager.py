@@ -1,0 +1,149 @@
+"""The service's side of courses: the stored records, who is staff, pre-start runs (scheduled
+``lead_minutes`` before each session and on "Start all"), stop all and distribute.
+
+Runs in the gpulab service's event loop; ledger calls go through ``aio.call``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from tornado.escape import url_escape
+
+from .. import clock
+from ..ledger import aio
+from ..service.hubclient import HubClient, HubError
+from .config import GPULabCourses
+from .hubhook import prestart_token
+from .model import Course
+from .prestart import PrestartRun
+from .roster import roster_of
+from .sessions import sessions_between
+from .store import CourseStore
+
+log = logging.getLogger("gpulab.courses")
+
+
+class CourseManager:
+    def __init__(
+        self,
+        store: CourseStore,
+        settings: GPULabCourses,
+        hub: HubClient,
+        *,
+        tz,
+        secret: bytes | None,
+        spawn_limit: int = 100,
+        profiles: set[str] | None = None,
+    ):
+        self.store, self.settings, self.hub, self.tz = store, settings, hub, tz
+        self.secret = secret
+        self.batch = settings.prestart_batch or spawn_limit or 100
+        self.profiles = profiles
+        #: the latest start-all (or stop-all) of each course, by slug
+        self.runs: dict[str, PrestartRun] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def declare(self) -> None:
+        changed = await aio.call(self.store.declare, self.settings.declared(self.profiles))
+        if changed:
+            log.info("Courses from the config stored: %s", ", ".join(changed))
+
+    async def course(self, slug: str) -> Course | None:
+        stored = await aio.call(self.store.get, slug)
+        return stored.course if stored else None
+
+    async def groups_of(self, user: str) -> set[str]:
+        try:
+            _, model = await self.hub.call("GET", "users/" + url_escape(user, plus=False))
+        except HubError as e:
+            if e.status == 404:
+                return set()
+            raise
+        return set(model.get("groups") or ())
+
+    async def is_staff(self, user: str, course: Course) -> bool:
+        return course.staff_group in await self.groups_of(user)
+
+    async def prestart_client(self, course: Course) -> HubClient:
+        """The client pre-start uses: the course's own token (the roster's servers only) when
+        the hub knows it, else the service's (the course was made after the hub started)."""
+        if self.secret is not None:
+            client = HubClient(self.hub.api_url, prestart_token(self.secret, course.slug))
+            try:
+                await client.call("GET", "user")
+                return client
+            except HubError:
+                log.info(
+                    "Course %s has no pre-start token on the hub yet; using the service's",
+                    course.slug,
+                )
+        return self.hub
+
+    def run_of(self, slug: str) -> PrestartRun | None:
+        return self.runs.get(slug)
+
+    async def start_all(self, course: Course, *, by: str, session_start=None) -> PrestartRun:
+        """Begin starting every roster member's course server; returns the run at once."""
+        current = self.runs.get(course.slug)
+        if current is not None and not current.done:
+            return current
+        users = sorted(await roster_of(self.hub, course))
+        run = PrestartRun(course, users, session_start=session_start)
+        self.runs[course.slug] = run
+        await aio.call(
+            self.store.record,
+            course.slug,
+            by,
+            "start-all",
+            {"users": len(users), "session_start": session_start},
+        )
+        client = await self.prestart_client(course)
+        task = asyncio.ensure_future(self._run(run, client))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return run
+
+    async def _run(self, run: PrestartRun, client: HubClient) -> None:
+        s = self.settings
+        try:
+            await run.start_all(
+                client,
+                batch=self.batch,
+                retries=s.prestart_retries,
+                backoff_s=s.prestart_backoff,
+                ready_timeout_s=s.ready_timeout,
+            )
+        except Exception:
+            log.exception("Pre-start of %s failed", run.course.slug)
+        if run.session_start is not None:
+            await aio.call(
+                self.store.finish_prestart, run.course.slug, run.session_start, run.summary()
+            )
+
+    async def stop_all(self, course: Course, *, by: str) -> PrestartRun:
+        users = sorted(await roster_of(self.hub, course))
+        run = PrestartRun(course, users)
+        await run.stop_all(await self.prestart_client(course))
+        self.runs[course.slug] = run
+        await aio.call(self.store.record, course.slug, by, "stop-all", {"users": len(users)})
+        return run
+
+    async def check_due(self) -> None:
+        """Start the pre-start of every session whose lead time has come (once per session,
+        also across service restarts)."""
+        now = clock.utcnow()
+        for stored in await aio.call(self.store.all):
+            c = stored.course
+            lead = timedelta(minutes=c.lead_minutes)
+            for start, end in sessions_between(c, now, now + lead + timedelta(seconds=1), self.tz):
+                if start - lead <= now < end and await aio.call(
+                    self.store.begin_prestart, c.slug, start
+                ):
+                    log.info("Pre-starting %s for its session at %s", c.slug, start)
+                    try:
+                        await self.start_all(c, by="schedule", session_start=start)
+                    except Exception:
+                        log.exception("Pre-start of %s could not begin", c.slug)

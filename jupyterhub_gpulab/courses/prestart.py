@@ -1,0 +1,182 @@
+"""Pre-start: start every roster member's course server through the hub API, in batches, with
+retries and back-off, and keep a live record of how each one went.
+
+    run = PrestartRun(course, users)
+    await run.start_all(hub, batch=20, retries=3, backoff_s=5, ready_timeout_s=300)
+    run.summary()  ->  "41 of 60 ready, 3 refused: no free slice"
+
+``hub`` is a :class:`~jupyterhub_gpulab.service.hubclient.HubClient` whose token may only start
+the roster's servers (the course's pre-start service token, :mod:`.hubhook`). The hub's
+refusal of one server (a gpulab ``SpawnRefused``: quota, no free slice) is recorded with its
+message and retried while retries are left; one server's failure never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tornado.escape import url_escape
+
+from .. import clock
+from ..service.hubclient import HubClient, HubError
+from .model import Course
+
+log = logging.getLogger("gpulab.courses")
+
+__all__ = ["PrestartRun", "ServerProgress"]
+
+#: Seconds between looks at a starting server.
+POLL_S = 1.0
+
+
+@dataclass
+class ServerProgress:
+    user: str
+    state: str = "waiting"  # waiting, starting, ready, refused, failed, stopped
+    reason: str = ""
+    attempts: int = 0
+    ready_at: datetime | None = None
+
+
+@dataclass
+class PrestartRun:
+    """One start-all (a session's pre-start, or a staff member's button)."""
+
+    course: Course
+    users: list[str]
+    session_start: datetime | None = None
+    started_at: datetime = field(default_factory=clock.utcnow)
+    finished_at: datetime | None = None
+    servers: dict[str, ServerProgress] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.servers = {u: ServerProgress(u) for u in sorted(self.users)}
+
+    @property
+    def done(self) -> bool:
+        return self.finished_at is not None
+
+    def counts(self) -> Counter:
+        return Counter(p.state for p in self.servers.values())
+
+    def summary(self) -> str:
+        """``"41 of 60 ready, 3 refused: no free slice"``."""
+        c = self.counts()
+        parts = [f"{c['ready']} of {len(self.servers)} ready"]
+        for state in ("starting", "waiting"):
+            if c[state]:
+                parts.append(f"{c[state]} {state}")
+        for state in ("refused", "failed"):
+            if c[state]:
+                reasons = Counter(p.reason for p in self.servers.values() if p.state == state)
+                top = reasons.most_common(1)[0][0]
+                parts.append(f"{c[state]} {state}: {top}")
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {
+            "course": self.course.slug,
+            "session_start": self.session_start.isoformat() if self.session_start else None,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "summary": self.summary(),
+            "counts": dict(self.counts()),
+            "servers": [
+                {"user": p.user, "state": p.state, "reason": p.reason, "attempts": p.attempts}
+                for p in self.servers.values()
+            ],
+        }
+
+    async def start_all(
+        self,
+        hub: HubClient,
+        *,
+        batch: int,
+        retries: int = 3,
+        backoff_s: float = 5.0,
+        ready_timeout_s: float = 300.0,
+    ) -> None:
+        """Start every server, at most ``batch`` starting at once; returns when each is ready or
+        has used its retries."""
+        sem = asyncio.Semaphore(max(1, batch))
+
+        async def one(p: ServerProgress) -> None:
+            delay = backoff_s
+            for attempt in range(retries + 1):
+                async with sem:
+                    p.attempts = attempt + 1
+                    ok = await self._start_one(hub, p, ready_timeout_s)
+                if ok or attempt == retries:
+                    return
+                await asyncio.sleep(delay)
+                delay *= 2
+
+        try:
+            await asyncio.gather(*(one(p) for p in self.servers.values()))
+        finally:
+            self.finished_at = clock.utcnow()
+            log.info("Pre-start of %s: %s", self.course.slug, self.summary())
+
+    def _path(self, user: str) -> str:
+        return f"users/{url_escape(user, plus=False)}/servers/{url_escape(self.course.server_name, plus=False)}"
+
+    async def _start_one(self, hub: HubClient, p: ServerProgress, timeout_s: float) -> bool:
+        p.state, p.reason = "starting", ""
+        body = {"profile": self.course.profile} if self.course.profile else {}
+        try:
+            await hub.call("POST", self._path(p.user), body)
+        except HubError as e:
+            if e.status == 400 and "already running" in e.message:
+                pass  # a running server counts once it answers
+            else:
+                p.state = "refused" if e.status in (400, 403, 429, 503) else "failed"
+                p.reason = e.message
+                return False
+        return await self._wait_ready(hub, p, timeout_s)
+
+    async def _wait_ready(self, hub: HubClient, p: ServerProgress, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        seen_pending = False
+        while time.monotonic() < deadline:
+            try:
+                _, model = await hub.call("GET", f"users/{url_escape(p.user, plus=False)}")
+            except HubError as e:
+                p.state, p.reason = "failed", e.message
+                return False
+            server = (model.get("servers") or {}).get(self.course.server_name)
+            if server and server.get("ready"):
+                p.state, p.ready_at = "ready", clock.utcnow()
+                return True
+            if server and server.get("pending"):
+                seen_pending = True
+            elif (
+                server is None
+                and seen_pending
+                or server is None
+                and time.monotonic() > deadline - timeout_s + 5
+            ):
+                p.state = "failed"
+                p.reason = "the server stopped while starting (its spawn failed; see the hub log)"
+                return False
+            await asyncio.sleep(POLL_S)
+        p.state, p.reason = "failed", f"not ready within {timeout_s:g} s"
+        return False
+
+    async def stop_all(self, hub: HubClient) -> None:
+        async def one(p: ServerProgress):
+            try:
+                await hub.call("DELETE", self._path(p.user))
+                p.state, p.reason = "stopped", ""
+            except HubError as e:
+                if e.status == 404:
+                    p.state = "stopped"
+                else:
+                    p.reason = e.message
+
+        await asyncio.gather(*(one(p) for p in self.servers.values()))
+        self.finished_at = clock.utcnow()

@@ -1,0 +1,126 @@
+"""A course's roster: the members of its JupyterHub group, read and changed through the hub API.
+
+:func:`roster_of` is the one place that says where a roster comes from (today: the hub group;
+with an authenticator that manages groups, the same group as the identity provider fills it, and
+:func:`managed_by_authenticator` tells the page to say so and to offer no edits).
+:func:`csv_preview` compares an uploaded CSV of usernames with the roster: added, removed, unknown.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from tornado.escape import url_escape
+
+from ..service.hubclient import HubClient, HubError
+from .model import Course
+
+__all__ = ["RosterPreview", "csv_preview", "parse_csv", "roster_of", "set_members", "known_users"]
+
+#: The most usernames one CSV may carry.
+MAX_CSV_USERS = 5000
+
+
+def _group(name: str) -> str:
+    return "groups/" + url_escape(name, plus=False)
+
+
+async def group_members(hub: HubClient, group: str) -> set[str]:
+    """Members of hub group ``group`` (empty when the group does not exist yet)."""
+    try:
+        _, model = await hub.call("GET", _group(group))
+    except HubError as e:
+        if e.status == 404:
+            return set()
+        raise
+    return set(model.get("users") or ()) if isinstance(model, dict) else set()
+
+
+async def roster_of(hub: HubClient, course: Course) -> set[str]:
+    """The course's students: members of its roster group."""
+    return await group_members(hub, course.roster_group)
+
+
+async def staff_of(hub: HubClient, course: Course) -> set[str]:
+    return await group_members(hub, course.staff_group)
+
+
+async def known_users(hub: HubClient, names: set[str]) -> set[str]:
+    """Which of ``names`` the hub knows (one request per name; rosters are uploaded rarely)."""
+    found = set()
+    for n in names:
+        try:
+            await hub.call("GET", "users/" + url_escape(n, plus=False))
+            found.add(n)
+        except HubError as e:
+            if e.status != 404:
+                raise
+    return found
+
+
+async def set_members(hub: HubClient, group: str, add: set[str], remove: set[str]) -> None:
+    """Add and remove members of ``group`` (created when missing)."""
+    try:
+        await hub.call("POST", _group(group))
+    except HubError as e:
+        if e.status != 409:
+            raise
+    if add:
+        await hub.call("POST", _group(group) + "/users", {"users": sorted(add)})
+    if remove:
+        await hub.call("DELETE", _group(group) + "/users", {"users": sorted(remove)})
+
+
+def managed_by_authenticator(config) -> bool:
+    """``c.Authenticator.manage_groups``: group membership comes from the identity provider."""
+    auth = config.Authenticator if "Authenticator" in config else {}
+    return bool(auth.get("manage_groups", False)) if hasattr(auth, "get") else False
+
+
+def parse_csv(text: str) -> list[str]:
+    """Usernames from a CSV: the ``username`` column if a header names one, else the first
+    column; blank lines and ``#`` comments skipped. Raises ``ValueError`` saying what is wrong."""
+    rows = [
+        r for r in csv.reader(io.StringIO(text)) if r and r[0].strip() and not r[0].startswith("#")
+    ]
+    if not rows:
+        raise ValueError("The CSV holds no usernames (one per line, or a 'username' column).")
+    col = 0
+    header = [h.strip().lower() for h in rows[0]]
+    if "username" in header:
+        col = header.index("username")
+        rows = rows[1:]
+    names = []
+    for i, r in enumerate(rows, 1):
+        name = r[col].strip() if col < len(r) else ""
+        if not name or len(name) > 255 or not name.isprintable():
+            raise ValueError(f"Row {i} holds no valid username: {r[:3]!r}")
+        names.append(name)
+    if len(names) > MAX_CSV_USERS:
+        raise ValueError(f"The CSV names {len(names)} users; at most {MAX_CSV_USERS} at once.")
+    return names
+
+
+@dataclass(frozen=True)
+class RosterPreview:
+    added: list[str]
+    removed: list[str]
+    unknown: list[str]
+    kept: list[str]
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("added", "removed", "unknown", "kept")}
+
+
+def csv_preview(names: list[str], current: set[str], known: set[str]) -> RosterPreview:
+    """What applying the CSV ``names`` to roster ``current`` would do; ``known``: which of
+    ``names`` the hub knows."""
+    wanted = set(names)
+    return RosterPreview(
+        added=sorted((wanted & known) - current),
+        removed=sorted(current - wanted),
+        unknown=sorted(wanted - known),
+        kept=sorted(wanted & current),
+    )

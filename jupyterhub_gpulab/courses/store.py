@@ -1,0 +1,196 @@
+"""Course records in the ledger (tables ``courses``, ``course_audit``, ``course_prestarts``).
+
+Synchronous, like the ledger (call it through :func:`jupyterhub_gpulab.ledger.aio.call`). Every
+change writes its audit row in the same transaction: who, when, what.
+
+    store = CourseStore(ledger.engine)
+    store.declare(courses_from_config, by="config")   # at every service start
+    store.put(course, by="admin", origin="admin")     # create or replace
+    store.get("ml101") -> Course | None
+    store.audit("ml101") -> [AuditEntry, ...]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from .. import clock
+from ..ledger.db import READ
+from ..ledger.schema import course_audit, course_prestarts, courses
+from .model import Course, parse_course
+
+__all__ = ["AuditEntry", "CourseStore", "StoredCourse"]
+
+#: The longest audit detail kept (characters of JSON); longer ones are cut with a note.
+MAX_DETAIL = 20_000
+
+
+@dataclass(frozen=True)
+class StoredCourse:
+    course: Course
+    origin: str
+    updated_at: datetime
+    updated_by: str
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    at: datetime
+    who: str
+    course: str
+    action: str
+    detail: dict
+
+
+def _utc(dt: datetime) -> datetime:
+    from datetime import timezone
+
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+class CourseStore:
+    """Course records over the ledger's ``engine``."""
+
+    def __init__(self, engine: sa.Engine):
+        self.engine = engine
+
+    def _read(self):
+        return self.engine.connect().execution_options(**READ)
+
+    @staticmethod
+    def _audit(conn, who: str, slug: str, action: str, detail: dict) -> None:
+        text = json.dumps(detail, default=str, sort_keys=True)
+        if len(text) > MAX_DETAIL:
+            text = json.dumps({"truncated": True, "head": text[:MAX_DETAIL]})
+        conn.execute(
+            course_audit.insert().values(
+                at=clock.utcnow(), who=who, course=slug, action=action, detail=text
+            )
+        )
+
+    def record(self, slug: str, who: str, action: str, detail: dict) -> None:
+        """Audit an action on course ``slug`` that changes no record (start all, collect…)."""
+        with self.engine.begin() as conn:
+            self._audit(conn, who, slug, action, detail)
+
+    def all(self) -> list[StoredCourse]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(courses).order_by(courses.c.slug)).all()
+        return [self._stored(r) for r in rows]
+
+    def get(self, slug: str) -> StoredCourse | None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(courses).where(courses.c.slug == slug)).first()
+        return self._stored(row) if row else None
+
+    @staticmethod
+    def _stored(row) -> StoredCourse:
+        return StoredCourse(
+            course=parse_course(json.loads(row.record)),
+            origin=row.origin,
+            updated_at=_utc(row.updated_at),
+            updated_by=row.updated_by,
+        )
+
+    def put(self, course: Course, *, by: str, origin: str = "admin", action: str = "") -> bool:
+        """Create or replace ``course``; audits the difference. ``False`` when nothing changed."""
+        record = course.to_dict()
+        text = json.dumps(record, sort_keys=True)
+        now = clock.utcnow()
+        with self.engine.begin() as conn:
+            row = conn.execute(sa.select(courses).where(courses.c.slug == course.slug)).first()
+            if row is None:
+                conn.execute(
+                    courses.insert().values(
+                        slug=course.slug,
+                        record=text,
+                        origin=origin,
+                        created_at=now,
+                        updated_at=now,
+                        updated_by=by,
+                    )
+                )
+                self._audit(conn, by, course.slug, action or "create", {"record": record})
+                return True
+            if row.record == text:
+                return False
+            old = json.loads(row.record)
+            changed = {
+                k: {"from": old.get(k), "to": v} for k, v in record.items() if old.get(k) != v
+            }
+            conn.execute(
+                courses.update()
+                .where(courses.c.slug == course.slug)
+                .values(record=text, updated_at=now, updated_by=by)
+            )
+            self._audit(conn, by, course.slug, action or "update", {"changed": changed})
+            return True
+
+    def delete(self, slug: str, *, by: str) -> bool:
+        with self.engine.begin() as conn:
+            n = conn.execute(courses.delete().where(courses.c.slug == slug)).rowcount
+            if n:
+                self._audit(conn, by, slug, "delete", {})
+        return bool(n)
+
+    def declare(self, declared: list[Course], *, by: str = "config") -> list[str]:
+        """Store the courses declared in the config (created, or updated where the config
+        changed them); the slugs changed. Courses made by admins are left alone."""
+        return [c.slug for c in declared if self.put(c, by=by, origin="config")]
+
+    def audit(self, slug: str | None = None, limit: int = 200) -> list[AuditEntry]:
+        q = sa.select(course_audit).order_by(course_audit.c.id.desc()).limit(limit)
+        if slug is not None:
+            q = q.where(course_audit.c.course == slug)
+        with self._read() as conn:
+            rows = conn.execute(q).all()
+        return [
+            AuditEntry(_utc(r.at), r.who, r.course, r.action, json.loads(r.detail)) for r in rows
+        ]
+
+    # -- pre-start bookkeeping -----------------------------------------------------------------
+
+    def begin_prestart(self, slug: str, session_start: datetime) -> bool:
+        """Mark the pre-start of ``slug``'s session at ``session_start`` as begun; ``False`` if
+        one already began (another pass, or before a restart)."""
+        with self.engine.begin() as conn:
+            exists = conn.execute(
+                sa.select(course_prestarts.c.course).where(
+                    course_prestarts.c.course == slug,
+                    course_prestarts.c.session_start == session_start,
+                )
+            ).first()
+            if exists:
+                return False
+            conn.execute(
+                course_prestarts.insert().values(
+                    course=slug, session_start=session_start, started_at=clock.utcnow(), summary=""
+                )
+            )
+        return True
+
+    def finish_prestart(self, slug: str, session_start: datetime, summary: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                course_prestarts.update()
+                .where(
+                    course_prestarts.c.course == slug,
+                    course_prestarts.c.session_start == session_start,
+                )
+                .values(finished_at=clock.utcnow(), summary=summary[:2000])
+            )
+
+    def prestarts(self, slug: str) -> dict[datetime, tuple[datetime | None, str]]:
+        """``{session_start: (finished_at, summary)}`` of the pre-starts that ran."""
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(course_prestarts).where(course_prestarts.c.course == slug)
+            ).all()
+        return {
+            _utc(r.session_start): (_utc(r.finished_at) if r.finished_at else None, r.summary)
+            for r in rows
+        }

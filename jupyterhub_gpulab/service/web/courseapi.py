@@ -1,0 +1,288 @@
+"""The courses API under ``/services/gpulab/api/courses``::
+
+    GET    courses                       the courses the caller may see (admin: all; staff: theirs)
+    POST   courses                       create a course (admin; body: a course record)
+    GET    courses/<slug>                record, roster with server states, next sessions,
+                                         the latest start-all's progress          (staff, admin)
+    PUT    courses/<slug>                replace the record (admin; staff: all but the groups)
+    POST   courses/<slug>/roster         {"add": [...], "remove": [...]}          (staff, admin)
+    POST   courses/<slug>/roster.csv     a CSV of usernames; ?apply=1 applies it, else a preview
+                                         of who is added, removed, unknown        (staff, admin)
+    POST   courses/<slug>/start          start every roster member's course server (staff, admin)
+    POST   courses/<slug>/stop           stop them                                 (staff, admin)
+    GET    courses/<slug>/progress       the latest start-all                      (staff, admin)
+
+Staff are the members of the course's staff group (asked of the hub at each request); admins
+hold ``custom:gpulab:admin``. Anyone else gets a 403. Errors are ``{"status", "message"}``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from ... import clock
+from ...courses.content import check_reachable
+from ...courses.model import CourseError, parse_course
+from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
+from ...courses.sessions import sessions_between
+from ...ledger import aio
+from . import inputs
+from .base import JSONHandler, refuse
+
+#: Fields only an admin may change (who the course's people are).
+ADMIN_ONLY = ("roster_group", "staff_group", "slug")
+
+
+class CourseHandler(JSONHandler):
+    @property
+    def courses(self):
+        return self.settings["gpulab_courses"]
+
+    async def course_for(self, slug: str, *, staff: bool = True):
+        """The course, once the caller may act on it (admin, or staff when ``staff``)."""
+        self.require()
+        course = await self.courses.course(inputs.name(slug, "course slug"))
+        if course is None:
+            raise refuse(404, f"No course {inputs.shown(slug)}.")
+        if self.can_admin:
+            return course
+        if staff and await self.courses.is_staff(self.who, course):
+            return course
+        raise refuse(
+            403,
+            f"Only the staff of course {course.slug} (group {course.staff_group}) and admins may do this.",
+        )
+
+    def parse(self, record: dict):
+        try:
+            course = parse_course(record, profiles=self.courses.profiles)
+        except CourseError as e:
+            raise refuse(400, "; ".join(e.errors)) from None
+        for src in course.content:
+            problem = check_reachable(src.repo, src.branch)
+            if problem:
+                raise refuse(400, f"Content not saved: {problem}.")
+        return course
+
+    async def view(self, course) -> dict:
+        roster = sorted(await roster_of(self.hub, course))
+        try:
+            active = await self.hub.refresh_active()
+        except Exception:
+            active = self.hub.active or {}
+        now = clock.utcnow()
+        sessions = sessions_between(
+            course, now - timedelta(days=1), now + timedelta(days=60), self.state.lab.tz
+        )
+        ran = await aio.call(self.courses.store.prestarts, course.slug)
+        run = self.courses.run_of(course.slug)
+        return {
+            "course": course.to_dict(),
+            "server_name": course.server_name,
+            "roster": [
+                {
+                    "user": u,
+                    "server": (
+                        active.get((u, course.server_name)).state
+                        if active.get((u, course.server_name))
+                        else "stopped"
+                    ),
+                }
+                for u in roster
+            ],
+            "sessions": [
+                {
+                    "start": s.isoformat(),
+                    "end": e.isoformat(),
+                    "prestart_at": (s - timedelta(minutes=course.lead_minutes)).isoformat(),
+                    "prestart": ran.get(s, (None, ""))[1] if s in ran else None,
+                }
+                for s, e in sessions[:20]
+            ],
+            "progress": run.as_dict() if run else None,
+        }
+
+
+class CoursesAPI(CourseHandler):
+    async def get(self):
+        self.require()
+        stored = await aio.call(self.courses.store.all)
+        out = []
+        groups = None if self.can_admin else await self.courses.groups_of(self.who)
+        for s in stored:
+            c = s.course
+            if groups is None or c.staff_group in groups:
+                out.append({"slug": c.slug, "title": c.title, "term": c.term, "origin": s.origin})
+        self.write_json({"courses": out})
+
+    async def post(self):
+        self.require(admin=True)
+        course = self.parse(self.json_body(KEYS))
+        if await self.courses.course(course.slug) is not None:
+            raise refuse(
+                409, f"Course {course.slug} exists; PUT courses/{course.slug} to change it."
+            )
+        await aio.call(self.courses.store.put, course, by=self.who, origin="admin")
+        await set_members(self.hub, course.roster_group, set(), set())
+        await set_members(self.hub, course.staff_group, set(), set())
+        self.write_json(
+            {
+                "status": 201,
+                "message": f"Course {course.slug} created.",
+                "course": course.to_dict(),
+            },
+            201,
+        )
+
+
+class CourseAPI(CourseHandler):
+    async def get(self, slug: str):
+        course = await self.course_for(slug)
+        self.write_json(await self.view(course))
+
+    async def put(self, slug: str):
+        course = await self.course_for(slug)
+        body = self.json_body(KEYS)
+        record = {**course.to_dict(), **body}
+        if not self.can_admin:
+            changed = [
+                k
+                for k in ADMIN_ONLY
+                if k in body and body[k] != record.get(k) and body[k] != course.to_dict()[k]
+            ]
+            if changed:
+                raise refuse(403, f"Only an admin may change {', '.join(changed)}.")
+        if record.get("slug") != course.slug:
+            raise refuse(400, "The slug of a course cannot change.")
+        new = self.parse(record)
+        changed = await aio.call(self.courses.store.put, new, by=self.who)
+        self.write_json(
+            {
+                "status": 200,
+                "message": "Saved." if changed else "Nothing changed.",
+                "course": new.to_dict(),
+            }
+        )
+
+
+class RosterAPI(CourseHandler):
+    async def post(self, slug: str):
+        course = await self.course_for(slug)
+        body = self.json_body({"add", "remove"})
+        add, remove = (set(_names(body.get(k, []), k)) for k in ("add", "remove"))
+        known = await known_users(self.hub, add)
+        unknown = sorted(add - known)
+        if unknown:
+            raise refuse(
+                400,
+                f"Unknown user(s), nothing changed: {', '.join(unknown[:20])}. Users must have logged in to the hub once (or be created by an admin).",
+            )
+        await set_members(self.hub, course.roster_group, add, remove)
+        await aio.call(
+            self.courses.store.record,
+            course.slug,
+            self.who,
+            "roster",
+            {"added": sorted(add), "removed": sorted(remove)},
+        )
+        self.write_json({"status": 200, "message": f"{len(add)} added, {len(remove)} removed."})
+
+
+class RosterCSVAPI(CourseHandler):
+    async def post(self, slug: str):
+        course = await self.course_for(slug)
+        text = self.request.body.decode("utf-8", "replace")
+        if self.request.files.get("csv"):
+            text = self.request.files["csv"][0]["body"].decode("utf-8", "replace")
+        elif self.get_body_argument("csv", None) is not None:
+            text = self.get_body_argument("csv")
+        try:
+            names = parse_csv(text)
+        except ValueError as e:
+            raise refuse(400, str(e)) from None
+        current = await roster_of(self.hub, course)
+        known = await known_users(self.hub, set(names) - current) | (set(names) & current)
+        preview = csv_preview(names, current, known)
+        apply = self.get_query_argument("apply", "0") in ("1", "true", "yes")
+        if not apply:
+            self.write_json(
+                {
+                    "status": 200,
+                    "message": "Preview only; POST with ?apply=1 to apply.",
+                    "preview": preview.as_dict(),
+                }
+            )
+            return
+        if preview.unknown:
+            raise refuse(
+                400,
+                f"Unknown user(s) in the CSV, nothing changed: {', '.join(preview.unknown[:20])}.",
+            )
+        await set_members(self.hub, course.roster_group, set(preview.added), set(preview.removed))
+        await aio.call(
+            self.courses.store.record, course.slug, self.who, "roster-csv", preview.as_dict()
+        )
+        self.write_json(
+            {
+                "status": 200,
+                "message": f"{len(preview.added)} added, {len(preview.removed)} removed.",
+                "preview": preview.as_dict(),
+            }
+        )
+
+
+class StartAllAPI(CourseHandler):
+    async def post(self, slug: str):
+        course = await self.course_for(slug)
+        run = await self.courses.start_all(course, by=self.who)
+        self.write_json(
+            {
+                "status": 202,
+                "message": f"Starting {len(run.servers)} servers.",
+                "progress": run.as_dict(),
+            },
+            202,
+        )
+
+
+class StopAllAPI(CourseHandler):
+    async def post(self, slug: str):
+        course = await self.course_for(slug)
+        run = await self.courses.stop_all(course, by=self.who)
+        self.write_json(
+            {
+                "status": 200,
+                "message": f"Stopped {run.counts()['stopped']} servers.",
+                "progress": run.as_dict(),
+            }
+        )
+
+
+class ProgressAPI(CourseHandler):
+    async def get(self, slug: str):
+        course = await self.course_for(slug)
+        run = self.courses.run_of(course.slug)
+        self.write_json({"progress": run.as_dict() if run else None})
+
+
+def _names(value, key: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise refuse(400, f"{key!r} must be a list of usernames.")
+    return [inputs.name(v, "user name") for v in value]
+
+
+from ...courses.model import KEYS  # noqa: E402
+
+
+def course_handlers(prefix: str) -> list[tuple]:
+    api = prefix + "api/courses"
+    slug = r"/(?P<slug>[a-z][a-z0-9-]{1,39})"
+    return [
+        (api, CoursesAPI),
+        (api + slug, CourseAPI),
+        (api + slug + r"/roster", RosterAPI),
+        (api + slug + r"/roster\.csv", RosterCSVAPI),
+        (api + slug + r"/start", StartAllAPI),
+        (api + slug + r"/stop", StopAllAPI),
+        (api + slug + r"/progress", ProgressAPI),
+    ]

@@ -1,0 +1,180 @@
+"""Helpers for the course tests: a git repository served by ``git daemon`` on the Docker bridge
+address (containers reach it, nothing beyond this machine does), a hub with the gpulab service,
+GPUDockerSpawner, a home volume per user and a course, and a look into a user's home volume."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import jupyterhub
+from hubtools import DOCKER_GATEWAY, Hub, free_port
+from service_support import PROFILES, service_config
+
+LAB_IMAGE = os.environ.get(
+    "GPULAB_TEST_LAB_IMAGE", f"gpulab/singleuser:{jupyterhub.__version__}-lab"
+)
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Instructor",
+    "GIT_AUTHOR_EMAIL": "instructor@example.edu",
+    "GIT_COMMITTER_NAME": "Instructor",
+    "GIT_COMMITTER_EMAIL": "instructor@example.edu",
+    "HOME": "/tmp",
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+}
+
+
+def git(*args, cwd: Path) -> str:
+    r = subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+class GitServer:
+    """A bare repository ``course.git`` under ``root``, served read-only by ``git daemon`` on
+    the Docker bridge address; ``commit(files)`` pushes a new commit as an instructor would."""
+
+    def __init__(self, root: Path, name: str = "course"):
+        self.root = Path(root)
+        self.bare = self.root / "srv" / f"{name}.git"
+        self.work = self.root / "work"
+        self.bare.mkdir(parents=True)
+        git("init", "--bare", "-b", "main", str(self.bare), cwd=self.root)
+        git("clone", str(self.bare), str(self.work), cwd=self.root)
+        git("checkout", "-b", "main", cwd=self.work)
+        self.port = free_port()
+        self.url = f"git://{DOCKER_GATEWAY}:{self.port}/{name}.git"
+        self.proc = subprocess.Popen(
+            [
+                "git",
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                f"--base-path={self.root / 'srv'}",
+                f"--listen={DOCKER_GATEWAY}",
+                f"--port={self.port}",
+                str(self.root / "srv"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def commit(self, files: dict[str, str], message: str = "update") -> None:
+        for path, text in files.items():
+            p = self.work / path
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+        git("add", "-A", cwd=self.work)
+        git("commit", "-m", message, cwd=self.work)
+        git("push", "origin", "main", cwd=self.work)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = subprocess.run(["git", "ls-remote", self.url], capture_output=True, text=True)
+            if r.returncode == 0 and r.stdout:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"git daemon does not serve {self.url}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def course_hub(tmp_path: Path, course: dict, *, extra: str = "") -> Hub:
+    """A hub (not started) with the service, GPUDockerSpawner, per-user home volumes named
+    ``<node>-home-{username}`` and ``course`` declared."""
+    node = "gpulabcrs" + secrets.token_hex(3)
+    port = free_port()
+    profiles = PROFILES + [
+        {"slug": "course-lab", "display_name": "Course (JupyterLab)", "image": LAB_IMAGE}
+    ]
+    workdir = tmp_path / node
+    workdir.mkdir(parents=True)
+    cfg = (
+        service_config(port, workdir, extra="")
+        + f"""
+c.JupyterHub.spawner_class = "gpulab"
+c.DockerSpawner.pull_policy = "never"
+c.DockerSpawner.image = {LAB_IMAGE!r}
+c.DockerSpawner.prefix = {node!r}
+c.DockerSpawner.volumes = {{"{node}-home-{{username}}": "/home/jovyan"}}
+c.Spawner.poll_interval = 2
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 90
+c.GPUDockerSpawner.attach_mode = "env"
+c.GPULab.node_name = {node!r}
+c.GPULab.profiles = {profiles!r}
+c.GPULabCourses.home_volume = "{node}-home-{{username}}"
+c.GPULabCourses.course_volume = "{node}-course-{{slug}}"
+c.GPULabCourses.courses = [{course!r}]
+c.GPULabCourses.prestart_backoff = 1
+from jupyterhub_gpulab.courses.hubhook import configure_courses
+configure_courses(c)
+{extra}
+"""
+    )
+    hub = Hub(workdir, cfg)
+    hub.service_port = port
+    hub.node = node
+    return hub
+
+
+def containers_of(node: str, server: str) -> dict[str, str]:
+    """``{user: container id}`` of running containers of course server ``server``."""
+    r = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "--filter",
+            f"name={node}",
+            "--filter",
+            f"label=org.jupyter.gpulab.server={server}",
+            "--format",
+            '{{.ID}} {{.Label "org.jupyter.gpulab.user"}}',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {u: cid for cid, u in (line.split() for line in r.stdout.splitlines() if line.strip())}
+
+
+def read_home(volume: str, path: str, image: str = LAB_IMAGE) -> str | None:
+    """The text of ``path`` (relative to the home) in home volume ``volume``, ``None`` if absent."""
+    r = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            f"{volume}:/h:ro",
+            "--entrypoint",
+            "cat",
+            image,
+            f"/h/{path}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return r.stdout if r.returncode == 0 else None
+
+
+def remove_volumes(prefix: str) -> None:
+    r = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"name={prefix}"],
+        capture_output=True,
+        text=True,
+    )
+    names = [n for n in r.stdout.split() if n.startswith(prefix)]
+    if names:
+        subprocess.run(["docker", "volume", "rm", "-f", *names], capture_output=True)
+
+
+def have_git_daemon() -> bool:
+    return shutil.which("git") is not None

@@ -1,0 +1,198 @@
+"""Courses without a hub: the record's validation, session expansion (weekly rules in the lab's
+time zone, one-off dates, iCal), the ledger store with its audit trail, the CSV roster preview
+and the content pull script."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from jupyterhub_gpulab.courses.content import pull_script, start_command
+from jupyterhub_gpulab.courses.model import CourseError, parse_course, parse_courses
+from jupyterhub_gpulab.courses.roster import csv_preview, parse_csv
+from jupyterhub_gpulab.courses.sessions import next_session, sessions_between
+from jupyterhub_gpulab.courses.store import CourseStore
+from jupyterhub_gpulab.ledger import Ledger
+
+BERLIN = ZoneInfo("Europe/Berlin")
+UTC = timezone.utc
+WEEKLY = {
+    "days": ["mon", "wed"],
+    "start": "10:00",
+    "end": "11:30",
+    "from": "2026-10-19",
+    "until": "2026-11-06",
+}
+ICAL = (
+    "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\nUID:x@t\r\n"
+    "DTSTART:20261021T120000Z\r\nDTEND:20261021T130000Z\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+)
+
+
+def test_weekly_rules_stay_at_local_wall_clock_time_across_daylight_saving():
+    c = parse_course({"slug": "ml101", "sessions": {"weekly": [WEEKLY]}})
+    got = sessions_between(
+        c, datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC), BERLIN
+    )
+    assert len(got) == 6  # Mon/Wed for three weeks
+    # 10:00 in Berlin is 08:00 UTC in summer time, 09:00 after 25 October
+    assert got[0] == (
+        datetime(2026, 10, 19, 8, 0, tzinfo=UTC),
+        datetime(2026, 10, 19, 9, 30, tzinfo=UTC),
+    )
+    assert got[2][0] == datetime(2026, 10, 26, 9, 0, tzinfo=UTC)
+
+
+def test_one_off_dates_and_ical_events_join_the_weekly_sessions():
+    c = parse_course(
+        {
+            "slug": "ml101",
+            "sessions": {
+                "weekly": [WEEKLY],
+                "dates": [{"start": "2026-10-20T14:00", "end": "2026-10-20T15:00"}],
+                "ical": ICAL,
+            },
+        }
+    )
+    got = sessions_between(
+        c, datetime(2026, 10, 19, 9, tzinfo=UTC), datetime(2026, 10, 22, tzinfo=UTC), BERLIN
+    )
+    assert [s for s, _ in got] == [
+        datetime(2026, 10, 19, 8, 0, tzinfo=UTC),  # running at the window's start: included
+        datetime(2026, 10, 20, 12, 0, tzinfo=UTC),
+        datetime(2026, 10, 21, 8, 0, tzinfo=UTC),
+        datetime(2026, 10, 21, 12, 0, tzinfo=UTC),
+    ]
+    assert next_session(c, datetime(2026, 10, 20, 13, tzinfo=UTC), BERLIN)[0] == datetime(
+        2026, 10, 21, 8, tzinfo=UTC
+    )
+
+
+@pytest.mark.parametrize(
+    "record, says",
+    [
+        pytest.param({"slug": "ML 101"}, "'slug' must be", id="bad-slug"),
+        pytest.param(
+            {
+                "slug": "ml101",
+                "sessions": {
+                    "weekly": [
+                        {**WEEKLY, "days": ["sat"], "from": "2026-12-07", "until": "2026-12-11"}
+                    ]
+                },
+            },
+            "never fires",
+            id="rule-never-fires",
+        ),
+        pytest.param(
+            {"slug": "ml101", "sessions": {"weekly": [{**WEEKLY, "end": "09:00"}]}},
+            "must be after start",
+            id="end-before-start",
+        ),
+        pytest.param(
+            {"slug": "ml101", "content": [{"repo": "/srv/x"}]},
+            "must be a git URL",
+            id="repo-not-a-url",
+        ),
+        pytest.param(
+            {"slug": "ml101", "content": [{"repo": "https://u:pw@h/x.git"}]},
+            "password",
+            id="repo-with-password",
+        ),
+        pytest.param(
+            {"slug": "ml101", "profiles": ["gpu-xl"]}, "not one of the lab's", id="unknown-profile"
+        ),
+        pytest.param(
+            {"slug": "ml101", "sessions": {"ical": "hello"}}, "sessions.ical", id="bad-ical"
+        ),
+        pytest.param(
+            {"slug": "ml101", "roster_group": "x", "staff_group": "x"},
+            "must differ",
+            id="same-groups",
+        ),
+        pytest.param({"slug": "ml101", "colour": "red"}, "unknown keys", id="unknown-key"),
+    ],
+)
+def test_a_bad_course_is_refused_naming_the_field(record, says):
+    with pytest.raises(CourseError) as e:
+        parse_course(record, profiles={"cpu"})
+    assert says in str(e.value)
+
+
+def test_two_courses_with_one_slug_are_refused():
+    with pytest.raises(CourseError, match="two courses have the slug 'ml101'"):
+        parse_courses([{"slug": "ml101"}, {"slug": "ml101"}])
+
+
+def test_a_record_round_trips_through_its_dict():
+    c = parse_course(
+        {
+            "slug": "ml101",
+            "title": "ML",
+            "profiles": ["cpu"],
+            "gpu_hours": 10,
+            "content": ["https://git.example.edu/ml/notes.git"],
+            "sessions": {"weekly": [WEEKLY], "ical": ICAL},
+        }
+    )
+    assert (
+        c.content[0].dir == "notes" and c.roster_group == "ml101" and c.staff_group == "ml101-staff"
+    )
+    assert parse_course(c.to_dict()) == c
+
+
+def test_the_store_keeps_records_and_audits_every_change(tmp_path):
+    led = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    store = CourseStore(led.engine)
+    c = parse_course({"slug": "ml101", "title": "ML"})
+    assert store.declare([c]) == ["ml101"]
+    assert store.declare([c]) == []  # unchanged: no write, no audit row
+    c2 = parse_course({"slug": "ml101", "title": "ML, fall"})
+    assert store.put(c2, by="prof") is True
+    assert store.get("ml101").course.title == "ML, fall"
+    audit = store.audit("ml101")
+    assert [(a.who, a.action) for a in audit] == [("prof", "update"), ("config", "create")]
+    assert audit[0].detail["changed"]["title"] == {"from": "ML", "to": "ML, fall"}
+    start = datetime(2026, 10, 19, 8, tzinfo=UTC)
+    assert store.begin_prestart("ml101", start) is True
+    assert store.begin_prestart("ml101", start) is False  # once per session
+    store.finish_prestart("ml101", start, "8 of 8 ready")
+    assert store.prestarts("ml101")[start][1] == "8 of 8 ready"
+    led.close()
+
+
+def test_a_csv_preview_says_who_is_added_removed_and_unknown():
+    names = parse_csv("username,email\nann,a@x\nbob,b@x\nzed,z@x\n")
+    assert names == ["ann", "bob", "zed"]
+    pv = csv_preview(names, current={"bob", "cat"}, known={"ann", "bob"})
+    assert pv.as_dict() == {
+        "added": ["ann"],
+        "removed": ["cat"],
+        "unknown": ["zed"],
+        "kept": ["bob"],
+    }
+    assert parse_csv("ann\n# comment\n\nbob\n") == ["ann", "bob"]
+    with pytest.raises(ValueError, match="no usernames"):
+        parse_csv("\n\n")
+
+
+def test_the_start_command_pulls_each_source_then_runs_the_server():
+    c = parse_course(
+        {
+            "slug": "ml101",
+            "content": [
+                {"repo": "https://h/a.git", "dir": "a"},
+                {"repo": "git://h/b.git", "branch": "w1"},
+            ],
+        }
+    )
+    script = pull_script(c.content, "/home/jovyan")
+    assert "gitpuller https://h/a.git main a" in script and "gitpuller git://h/b.git w1 b" in script
+    cmd = start_command(c, "/home/jovyan")
+    assert (
+        cmd[:2] == ["sh", "-c"]
+        and cmd[2].endswith('exec "$@"\n')
+        and cmd[-1] == "jupyterhub-singleuser"
+    )

@@ -1,0 +1,198 @@
+"""Courses end to end: a real hub, the gpulab service, real containers with home volumes and a
+real git repository (``git daemon`` on the Docker bridge).
+
+One hub for the module (starting 8 servers takes a while on a small machine); the tests run in
+order: pre-start a roster of 8 → every home holds the notebooks; a student's edit survives an
+instructor's update; a TA may act on the roster's servers only; a student cannot open the
+course page; bad input changes nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import requests
+from course_support import (
+    GitServer,
+    containers_of,
+    course_hub,
+    read_home,
+    remove_volumes,
+)
+from e2e_support import remove_node_containers, require_docker
+from service_support import PREFIX, login, user_token, wait_for_service
+
+pytestmark = pytest.mark.docker
+
+STUDENTS = [f"s{i}" for i in range(1, 9)]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    require_docker()
+    tmp = tmp_path_factory.mktemp("courses")
+    repo = GitServer(tmp / "git")
+    repo.commit({"intro.py": "print('week 1')\n", "README.md": "ML 101\n"}, "week 1")
+    course = {
+        "slug": "ml101",
+        "title": "Machine learning 101",
+        "roster_group": "ml101",
+        "staff_group": "ml101-staff",
+        "profiles": ["course-lab"],
+        "content": [{"repo": repo.url, "branch": "main", "dir": "ml101"}],
+    }
+    hub = course_hub(tmp, course)
+    try:
+        hub.start()
+        wait_for_service(hub)
+        for u in STUDENTS:
+            hub.create_user(u, ["ml101"])
+        hub.create_user("ta1", ["ml101-staff"])
+        hub.create_user("outsider", ["students"])
+        tokens = {}
+        for u in ("ta1", "s1", "outsider"):
+            s = login(hub, u)
+            tokens[u] = user_token(hub, s, u)
+        yield hub, repo, tokens
+    finally:
+        hub.stop()
+        remove_node_containers(hub.node)
+        repo.stop()
+        remove_volumes(hub.node)
+
+
+def api(hub, token, method, path, **kw):
+    return requests.request(
+        method,
+        hub.url + PREFIX + "api/" + path,
+        headers={"Authorization": f"token {token}"},
+        timeout=60,
+        **kw,
+    )
+
+
+def wait_run(hub, token, timeout=400):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = api(hub, token, "GET", "courses/ml101/progress")
+        assert r.status_code == 200, r.text
+        p = r.json()["progress"]
+        if p and p["finished_at"]:
+            return p
+        time.sleep(2)
+    raise TimeoutError(f"pre-start did not finish: {p}\n{hub.log_tail()}")
+
+
+def test_prestart_of_a_roster_of_8_puts_the_notebooks_in_every_home(lab):
+    hub, repo, tokens = lab
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/start")
+    assert r.status_code == 202, r.text
+    p = wait_run(hub, tokens["ta1"])
+    assert p["counts"].get("ready") == 8, p
+    assert p["summary"].startswith("8 of 8 ready"), p
+    running = containers_of(hub.node, "ml101")
+    assert sorted(running) == STUDENTS
+    for u in STUDENTS:
+        # the course profile, from the course (the request named none)
+        assert hub.server(u, "ml101")["user_options"] == {"profile": "course-lab"}
+        assert read_home(f"{hub.node}-home-{u}", "ml101/intro.py") == "print('week 1')\n", u
+    # started with the course's own pre-start token, not the service's
+    assert "(gpulab-prestart-ml101@" in hub.log_tail(3000)
+    view = api(hub, tokens["ta1"], "GET", "courses/ml101").json()
+    assert {r["user"]: r["server"] for r in view["roster"]} == {u: "running" for u in STUDENTS}
+
+
+def test_a_students_edit_survives_the_instructors_update(lab):
+    hub, repo, tokens = lab
+    cid = containers_of(hub.node, "ml101")["s1"]
+    subprocess.run(
+        ["docker", "exec", cid, "sh", "-c", "echo '# my answer' >> /home/jovyan/ml101/intro.py"],
+        check=True,
+    )
+    repo.commit({"intro.py": "print('week 1, fixed')\n", "week2.py": "print('week 2')\n"}, "week 2")
+    hub.stop_server("s1", "ml101")
+    r = hub.spawn("s1", name="ml101")
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("s1", "ml101", timeout=120)
+    home = f"{hub.node}-home-s1"
+    assert "# my answer" in read_home(home, "ml101/intro.py")
+    assert read_home(home, "ml101/week2.py") == "print('week 2')\n"
+    # a student who changed nothing gets the instructor's update at their next start
+    hub.stop_server("s2", "ml101")
+    hub.spawn("s2", name="ml101")
+    hub.wait_ready("s2", "ml101", timeout=120)
+    assert read_home(f"{hub.node}-home-s2", "ml101/intro.py") == "print('week 1, fixed')\n"
+
+
+def test_a_ta_acts_on_the_rosters_servers_only(lab):
+    hub, repo, tokens = lab
+    ta = {"Authorization": f"token {tokens['ta1']}"}
+    # JupyterHub answers 404 "No access to resources or resources not found" for a user the
+    # token may not see at all
+    r = hub.api("POST", "/users/outsider/servers/ml101", json={}, headers=ta)
+    assert r.status_code in (403, 404) and "access" in r.json()["message"], r.text
+    assert "ml101" not in hub.user_model("outsider")["servers"]
+    r = hub.api("DELETE", "/users/outsider/server", headers=ta)
+    assert r.status_code in (403, 404), r.text
+    # the course's pre-start token is as limited
+    from jupyterhub_gpulab.courses.hubhook import prestart_token
+    from jupyterhub_gpulab.service.app import read_cookie_secret
+
+    secret = read_cookie_secret(hub.workdir / "gpulab_cookie_secret")
+    robot = {"Authorization": f"token {prestart_token(secret, 'ml101')}"}
+    r = hub.api("POST", "/users/outsider/servers/ml101", json={}, headers=robot)
+    assert r.status_code in (403, 404), r.text
+    assert "ml101" not in hub.user_model("outsider")["servers"]
+    # …and may stop (and start) a roster member's course server
+    r = hub.api("DELETE", "/users/s3/servers/ml101", headers=ta)
+    assert r.status_code in (202, 204), r.text
+
+
+def test_a_student_cannot_open_the_course_page(lab):
+    hub, repo, tokens = lab
+    for who in ("s1", "outsider"):
+        r = api(hub, tokens[who], "GET", "courses/ml101")
+        assert r.status_code == 403, r.text
+        assert "staff" in r.json()["message"]
+        r = api(hub, tokens[who], "POST", "courses/ml101/start")
+        assert r.status_code == 403, r.text
+
+
+def test_an_unknown_user_in_the_csv_changes_nothing(lab):
+    hub, repo, tokens = lab
+    csv = "username\ns1\ns2\nnobody-here\n"
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/roster.csv", data=csv)
+    assert r.status_code == 200, r.text
+    pv = r.json()["preview"]
+    assert pv["unknown"] == ["nobody-here"]
+    assert pv["removed"] == sorted(set(STUDENTS) - {"s1", "s2"})
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/roster.csv?apply=1", data=csv)
+    assert r.status_code == 400 and "nobody-here" in r.json()["message"], r.text
+    members = hub.api("GET", "/groups/ml101").json()["users"]
+    assert sorted(members) == STUDENTS
+
+
+def test_an_unreachable_repository_is_refused_and_nothing_changes(lab):
+    hub, repo, tokens = lab
+    before = api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"]
+    bad = {"content": [{"repo": "git://172.17.0.1:1/none.git", "dir": "x"}]}
+    r = api(hub, tokens["ta1"], "PUT", "courses/ml101", json=bad)
+    assert r.status_code == 400 and "cannot be reached" in r.json()["message"], r.text
+    never = {
+        "sessions": {
+            "weekly": [
+                {
+                    "days": ["sat"],
+                    "start": "10:00",
+                    "end": "11:00",
+                    "from": "2026-12-07",
+                    "until": "2026-12-11",
+                }
+            ]
+        }
+    }
+    r = api(hub, tokens["ta1"], "PUT", "courses/ml101", json=never)
+    assert r.status_code == 400 and "never fires" in r.json()["message"], r.text
+    assert api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"] == before
