@@ -196,3 +196,50 @@ def test_an_unreachable_repository_is_refused_and_nothing_changes(lab):
     r = api(hub, tokens["ta1"], "PUT", "courses/ml101", json=never)
     assert r.status_code == 400 and "never fires" in r.json()["message"], r.text
     assert api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"] == before
+
+
+def test_distribute_pulls_into_running_servers_now(lab):
+    hub, repo, tokens = lab
+    repo.commit({"week3.py": "print('week 3')\n"}, "week 3")
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/distribute")
+    assert r.status_code == 200, r.text
+    report = r.json()["report"]
+    running = containers_of(hub.node, "ml101")
+    assert {u for u, v in report.items() if v == "pulled"} == set(running), report
+    assert report["s3"] == "not running"  # the TA stopped it above
+    for u in running:
+        assert read_home(f"{hub.node}-home-{u}", "ml101/week3.py") == "print('week 3')\n"
+
+
+def test_collect_gets_each_submission_and_reports_who_submitted_nothing(lab):
+    hub, repo, tokens = lab
+    running = containers_of(hub.node, "ml101")
+    for u in ("s1", "s2"):
+        subprocess.run(
+            [
+                "docker",
+                "exec",
+                running[u],
+                "sh",
+                "-c",
+                f"mkdir -p ~/assignments/hw1 && echo 'answer of {u}' > ~/assignments/hw1/answer.py",
+            ],
+            check=True,
+        )
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/collect", json={"assignment": "hw1"})
+    assert r.status_code == 200, r.text
+    report = r.json()["report"]
+    assert r.json()["message"] == "2 of 8 submitted."
+    assert {u for u, v in report.items() if v["state"] == "submitted"} == {"s1", "s2"}
+    assert report["s4"] == {"state": "missing", "reason": "no assignments/hw1 folder"}
+    course_vol = f"{hub.node}-course-ml101"
+    for u in ("s1", "s2"):
+        assert read_home(course_vol, report[u]["folder"] + "/answer.py") == f"answer of {u}\n"
+    # a student may not collect
+    r = api(hub, tokens["s1"], "POST", "courses/ml101/collect", json={"assignment": "hw1"})
+    assert r.status_code == 403
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/collect", json={"assignment": "../x"})
+    assert r.status_code == 400 and "assignment name" in r.json()["message"]
+    audit = api(hub, tokens["ta1"], "GET", "courses/ml101/audit").json()["audit"]
+    assert [a["action"] for a in audit][:2] == ["collect", "distribute"]
+    assert audit[0]["who"] == "ta1"

@@ -37,8 +37,14 @@ class CourseManager:
         secret: bytes | None,
         spawn_limit: int = 100,
         profiles: set[str] | None = None,
+        images: dict[str, str] | None = None,
+        lab_id: str = "",
     ):
         self.store, self.settings, self.hub, self.tz = store, settings, hub, tz
+        #: profile slug -> image, for the helper containers of collect / return
+        self.images = images or {}
+        self.lab_id = lab_id
+        self._docker = None
         self.secret = secret
         self.batch = settings.prestart_batch or spawn_limit or 100
         self.profiles = profiles
@@ -147,3 +153,97 @@ class CourseManager:
                         await self.start_all(c, by="schedule", session_start=start)
                     except Exception:
                         log.exception("Pre-start of %s could not begin", c.slug)
+
+    # -- files: collect, return, distribute (docker-py, blocking: one thread per action) ------
+
+    def docker(self):
+        if self._docker is None:
+            import docker
+
+            self._docker = docker.from_env()
+        return self._docker
+
+    def _files(self, course: Course):
+        from .collect import VolumeFiles
+
+        image = (
+            self.settings.helper_image
+            or self.images.get(course.profile)
+            or next(iter(self.images.values()), "")
+        )
+        return VolumeFiles(self.docker(), image)
+
+    async def collect(self, course: Course, assignment: str, *, by: str) -> dict:
+        """Collect ``assignment`` from every roster member (:func:`.collect.collect`)."""
+        from .collect import collect
+
+        students = await roster_of(self.hub, course)
+        report = await asyncio.to_thread(
+            collect,
+            self._files(course),
+            assignment=assignment,
+            students=students,
+            home_volume=self.settings.home_volume,
+            course_volume=self.settings.course_volume.format(slug=course.slug),
+            max_bytes=course.collect_max_bytes,
+        )
+        await aio.call(
+            self.store.record,
+            course.slug,
+            by,
+            "collect",
+            {"assignment": assignment, "report": report},
+        )
+        return report
+
+    async def give_back(self, course: Course, assignment: str, *, by: str) -> dict:
+        from .collect import give_back
+
+        students = await roster_of(self.hub, course)
+        report = await asyncio.to_thread(
+            give_back,
+            self._files(course),
+            assignment=assignment,
+            students=students,
+            home_volume=self.settings.home_volume,
+            course_volume=self.settings.course_volume.format(slug=course.slug),
+            max_bytes=course.collect_max_bytes,
+        )
+        await aio.call(
+            self.store.record,
+            course.slug,
+            by,
+            "return",
+            {"assignment": assignment, "report": report},
+        )
+        return report
+
+    async def distribute(self, course: Course, *, by: str) -> dict[str, str]:
+        """Pull the course content now into every running course server of the roster
+        (``docker exec`` of the same pull as at start, as the container's user)."""
+        students = await roster_of(self.hub, course)
+        report = await asyncio.to_thread(self._distribute, course, students)
+        await aio.call(self.store.record, course.slug, by, "distribute", {"report": report})
+        return report
+
+    def _distribute(self, course: Course, students: set[str]) -> dict[str, str]:
+        from ..spawner.container import LABEL_LAB, LABEL_SERVER, LABEL_USER
+        from .content import LOG, pull_script
+
+        labels = [f"{LABEL_SERVER}={course.server_name}"]
+        if self.lab_id:
+            labels.append(f"{LABEL_LAB}={self.lab_id}")
+        found = self.docker().containers.list(filters={"label": labels, "status": "running"})
+        script = pull_script(course.content, self.settings.home_path) + f"cat {LOG}\n"
+        report = {u: "not running" for u in students}
+        for c in found:
+            user = c.labels.get(LABEL_USER)
+            if user not in students:
+                continue
+            try:
+                code, out = c.exec_run(["sh", "-c", script])
+                failed = b"gpulab: could not pull" in (out or b"")
+                report[user] = "failed: see ~/" + LOG if code or failed else "pulled"
+            except Exception as e:  # one server's failure never stops the others
+                report[user] = f"failed: {str(e)[:120]}"
+        return report

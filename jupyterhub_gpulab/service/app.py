@@ -209,6 +209,8 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
         secret=secret,
         spawn_limit=int(config_value(hubcfg, "concurrent_spawn_limit", 100) or 100),
         profiles={p.slug for p in lab.profiles},
+        images={p.slug: p.image for p in lab.profiles if p.image},
+        lab_id=ledger.identity().uuid,
     )
 
 

@@ -11,6 +11,11 @@
     POST   courses/<slug>/start          start every roster member's course server (staff, admin)
     POST   courses/<slug>/stop           stop them                                 (staff, admin)
     GET    courses/<slug>/progress       the latest start-all                      (staff, admin)
+    POST   courses/<slug>/distribute     pull the content into running servers now (staff, admin)
+    POST   courses/<slug>/collect        {"assignment": "hw1"}: copy each student's
+                                         ~/assignments/hw1 into the course folder  (staff, admin)
+    POST   courses/<slug>/return         {"assignment": "hw1"}: feedback back      (staff, admin)
+    GET    courses/<slug>/audit          who changed what, when                    (staff, admin)
 
 Staff are the members of the course's staff group (asked of the hub at each request); admins
 hold ``custom:gpulab:admin``. Anyone else gets a 403. Errors are ``{"status", "message"}``.
@@ -21,6 +26,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ... import clock
+from ...courses.collect import ASSIGNMENT
 from ...courses.content import check_reachable
 from ...courses.model import CourseError, parse_course
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
@@ -265,6 +271,59 @@ class ProgressAPI(CourseHandler):
         self.write_json({"progress": run.as_dict() if run else None})
 
 
+class DistributeAPI(CourseHandler):
+    async def post(self, slug: str):
+        course = await self.course_for(slug)
+        report = await self.courses.distribute(course, by=self.who)
+        n = sum(1 for v in report.values() if v == "pulled")
+        self.write_json(
+            {"status": 200, "message": f"Pulled into {n} running servers.", "report": report}
+        )
+
+
+class CollectAPI(CourseHandler):
+    give = False
+
+    async def post(self, slug: str):
+        course = await self.course_for(slug)
+        if self.request.headers.get("Content-Type", "").startswith("application/json"):
+            name = self.json_body({"assignment"}).get("assignment")
+        else:
+            name = self.get_body_argument("assignment", "")
+        if not isinstance(name, str) or not ASSIGNMENT.match(name):
+            raise refuse(
+                400,
+                f"{inputs.shown(name)} is not an assignment name: one folder name under ~/assignments (letters, digits, . _ -).",
+            )
+        if self.give:
+            report = await self.courses.give_back(course, name, by=self.who)
+            n = sum(1 for r in report.values() if r["state"] == "returned")
+            message = f"Feedback returned to {n} of {len(report)} students."
+        else:
+            report = await self.courses.collect(course, name, by=self.who)
+            n = sum(1 for r in report.values() if r["state"] == "submitted")
+            message = f"{n} of {len(report)} submitted."
+        self.write_json({"status": 200, "message": message, "report": report})
+
+
+class ReturnAPI(CollectAPI):
+    give = True
+
+
+class AuditAPI(CourseHandler):
+    async def get(self, slug: str):
+        course = await self.course_for(slug)
+        entries = await aio.call(self.courses.store.audit, course.slug)
+        self.write_json(
+            {
+                "audit": [
+                    {"at": a.at.isoformat(), "who": a.who, "action": a.action, "detail": a.detail}
+                    for a in entries
+                ]
+            }
+        )
+
+
 def _names(value, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise refuse(400, f"{key!r} must be a list of usernames.")
@@ -285,4 +344,8 @@ def course_handlers(prefix: str) -> list[tuple]:
         (api + slug + r"/start", StartAllAPI),
         (api + slug + r"/stop", StopAllAPI),
         (api + slug + r"/progress", ProgressAPI),
+        (api + slug + r"/distribute", DistributeAPI),
+        (api + slug + r"/collect", CollectAPI),
+        (api + slug + r"/return", ReturnAPI),
+        (api + slug + r"/audit", AuditAPI),
     ]
