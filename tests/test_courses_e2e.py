@@ -23,6 +23,7 @@ from course_support import (
 )
 from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, login, user_token, wait_for_service
+from test_service_browser import browser  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.docker
 
@@ -243,3 +244,47 @@ def test_collect_gets_each_submission_and_reports_who_submitted_nothing(lab):
     audit = api(hub, tokens["ta1"], "GET", "courses/ml101/audit").json()["audit"]
     assert [a["action"] for a in audit][:2] == ["collect", "distribute"]
     assert audit[0]["who"] == "ta1"
+
+
+@pytest.mark.browser
+def test_the_course_page_in_a_browser_start_all_progress_collect(lab, browser):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from test_service_browser import ARTIFACTS, save_screenshot, wait_until
+
+    hub, repo, tokens = lab
+    b = browser
+    page = f"{PREFIX}courses/ml101"
+    b.get(f"{hub.url}/hub/login?next={page}")
+    b.find_element(By.ID, "username_input").send_keys("ta1")
+    b.find_element(By.ID, "password_input").send_keys("any password")
+    b.find_element(By.ID, "login_submit").click()
+    wait_until(lambda: b.current_url.endswith(page), 30, "the course page after login")
+    assert "Machine learning 101" in b.find_element(By.CSS_SELECTOR, "h1").text
+    assert len(b.find_elements(By.CSS_SELECTOR, "tr.student")) == 8
+    b.find_element(By.ID, "start-all").click()
+    wait_until(lambda: b.find_elements(By.ID, "progress-summary"), 30, "the progress line")
+    wait_until(
+        lambda: "8 of 8 ready" in b.find_element(By.ID, "progress-summary").text,
+        300,
+        "every server ready (the page reloads itself)",
+        refresh=b.refresh,
+    )
+    rows = b.find_elements(By.CSS_SELECTOR, "tr.student")
+    assert {r.get_attribute("data-server") for r in rows} == {"running"}
+    save_screenshot(b, ARTIFACTS / "course-page-started.png")
+    b.find_element(By.ID, "collect-assignment").send_keys("hw1")
+    b.find_element(By.ID, "collect").click()
+    wait_until(lambda: b.find_elements(By.ID, "gpulab-flash"), 60, "the collect message")
+    text = b.find_element(By.ID, "gpulab-flash").text
+    assert "2 of 8 submitted" in text and "missing: s3, s4" in text, text
+    save_screenshot(b, ARTIFACTS / "course-page-collected.png")
+    # a CSV with an unknown user: the preview says so, and offers no Apply
+    csv = hub.workdir / "roster.csv"
+    csv.write_text("username\n" + "\n".join(STUDENTS) + "\nnobody-here\n")
+    b.find_element(By.ID, "csv-file").send_keys(str(csv))
+    b.find_element(By.ID, "csv-preview").click()
+    wait_until(lambda: b.find_elements(By.ID, "csv-preview-result"), 30, "the CSV preview")
+    assert b.find_element(By.ID, "pv-unknown").text == "nobody-here"
+    assert b.find_element(By.ID, "pv-added").text == "none"
+    assert not b.find_elements(By.ID, "csv-apply")
+    save_screenshot(b, ARTIFACTS / "course-page-csv-preview.png")

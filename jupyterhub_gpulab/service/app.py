@@ -37,6 +37,7 @@ from .state import LabState
 from .web.api import api_handlers
 from .web.base import OAuthCallback
 from .web.courseapi import course_handlers
+from .web.coursepages import course_pages
 from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
@@ -135,6 +136,7 @@ def make_app(
         (prefix + "me", UserPage),
         (prefix + "actions/(?P<action>[a-z]+)", ActionPage),
         (prefix + "oauth_callback", OAuthCallback),
+        *course_pages(prefix),
         *course_handlers(prefix),
         *api_handlers(prefix),
     ]

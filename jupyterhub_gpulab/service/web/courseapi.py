@@ -35,6 +35,69 @@ from ...ledger import aio
 from . import inputs
 from .base import JSONHandler, refuse
 
+
+async def course_view(state, hub, courses, course) -> dict:
+    """What the course page and ``GET courses/<slug>`` show: the record, each roster member's
+    course server (state, slice, last activity, GPU-hours of the last 7 days through it), the
+    sessions of the next 60 days with their pre-start, and the latest start-all."""
+    roster = sorted(await roster_of(hub, course))
+    try:
+        active = await hub.refresh_active()
+    except Exception:
+        active = hub.active or {}
+    now = clock.utcnow()
+    week = now - timedelta(days=7)
+    allocs = await aio.call(state.ledger.allocations_between, week, now)
+    mine = [a for a in allocs if a.server_name == course.server_name]
+    hours: dict[str, float] = {}
+    slices: dict[str, str] = {}
+    for a in mine:
+        end = a.ended_at or now
+        hours[a.user] = (
+            hours.get(a.user, 0.0)
+            + a.share * (end - max(a.started_at, week)).total_seconds() / 3600
+        )
+        if a.ended_at is None:
+            slices[a.user] = a.slice_id
+    sessions = sessions_between(
+        course, now - timedelta(days=1), now + timedelta(days=60), state.lab.tz
+    )
+    ran = await aio.call(courses.store.prestarts, course.slug)
+    run = courses.run_of(course.slug)
+    rows = []
+    for u in roster:
+        server = active.get((u, course.server_name))
+        rows.append(
+            {
+                "user": u,
+                "server": server.state if server else "stopped",
+                "url": server.url if server else None,
+                "last_activity": server.last_activity.isoformat()
+                if server and server.last_activity
+                else None,
+                "slice": slices.get(u),
+                "gpu_hours_7d": round(hours.get(u, 0.0), 3),
+                "prestart": run.servers[u].state if run and u in run.servers else None,
+                "reason": run.servers[u].reason if run and u in run.servers else "",
+            }
+        )
+    return {
+        "course": course.to_dict(),
+        "server_name": course.server_name,
+        "roster": rows,
+        "sessions": [
+            {
+                "start": s.isoformat(),
+                "end": e.isoformat(),
+                "prestart_at": (s - timedelta(minutes=course.lead_minutes)).isoformat(),
+                "prestart": ran[s][1] or "running" if s in ran else None,
+            }
+            for s, e in sessions[:20]
+        ],
+        "progress": run.as_dict() if run else None,
+    }
+
+
 #: Fields only an admin may change (who the course's people are).
 ADMIN_ONLY = ("roster_group", "staff_group", "slug")
 
@@ -71,42 +134,7 @@ class CourseHandler(JSONHandler):
         return course
 
     async def view(self, course) -> dict:
-        roster = sorted(await roster_of(self.hub, course))
-        try:
-            active = await self.hub.refresh_active()
-        except Exception:
-            active = self.hub.active or {}
-        now = clock.utcnow()
-        sessions = sessions_between(
-            course, now - timedelta(days=1), now + timedelta(days=60), self.state.lab.tz
-        )
-        ran = await aio.call(self.courses.store.prestarts, course.slug)
-        run = self.courses.run_of(course.slug)
-        return {
-            "course": course.to_dict(),
-            "server_name": course.server_name,
-            "roster": [
-                {
-                    "user": u,
-                    "server": (
-                        active.get((u, course.server_name)).state
-                        if active.get((u, course.server_name))
-                        else "stopped"
-                    ),
-                }
-                for u in roster
-            ],
-            "sessions": [
-                {
-                    "start": s.isoformat(),
-                    "end": e.isoformat(),
-                    "prestart_at": (s - timedelta(minutes=course.lead_minutes)).isoformat(),
-                    "prestart": ran.get(s, (None, ""))[1] if s in ran else None,
-                }
-                for s, e in sessions[:20]
-            ],
-            "progress": run.as_dict() if run else None,
-        }
+        return await course_view(self.state, self.hub, self.courses, course)
 
 
 class CoursesAPI(CourseHandler):
