@@ -36,7 +36,7 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' 2>/dev/nu
 fi
 PY=$VENV/bin/python
 
-probe='import jupyterhub_gpulab, os; print(os.path.dirname(os.path.dirname(jupyterhub_gpulab.__file__)))'
+probe='import jupyterhub_gpulab, icalendar, recurring_ical_events, os; print(os.path.dirname(os.path.dirname(jupyterhub_gpulab.__file__)))'
 [ "$EXTRAS" = test ] && probe="import pytest, pytest_asyncio, hypothesis, psycopg, selenium, requests; $probe"
 installed=$(cd / && "$PY" -c "$probe" 2>/dev/null || true)
 if [ "$installed" != "$REPO" ]; then

@@ -112,6 +112,7 @@ c.GPULabCourses.home_volume = "{node}-home-{{username}}"
 c.GPULabCourses.course_volume = "{node}-course-{{slug}}"
 c.GPULabCourses.courses = [{course!r}]
 c.GPULabCourses.prestart_backoff = 1
+c.GPULabCourses.check_interval = 2
 from jupyterhub_gpulab.courses.hubhook import configure_courses
 configure_courses(c)
 {extra}

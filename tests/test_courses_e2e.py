@@ -53,7 +53,9 @@ def lab(tmp_path_factory):
         hub.create_user("ta1", ["ml101-staff"])
         hub.create_user("outsider", ["students"])
         tokens = {}
-        for u in ("ta1", "s1", "outsider"):
+        hub.create_user("t1", ["dl201"])
+        hub.create_user("t2", ["dl201"])
+        for u in ("ta1", "s1", "outsider", "admin"):
             s = login(hub, u)
             tokens[u] = user_token(hub, s, u)
         yield hub, repo, tokens
@@ -244,6 +246,55 @@ def test_collect_gets_each_submission_and_reports_who_submitted_nothing(lab):
     audit = api(hub, tokens["ta1"], "GET", "courses/ml101/audit").json()["audit"]
     assert [a["action"] for a in audit][:2] == ["collect", "distribute"]
     assert audit[0]["who"] == "ta1"
+
+
+def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_prestarted(lab):
+    hub, repo, tokens = lab
+    from datetime import datetime, timedelta, timezone
+
+    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) + timedelta(minutes=10)
+    record = {
+        "slug": "dl201",
+        "title": "Deep learning 201",
+        "profiles": ["course-lab"],
+        "content": [{"repo": repo.url, "dir": "dl201"}],
+        "sessions": {
+            "dates": [
+                {
+                    "start": start.replace(tzinfo=None).isoformat(timespec="minutes"),
+                    "end": (start + timedelta(hours=1)).replace(tzinfo=None).isoformat(),
+                }
+            ]
+        },
+    }
+    # staff may not create courses; an admin may
+    r = api(hub, tokens["ta1"], "POST", "courses", json=record)
+    assert r.status_code == 403, r.text
+    r = api(hub, tokens["admin"], "POST", "courses", json=record)
+    assert r.status_code == 201, r.text
+    # the service looks every 2 s: the session is within its 15-minute lead, so it starts now
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        view = api(hub, tokens["admin"], "GET", "courses/dl201").json()
+        p = view["progress"]
+        if p and p["finished_at"]:
+            break
+        time.sleep(2)
+    assert p and p["session_start"] == start.isoformat(), view
+    assert p["summary"] == "2 of 2 ready", p
+    for u in ("t1", "t2"):
+        assert read_home(f"{hub.node}-home-{u}", "dl201/intro.py") is not None
+    assert view["sessions"][0]["prestart"] == "2 of 2 ready"
+    audit = api(hub, tokens["admin"], "GET", "courses/dl201/audit").json()["audit"]
+    assert [(a["who"], a["action"]) for a in audit] == [
+        ("schedule", "start-all"),
+        ("admin", "create"),
+    ]
+    # once per session: stopping them does not make the schedule start them again
+    r = api(hub, tokens["admin"], "POST", "courses/dl201/stop")
+    assert r.status_code == 200, r.text
+    time.sleep(5)
+    assert not containers_of(hub.node, "dl201")
 
 
 @pytest.mark.browser
