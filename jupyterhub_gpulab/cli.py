@@ -91,6 +91,22 @@ def _service_errors(config: Config) -> list[str]:
         GPULabService(config=config)
     except TraitError as e:
         return [f"c.GPULabService: {e}"]
+    return _course_errors(config)
+
+
+def _course_errors(config: Config) -> list[str]:
+    """Problems in ``c.GPULabCourses.courses`` (each course's record, checked against the
+    profiles' slugs)."""
+    from .courses.config import GPULabCourses
+    from .courses.model import CourseError
+
+    slugs = {p.get("slug") for p in GPULab(config=config).profiles if isinstance(p, dict)}
+    try:
+        GPULabCourses(config=config).declared(slugs)
+    except CourseError as e:
+        return [f"c.GPULabCourses.{m}" for m in e.errors]
+    except TraitError as e:
+        return [f"c.GPULabCourses: {e}"]
     return []
 
 

@@ -196,3 +196,51 @@ def test_the_start_command_pulls_each_source_then_runs_the_server():
         and cmd[2].endswith('exec "$@"\n')
         and cmd[-1] == "jupyterhub-singleuser"
     )
+
+
+def test_check_config_lists_bad_courses(capsys, tmp_path):
+    from test_cli import LAB, PROFILES, write_config
+
+    from jupyterhub_gpulab.cli import main
+
+    courses = [
+        {"slug": "ml101", "profiles": ["nope"]},
+        {
+            "slug": "dl201",
+            "sessions": {
+                "weekly": [
+                    {
+                        "days": ["sun"],
+                        "start": "10:00",
+                        "end": "11:00",
+                        "from": "2026-12-07",
+                        "until": "2026-12-11",
+                    }
+                ]
+            },
+        },
+    ]
+    config = write_config(
+        tmp_path,
+        f"c.GPULab.inventory = {LAB!r}\nc.GPULab.profiles = {PROFILES!r}\n"
+        f"c.GPULabCourses.courses = {courses!r}\n",
+    )
+    assert main(["check-config", "-f", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "c.GPULabCourses.courses[0] ('ml101')" not in err  # where = courses[i]
+    assert "courses[0]: profile 'nope' is not one of the lab's" in err
+    assert (
+        "courses[1]: sessions.weekly[0] never fires: no sun between 2026-12-07 and 2026-12-11"
+        in err
+    )
+
+
+def test_a_prestart_summary_counts_states_and_names_the_commonest_reason():
+    from jupyterhub_gpulab.courses.prestart import PrestartRun
+
+    run = PrestartRun(parse_course({"slug": "ml101"}), [f"u{i}" for i in range(60)])
+    states = ["ready"] * 41 + ["refused"] * 3 + ["starting"] * 16
+    for p, st in zip(run.servers.values(), states):
+        p.state = st
+        p.reason = "no free slice" if st == "refused" else ""
+    assert run.summary() == "41 of 60 ready, 16 starting, 3 refused: no free slice"

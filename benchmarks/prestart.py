@@ -1,0 +1,282 @@
+"""Pre-start of a course: our service against a plain script over plain DockerSpawner.
+
+Two real hubs (each with its proxy) on one engine and one image (the lab image, which has git and
+nbgitpuller):
+
+- **ours**: GPUDockerSpawner over a declared lab of shared seats (every server claims a slice),
+  the gpulab service and a course of ``--students`` students whose content is a real git
+  repository (``git daemon`` on the Docker bridge). A staff member presses "Start all"
+  (``POST /services/gpulab/api/courses/<slug>/start``); the service starts every course server
+  through the hub API with the course's token, in batches of ``concurrent_spawn_limit``, and each
+  server pulls the repository into its home volume before it starts.
+- **plain**: ``dockerspawner.DockerSpawner`` with the same image, home volumes and limits; a script
+  POSTs ``/hub/api/users/<u>/servers/<slug>`` for every student at once (the hub's
+  ``concurrent_spawn_limit`` applies) — no profile, no slice, no content.
+
+Both are timed the same way, from outside: from the first request until the hub lists every
+student's server as ready (``GET /hub/api/users?state=ready``, every 0.5 s). Rounds run in ABBA
+order (ours, plain, plain, ours, …) so neither side always meets the machine as the other left it;
+all servers are stopped and their containers removed, untimed, between rounds.
+
+Usage: ``python benchmarks/prestart.py [--students 60] [--rounds 2]`` (dockerd, the lab image and
+git; ``scripts/test-setup.sh`` provides them). The last line is one JSON object with
+``prestart_wall_s_ours``, ``prestart_wall_s_plain``, ``prestart_ratio``, ``ready_pct``,
+``content_present_pct`` and ``double_allocations``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import requests  # noqa: E402
+from course_support import (  # noqa: E402
+    LAB_IMAGE,
+    GitServer,
+    course_hub,
+    read_home,
+    remove_volumes,
+)
+from e2e_support import remove_node_containers  # noqa: E402
+from hubtools import Hub  # noqa: E402
+from service_support import PREFIX, login, user_token, wait_for_service  # noqa: E402
+
+from jupyterhub_gpulab.ledger import Ledger  # noqa: E402
+from jupyterhub_gpulab.ledger.schema import allocations  # noqa: E402
+
+SLUG = "bench"
+LIMITS = 'c.DockerSpawner.mem_limit = "512M"\nc.DockerSpawner.cpu_limit = 1.0\n'
+COMMON = f"""
+c.JupyterHub.concurrent_spawn_limit = 100
+c.Spawner.start_timeout = 300
+c.Spawner.http_timeout = 240
+{LIMITS}
+"""
+
+
+def seats(n: int) -> list[dict]:
+    return [
+        {
+            "uuid": f"GPU-bench-{i}",
+            "index": i,
+            "name": "Tesla P40",
+            "memory": "24GiB",
+            "shared": {"seats": 8, "memory_per_seat": "3GiB", "compute_share": 0.125},
+        }
+        for i in range((n + 7) // 8)
+    ]
+
+
+def ours_hub(tmp: Path, repo: GitServer, n: int) -> Hub:
+    course = {
+        "slug": SLUG,
+        "title": "Benchmark course",
+        "profiles": ["seat"],
+        "content": [{"repo": repo.url, "dir": "course"}],
+    }
+    profile = {
+        "slug": "seat",
+        "display_name": "Shared seat",
+        "image": LAB_IMAGE,
+        "slice": {"kind": "shared"},
+        "mem_limit": "512M",
+        "cpu_limit": 1.0,
+    }
+    extra = (
+        COMMON
+        + f"""
+c.GPULab.inventory = {seats(n)!r}
+c.GPULab.profiles = c.GPULab.profiles + [{profile!r}]
+c.GPULab.default_policy = {{"max_slices_per_user": 1}}
+c.JupyterHub.cleanup_servers = True
+"""
+    )
+    return course_hub(tmp, course, extra=extra)
+
+
+def plain_hub(tmp: Path) -> Hub:
+    node = "gpulabpln" + secrets.token_hex(3)
+    return Hub(
+        tmp / node,
+        COMMON
+        + f"""
+c.JupyterHub.spawner_class = "dockerspawner.DockerSpawner"
+c.DockerSpawner.image = {LAB_IMAGE!r}
+c.DockerSpawner.pull_policy = "never"
+c.DockerSpawner.remove = True
+c.DockerSpawner.prefix = {node!r}
+c.DockerSpawner.volumes = {{"{node}-home-{{username}}": "/home/jovyan"}}
+""",
+    )
+
+
+def ready_count(hub: Hub, users: set[str]) -> int:
+    r = hub.api("GET", "/users?state=ready&limit=1000")
+    r.raise_for_status()
+    body = r.json()
+    items = body["items"] if isinstance(body, dict) else body
+    return sum(
+        1
+        for u in items
+        if u["name"] in users and (u.get("servers") or {}).get(SLUG, {}).get("ready")
+    )
+
+
+def wait_all_ready(hub: Hub, users: set[str], t0: float, timeout: float = 900) -> tuple[float, int]:
+    n = 0
+    while time.perf_counter() - t0 < timeout:
+        n = ready_count(hub, users)
+        if n == len(users):
+            return time.perf_counter() - t0, n
+        time.sleep(0.5)
+    return time.perf_counter() - t0, n
+
+
+def stop_all(hub: Hub, users: list[str], node: str) -> None:
+    def one(u):
+        hub.api("DELETE", f"/users/{u}/servers/{SLUG}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, users))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        r = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"name={node}"], capture_output=True, text=True
+        )
+        active = hub.api("GET", "/users?state=active&limit=1000").json()
+        items = active["items"] if isinstance(active, dict) else active
+        if not r.stdout.strip() and not any(
+            SLUG in (u.get("servers") or {}) for u in items if u["name"] in users
+        ):
+            return
+        time.sleep(1)
+    raise TimeoutError(f"servers of {node} did not stop")
+
+
+def round_ours(hub: Hub, token: str, users: list[str]) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    r = requests.post(
+        f"{hub.url}{PREFIX}api/courses/{SLUG}/start",
+        headers={"Authorization": f"token {token}"},
+        timeout=60,
+    )
+    if r.status_code != 202:
+        raise RuntimeError(f"start all: {r.status_code} {r.text}")
+    return wait_all_ready(hub, set(users), t0)
+
+
+def round_plain(hub: Hub, users: list[str]) -> tuple[float, int]:
+    t0 = time.perf_counter()
+
+    def one(u):
+        r = hub.api("POST", f"/users/{u}/servers/{SLUG}", json={})
+        if r.status_code not in (201, 202):
+            raise RuntimeError(f"spawn {u}: {r.status_code} {r.text}")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, users))
+    return wait_all_ready(hub, set(users), t0)
+
+
+def double_allocations(ledger: Ledger) -> int:
+    """Slices held by two open allocations at once (the unique index makes this 0), plus
+    allocations whose time ranges overlap on one slice in the history."""
+    import sqlalchemy as sa
+
+    with ledger.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(allocations.c.slice_id, allocations.c.started_at, allocations.c.ended_at)
+        ).all()
+    by_slice: dict[str, list] = {}
+    for sid, s, e in rows:
+        by_slice.setdefault(sid, []).append((s, e))
+    overlaps = 0
+    for spans in by_slice.values():
+        spans.sort(key=lambda x: x[0])
+        for (_s1, e1), (s2, _e2) in zip(spans, spans[1:]):
+            if e1 is None or e1 > s2:
+                overlaps += 1
+    return overlaps + len(ledger.double_allocations())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--students", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=2, help="ABBA pairs (each side runs this many)")
+    args = ap.parse_args(argv)
+    n = args.students
+    users = [f"st{i:03d}" for i in range(n)]
+    tmp = Path(tempfile.mkdtemp(prefix="gpulab-prestart-"))
+    repo = GitServer(tmp / "git")
+    repo.commit({"lesson1.py": "print('lesson 1')\n"}, "lesson 1")
+    ours = ours_hub(tmp, repo, n)
+    plain = plain_hub(tmp)
+    walls: dict[str, list[float]] = {"ours": [], "plain": []}
+    ready: list[float] = []
+    content_pct = 0.0
+    doubles = 0
+    try:
+        ours.start()
+        plain.start()
+        wait_for_service(ours)
+        for u in users:
+            ours.create_user(u, [SLUG])
+            plain.create_user(u)
+        ours.create_user("prof", [f"{SLUG}-staff"])
+        token = user_token(ours, login(ours, "prof"), "prof")
+        order = []
+        for _ in range(args.rounds):
+            order += ["ours", "plain"] if len(order) % 4 == 0 else ["plain", "ours"]
+        for i, side in enumerate(order):
+            if side == "ours":
+                wall, got = round_ours(ours, token, users)
+                ready.append(100.0 * got / n)
+                if not content_pct:
+                    vols = [f"{ours.node}-home-{u}" for u in users]
+                    with ThreadPoolExecutor(4) as pool:
+                        found = list(pool.map(lambda v: read_home(v, "course/lesson1.py"), vols))
+                    content_pct = 100.0 * sum(1 for f in found if f) / n
+                stop_all(ours, users, ours.node)
+            else:
+                wall, got = round_plain(plain, users)
+                stop_all(plain, users, plain.workdir.name)
+            walls[side].append(wall)
+            print(f"round {i + 1} {side}: {wall:.1f} s, {got} of {n} ready", flush=True)
+        led = Ledger(f"sqlite:///{ours.workdir}/gpulab.sqlite")
+        doubles = double_allocations(led)
+        led.close()
+    finally:
+        for hub, node in ((ours, ours.node), (plain, plain.workdir.name)):
+            hub.stop()
+            remove_node_containers(node)
+            remove_volumes(node)
+        repo.stop()
+    o, p = statistics.mean(walls["ours"]), statistics.mean(walls["plain"])
+    result = {
+        "students": n,
+        "rounds": args.rounds,
+        "prestart_wall_s_ours": round(o, 2),
+        "prestart_wall_s_plain": round(p, 2),
+        "prestart_wall_s_ours_each": [round(x, 2) for x in walls["ours"]],
+        "prestart_wall_s_plain_each": [round(x, 2) for x in walls["plain"]],
+        "prestart_ratio": round(o / p, 3),
+        "ready_pct": round(min(ready), 1),
+        "content_present_pct": round(content_pct, 1),
+        "double_allocations": doubles,
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
