@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -26,6 +26,7 @@ from .models import (
     QuotaExceeded,
     slice_from_row,
 )
+from .placement import Reservations
 from .queries import LedgerQueries, slice_filter
 from .schema import allocations, slices
 
@@ -56,7 +57,7 @@ _FREE_SLICE = (
 CANDIDATES = 4
 
 
-class Ledger(InventorySync, LabRecords, LedgerQueries):
+class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
     """The allocation ledger over one database URL.
 
     ``url`` is a SQLAlchemy URL (``sqlite:////srv/gpulab/gpulab.sqlite``,
@@ -126,6 +127,7 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
         user_limit: int | None = None,
         charge_groups: Sequence[tuple[str, int | None]] = (),
         only_slice: str | None = None,
+        groups: Collection[str] = (),
     ) -> Claim:
         """Hold a free slice satisfying ``request`` for ``user``'s server, atomically.
 
@@ -135,6 +137,8 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
         ``(group, cap)`` pairs tried in order, the allocation counting against the first with room
         (``cap=None`` means no cap). Limits are checked in the same transaction as the claim.
         ``only_slice`` restricts the search to one slice id (re-adopting a running container).
+        ``groups`` are the user's groups: reservations (:mod:`.placement`) keep their unclaimed
+        seats from users outside the booking's groups, checked in this transaction too.
 
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
         """
@@ -173,7 +177,14 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
             # whole pool. SQLite: BEGIN IMMEDIATE made us the only writer; read a few at once.
             batch = 1 if self.dialect == "postgresql" else CANDIDATES
             tried: set[str] = set()
-            while True:
+            # Re-adopting a running container (only_slice) is not a new placement: no booking
+            # keeps a user off the slice their server already runs on.
+            guard = None
+            if only_slice is None:
+                guard = self._guard(conn, request, profile, groups, clock.utcnow())
+            booking_id = guard.charged.id if guard is not None and guard.charged else None
+            kept = False
+            while not kept:
                 q = self._free_query(request, batch)
                 if tried:
                     q = q.where(slices.c.id.not_in(tried))
@@ -184,10 +195,27 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
                     break
                 for row in rows:
                     tried.add(row.id)
-                    got = self._try_hold(conn, row, user, server_name, profile, node, charge_group)
+                    if guard is not None and not guard.allows(row):
+                        kept = guard.blocks_everything()
+                        if kept:
+                            break
+                        continue
+                    got = self._try_hold(
+                        conn, row, user, server_name, profile, node, charge_group, booking_id
+                    )
                     if got is not None:
                         return Claim(got, slice_from_row(row))
         free, total = self.capacity(request)
+        notes = guard.notes() if guard is not None else []
+        if notes:
+            raise NoFreeSlice(
+                f"No free {request.describe()} slice for you: "
+                + "; ".join(n.describe() for n in notes)
+                + " (for that course's roster and staff). Try again after that time, join the "
+                "waitlist, or pick another profile.",
+                free=free,
+                total=total,
+            )
         if total:
             advice = "Try again later or pick another profile."
         elif self.out_of_service(request):
@@ -202,7 +230,7 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
             total=total,
         )
 
-    def _try_hold(self, conn, row, user, server_name, profile, node, charge_group):
+    def _try_hold(self, conn, row, user, server_name, profile, node, charge_group, booking_id=None):
         now = clock.utcnow()
         values = {
             "slice_id": row.id,
@@ -213,6 +241,7 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
             "charge_group": charge_group,
             "share": row.share,
             "started_at": now,
+            "booking_id": booking_id,
         }
         # SQLite: BEGIN IMMEDIATE made us the only writer and a failed statement leaves the
         # transaction usable, so no savepoint is needed. PostgreSQL aborts the transaction on a

@@ -86,6 +86,7 @@ class ReservationMixin:
                 node=rt.lab.node,
                 user_limit=ent.user_limit,
                 charge_groups=ent.charge_groups,
+                groups=who.groups,
             )
         except LedgerRefusal as e:
             reason = "quota" if e.reason == "quota" else "no-free-slice"
@@ -113,5 +114,6 @@ class ReservationMixin:
             profile=profile.slug,
             server_name=self.name or "",
             node=rt.lab.node,
+            groups=self._groups(),
             **limits,
         )
