@@ -10,6 +10,7 @@ import logging
 import threading
 import zlib
 from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -29,6 +30,7 @@ from .models import (
 from .placement import Reservations
 from .queries import LedgerQueries, slice_filter
 from .schema import allocations, slices
+from .waitlist import Waitlist
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ _FREE_SLICE = (
 CANDIDATES = 4
 
 
-class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
+class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist):
     """The allocation ledger over one database URL.
 
     ``url`` is a SQLAlchemy URL (``sqlite:////srv/gpulab/gpulab.sqlite``,
@@ -128,6 +130,8 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
         charge_groups: Sequence[tuple[str, int | None]] = (),
         only_slice: str | None = None,
         groups: Collection[str] = (),
+        hold_until: datetime | None = None,
+        queue_entry: int | None = None,
     ) -> Claim:
         """Hold a free slice satisfying ``request`` for ``user``'s server, atomically.
 
@@ -140,12 +144,22 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
         ``groups`` are the user's groups: reservations (:mod:`.placement`) keep their unclaimed
         seats from users outside the booking's groups, checked in this transaction too.
 
+        The waitlist (:mod:`.waitlist`): a user holding an offer for ``profile`` gets the held
+        slice; anyone else is refused (:class:`~.waitlist.QueueFirst`) while the free slices are
+        no more than the users queued ahead. ``hold_until`` makes the claim an offer for waitlist
+        entry ``queue_entry`` (a hold with no server, see :meth:`offer_next`).
+
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
         """
         if request.kind is None:
             raise ValueError("a CPU-only request holds no slice; do not claim one")
         with self._write() as conn:
             self._lock(conn, [f"user:{user}"] + [f"group:{g}" for g, _ in charge_groups])
+            if hold_until is None and only_slice is None:
+                taken = self._take_hold(conn, user, profile, server_name, clock.utcnow())
+                if taken is not None:
+                    row = conn.execute(sa.select(slices).where(slices.c.id == taken.slice_id))
+                    return Claim(taken, slice_from_row(row.one()))
             if user_limit is not None:
                 held = self._count_open(conn, allocations.c.user, user)
                 if held >= user_limit:
@@ -179,8 +193,9 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
             tried: set[str] = set()
             # Re-adopting a running container (only_slice) is not a new placement: no booking
             # keeps a user off the slice their server already runs on.
-            guard = None
+            guard = entry = None
             if only_slice is None:
+                entry = self._queue_gate(conn, request, user, profile, queue_entry)
                 guard = self._guard(conn, request, profile, groups, clock.utcnow())
             booking_id = guard.charged.id if guard is not None and guard.charged else None
             kept = False
@@ -201,9 +216,12 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
                             break
                         continue
                     got = self._try_hold(
-                        conn, row, user, server_name, profile, node, charge_group, booking_id
-                    )
+                        conn, row, user, server_name, profile, node, charge_group, booking_id,
+                        hold_until,
+                    )  # fmt: skip
                     if got is not None:
+                        if entry is not None:
+                            self._mark_offered(conn, entry, got.id, hold_until, got.started_at)
                         return Claim(got, slice_from_row(row))
         free, total = self.capacity(request)
         notes = guard.notes() if guard is not None else []
@@ -215,9 +233,13 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
                 "waitlist, or pick another profile.",
                 free=free,
                 total=total,
+                reserved=notes,
             )
         if total:
-            advice = "Try again later or pick another profile."
+            advice = (
+                "Join the waitlist to be offered the next free slice, try again later, or pick "
+                "another profile."
+            )
         elif self.out_of_service(request):
             advice = (
                 "Those GPUs are out of service for maintenance; try later or pick another profile."
@@ -230,7 +252,10 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
             total=total,
         )
 
-    def _try_hold(self, conn, row, user, server_name, profile, node, charge_group, booking_id=None):
+    def _try_hold(
+        self, conn, row, user, server_name, profile, node, charge_group, booking_id=None,
+        hold_until=None,
+    ):  # fmt: skip
         now = clock.utcnow()
         values = {
             "slice_id": row.id,
@@ -242,6 +267,7 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations):
             "share": row.share,
             "started_at": now,
             "booking_id": booking_id,
+            "hold_until": hold_until,
         }
         # SQLite: BEGIN IMMEDIATE made us the only writer and a failed statement leaves the
         # transaction usable, so no savepoint is needed. PostgreSQL aborts the transaction on a

@@ -186,14 +186,16 @@ class LedgerRefusal(Exception):
 
 
 class NoFreeSlice(LedgerRefusal):
-    """No free slice satisfies the request; ``free``/``total`` count slices of that request."""
+    """No free slice satisfies the request; ``free``/``total`` count slices of that request;
+    ``reserved`` (``Reserved`` notes) when reservations keep the free ones for others."""
 
     reason = "no-free-slice"
 
-    def __init__(self, message: str, *, free: int = 0, total: int = 0):
+    def __init__(self, message: str, *, free: int = 0, total: int = 0, reserved=()):
         super().__init__(message)
         self.free = free
         self.total = total
+        self.reserved = tuple(reserved)
 
 
 class QuotaExceeded(LedgerRefusal):
