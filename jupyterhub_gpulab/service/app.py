@@ -34,6 +34,7 @@ from .culling import Culler
 from .hubclient import HubClient, HubError
 from .lifetime import listen_when_free
 from .state import LabState
+from .waitlist import WaitlistKeeper, WaitlistTraits
 from .web.api import api_handlers
 from .web.base import OAuthCallback
 from .web.filters import FILTERS
@@ -46,9 +47,10 @@ log = logging.getLogger("gpulab.service")
 TEMPLATES = Path(__file__).parent / "web" / "templates"
 
 
-class GPULabService(CullerTraits):
+class GPULabService(CullerTraits, WaitlistTraits):
     """Settings of the gpulab service (``c.GPULabService.*`` in ``jupyterhub_config.py``); the
-    culler's are in :class:`~.cullconfig.CullerTraits`."""
+    culler's are in :class:`~.cullconfig.CullerTraits`, the waitlist's in
+    :class:`~.waitlist.WaitlistTraits`."""
 
     cookie_secret_file = Unicode(
         "gpulab_cookie_secret",
@@ -215,6 +217,7 @@ class Service:
         self.hub_auth = hub_auth
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
         self.culler = Culler(self.state, self.hub, settings)
+        self.waitlist = WaitlistKeeper(self.state, self.hub, settings)
         secret = cookie_secret or read_cookie_secret(settings.cookie_secret_file)
         self.app = make_app(
             self.state,
@@ -252,6 +255,7 @@ class Service:
             (self.refresh_hub, self.settings.hub_poll_interval),
             (self.sample, self.settings.sample_interval),
             (self.cull, self.culler.every_s),
+            (self.waitlist.run_pass, self.settings.waitlist_every),
         ):
             pc = PeriodicCallback(job, 1000 * seconds)
             pc.start()

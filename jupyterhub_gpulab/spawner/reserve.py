@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .. import clock
 from ..errors import SpawnRefused
-from ..fairuse.quota import budget_window, check_spawn
+from ..fairuse.offers import budget_refusal
 from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
@@ -98,12 +97,7 @@ class ReservationMixin:
         self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
     ) -> str | None:
         """The GPU-hour budget's refusal, or ``None`` (blocks: reads the ledger)."""
-        now = clock.utcnow()
-        start = budget_window(ctx, now)
-        if start >= now:
-            return None  # no budget applies to this user
-        allocations = rt.ledger.allocations_between(start, now, user=who.user)
-        return check_spawn(who.user, ctx, allocations, now, profile=profile)
+        return budget_refusal(rt.ledger, who.user, ctx, profile)
 
     async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
         """Claim a slice for this server in a thread (the ledger is synchronous)."""
