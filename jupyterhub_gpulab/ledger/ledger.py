@@ -28,6 +28,7 @@ from .models import (
     slice_from_row,
 )
 from .placement import Reservations
+from .preemptions import PreemptionRecords
 from .queries import LedgerQueries, slice_filter
 from .schema import allocations, slices
 from .waitlist import Waitlist
@@ -59,7 +60,7 @@ _FREE_SLICE = (
 CANDIDATES = 4
 
 
-class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist):
+class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, PreemptionRecords):
     """The allocation ledger over one database URL.
 
     ``url`` is a SQLAlchemy URL (``sqlite:////srv/gpulab/gpulab.sqlite``,

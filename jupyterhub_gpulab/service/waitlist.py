@@ -43,6 +43,23 @@ class WaitlistTraits(LoggingConfigurable):
         seconds) before it passes to the next. ``c.GPULabService.waitlist_hold = "5m"``""",
     )
 
+    preemption = Bool(
+        False,
+        config=True,
+        help="""Let a queued user of higher priority preempt a lower-priority server whose GPU
+        has been idle at least ``preempt_min_idle`` (only servers of users whose group policies
+        all say ``"preemptible": True``). The server is warned ``cull_warn_before`` ahead, then
+        stopped by the culler; the user sees why. ``c.GPULabService.preemption = True``""",
+    )
+
+    preempt_min_idle = Duration(
+        "30m",
+        config=True,
+        help="""How long a server's GPU must have been idle (by the culler's measure) before it
+        may be preempted (a duration, ``"30m"``, or seconds).
+        ``c.GPULabService.preempt_min_idle = "30m"``""",
+    )
+
     waitlist_every = Duration(
         "15s",
         positive=True,
