@@ -117,6 +117,8 @@ TERM_START = datetime(2026, 9, 7, tzinfo=timezone.utc)  # a Monday
 TICK = 5  # minutes between culler passes (and utilisation bins)
 DAY = 24 * 60
 HOLD_S = 5 * 60
+#: a booking's lead and grace (minutes); ``--lead`` changes the lead
+BOOKING = {"lead": 60, "grace": 10}
 PATIENCE = {"students": 30, "research": 240}  # minutes in the waitlist
 SETTINGS = Settings(threshold_percent=5.0, warn_before_s=600, max_sample_gap_s=2 * TICK * 60)
 IMG = "gpulab/singleuser:6.1.1"
@@ -383,7 +385,8 @@ class Simulation:
                     self.ledger.book(
                         holder=group, groups=[group], profile="student-1g",
                         request=BY_SLUG["student-1g"].slice, count=12, starts_at=start,
-                        ends_at=start + timedelta(hours=2), lead_s=15 * 60, grace_s=10 * 60,
+                        ends_at=start + timedelta(hours=2), lead_s=BOOKING["lead"] * 60,
+                        grace_s=BOOKING["grace"] * 60,
                         ref=f"{group}/{week}",
                     )  # fmt: skip
         self.live: dict[str, Live] = {}
@@ -672,7 +675,9 @@ def main() -> None:
     parser.add_argument("--weeks", type=int, default=14)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--load", type=float, default=1.0, help="scale every session rate")
+    parser.add_argument("--lead", type=int, default=60, help="bookings' lead, minutes")
     args = parser.parse_args()
+    BOOKING["lead"] = args.lead
     intents = workload(random.Random(args.seed), args.weeks, args.load)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -704,6 +709,7 @@ def main() -> None:
             "GPUs 2-3 whole for research",
             "students": 200, "courses": 4, "roster_per_section": 25,
             "class_gpu_users_per_section": 12, "sections_per_week": 8, "researchers": 20,
+            "booking_lead_min": args.lead, "booking_grace_min": BOOKING["grace"],
             "term_weeks": args.weeks, "load": args.load, "seed": args.seed,
             "data": "DataHub SP2023 daily users and session lengths; NotebookOS GPU-cell figures",
         },

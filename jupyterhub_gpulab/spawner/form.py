@@ -77,6 +77,7 @@ def form_rows(
                 note = "; ".join(n.describe() for n in kept)
                 if free <= sum(n.unclaimed for n in kept):
                     free = 0
+                    cap = f"0 of {total} free for you"
                     reason = (
                         f"The free ones are reserved for {', '.join(n.holder for n in kept)} "
                         "right now; join the waitlist, try after that time, or pick another "
