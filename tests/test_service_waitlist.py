@@ -127,3 +127,44 @@ def test_an_offer_nobody_takes_passes_to_the_next(hub, ledger):
         ledger.leave_waitlist("student")
         for a in ledger.open_allocations():
             ledger.release(a.id, "test-cleanup")
+
+
+def test_a_student_joins_and_leaves_the_queue_from_their_page(hub, ledger):
+    from html_support import parse_html
+    from service_support import service_xsrf
+
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="z")
+        for u in ("researcher", "instructor")
+    ]
+    session = login(hub, "student")
+    page = hub.url + PREFIX + "me"
+    try:
+        doc = parse_html(session.get(page, timeout=30).text)
+        assert doc.find_all("form", cls="join-waitlist", data_profile="mig-small")
+        r = session.post(
+            page + "/waitlist",
+            data={"action": "join", "profile": "mig-small", "_xsrf": service_xsrf(session)},
+            timeout=30,
+        )
+        assert r.status_code == 200 and r.url.endswith(PREFIX + "me")
+        assert "number 1 in line" in r.text
+        assert [e.user for e in ledger.waitlist("mig-small")] == ["student"]
+        entry = parse_html(r.text).find_all("div", cls="waitlist-entry", data_profile="mig-small")
+        assert entry and entry[0].find_all(cls="position")[0].text() == "1"
+        bad = session.post(
+            page + "/waitlist",
+            data={"action": "join", "profile": "cpu", "_xsrf": service_xsrf(session)},
+            timeout=30,
+        )
+        assert bad.status_code == 400 and "mig-small" in bad.text
+        r = session.post(
+            page + "/waitlist",
+            data={"action": "leave", "profile": "mig-small", "_xsrf": service_xsrf(session)},
+            timeout=30,
+        )
+        assert r.status_code == 200 and ledger.waitlist("mig-small") == []
+    finally:
+        ledger.leave_waitlist("student")
+        for h in holders:
+            ledger.release(h.allocation.id, "test-cleanup")

@@ -41,6 +41,7 @@ from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
 from .web.pages import ActionPage, AdminPage, UserPage
+from .web.queuepages import WaitlistAction
 
 log = logging.getLogger("gpulab.service")
 
@@ -133,6 +134,7 @@ def make_app(
     handlers = [
         (prefix, AdminPage),
         (prefix + "me", UserPage),
+        (prefix + "me/waitlist", WaitlistAction),
         (prefix + "actions/(?P<action>[a-z]+)", ActionPage),
         (prefix + "oauth_callback", OAuthCallback),
         *api_handlers(prefix),

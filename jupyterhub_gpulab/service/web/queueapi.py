@@ -45,6 +45,37 @@ def entry_view(e, position=None) -> dict:
     }
 
 
+def my_entries(ledger, name: str) -> list[dict]:
+    """``name``'s queue entries with position and estimate (blocks: reads the ledger)."""
+    mine = [e for e in ledger.entries_of(name) if e.state in ("waiting", "offered")]
+    return [entry_view(e, ledger.queue_position(name, e.profile)) for e in mine]
+
+
+async def join_queue(state, user: dict, slug: object) -> tuple[dict, str]:
+    """Queue ``user`` (the hub's model) for profile ``slug``: ``(entry view, message)``. A slug
+    that is not a GPU profile the user may use is a 400 naming the ones they may queue for."""
+    ctx = PolicyContext.for_user(user.get("groups") or [], bool(user.get("admin")), state.lab)
+    mine = {p.slug: p for p in entitled_in(state.lab.profiles, ctx)}
+    profile = mine.get(slug) if isinstance(slug, str) else None
+    if profile is None or not profile.wants_gpu:
+        gpu = ", ".join(s for s, p in mine.items() if p.wants_gpu) or "none"
+        raise refuse(
+            400, f"{shown(slug)} is not a GPU profile you may use; queue for one of: {gpu}."
+        )
+    ledger, name = state.ledger, user["name"]
+
+    def join():
+        e = ledger.join_waitlist(name, profile.slug, profile.slice, priority=ctx.priority)
+        return e, ledger.queue_position(name, profile.slug)
+
+    e, position = await aio.call(join)
+    where = (
+        "A slice is held for you now: start your server." if position and position[0] == 0
+        else f"You are number {position[0]} in line for {profile.display_name}."
+    )  # fmt: skip
+    return entry_view(e, position), where
+
+
 class WaitlistAPI(JSONHandler):
     async def get(self):
         self.require()
@@ -52,8 +83,7 @@ class WaitlistAPI(JSONHandler):
         ledger = self.state.ledger
 
         def read():
-            mine = [e for e in ledger.entries_of(name) if e.state in ("waiting", "offered")]
-            out = {"entries": [entry_view(e, ledger.queue_position(name, e.profile)) for e in mine]}
+            out = {"entries": my_entries(ledger, name)}
             if self.can_read:
                 out["queue"] = [entry_view(e) for e in ledger.waitlist()]
             return out
@@ -63,31 +93,8 @@ class WaitlistAPI(JSONHandler):
     async def post(self):
         self.require()
         body = self.json_body({"profile"})
-        slug = body.get("profile")
-        user = self.current_user
-        ctx = PolicyContext.for_user(
-            user.get("groups") or [], bool(user.get("admin")), self.state.lab
-        )
-        mine = {p.slug: p for p in entitled_in(self.state.lab.profiles, ctx)}
-        profile = mine.get(slug) if isinstance(slug, str) else None
-        if profile is None or not profile.wants_gpu:
-            gpu = ", ".join(s for s, p in mine.items() if p.wants_gpu) or "none"
-            raise refuse(
-                400,
-                f"{shown(slug)} is not a GPU profile you may use; queue for one of: {gpu}.",
-            )
-        ledger, name = self.state.ledger, user["name"]
-
-        def join():
-            e = ledger.join_waitlist(name, profile.slug, profile.slice, priority=ctx.priority)
-            return e, ledger.queue_position(name, profile.slug)
-
-        e, position = await aio.call(join)
-        where = (
-            "A slice is held for you now." if position and position[0] == 0
-            else f"You are number {position[0]} in line for {profile.display_name}."
-        )  # fmt: skip
-        self.write_json({"status": 201, "message": where, "entry": entry_view(e, position)}, 201)
+        entry, where = await join_queue(self.state, self.current_user, body.get("profile"))
+        self.write_json({"status": 201, "message": where, "entry": entry}, 201)
 
 
 class WaitlistEntryAPI(JSONHandler):
