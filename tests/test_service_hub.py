@@ -371,6 +371,10 @@ def cell_api_bookings(ctx: Ctx, who: str, outcome: str) -> None:
             mig = [h for h in body["calendar"] if h["profile"] == "mig-small"]
             assert len(mig) == 6 and max(h["reserved"] for h in mig) == 1
             assert ctx.api(who, "GET", "bookings?hours=0").status_code == 400
+            page = parse_html(ctx.page(who, "").text)
+            assert page.find_all("tr", cls="booking", data_holder="DL101")
+            hours = page.find_all("tr", cls="calendar-hour", data_profile="mig-small")
+            assert hours and "1 of 2" in hours[0].text()
         else:
             assert is_json_error(r, 403)
     finally:

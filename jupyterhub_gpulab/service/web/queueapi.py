@@ -107,6 +107,35 @@ class WaitlistEntryAPI(JSONHandler):
         self.write_json({"status": 200, "message": f"You left the queue for {profile}."})
 
 
+def bookings_data(state, hours: int) -> dict:
+    """Bookings from now and the capacity calendar for ``hours`` hours (blocks: reads the
+    ledger): ``{"bookings": [...], "calendar": [{"profile", "hour", "total", "reserved",
+    "available", "holders"}]}``."""
+    lab, ledger = state.lab, state.ledger
+    now = clock.utcnow()
+    bookings = ledger.bookings(now)
+    calendar = ledger.capacity_calendar(
+        {p.slug: p.slice for p in lab.profiles if p.wants_gpu}, now, hours
+    )
+    return {
+        "bookings": [
+            {
+                "id": b.id,
+                "holder": b.holder,
+                "profile": b.profile,
+                "count": b.count,
+                "groups": list(b.groups),
+                "starts_at": _iso(b.starts_at),
+                "ends_at": _iso(b.ends_at),
+                "lead_s": b.lead_s,
+                "grace_s": b.grace_s,
+            }
+            for b in bookings
+        ],
+        "calendar": calendar,
+    }
+
+
 class BookingsAPI(JSONHandler):
     async def get(self):
         self.require(read=True)
@@ -115,37 +144,7 @@ class BookingsAPI(JSONHandler):
             raise refuse(
                 400, f"hours must be a whole number from 1 to {MAX_HOURS}, not {shown(raw)}."
             )
-        hours = int(raw)
-        lab, ledger = self.state.lab, self.state.ledger
-        now = clock.utcnow()
-
-        def read():
-            bookings = ledger.bookings(now)
-            calendar = ledger.capacity_calendar(
-                {p.slug: p.slice for p in lab.profiles if p.wants_gpu}, now, hours
-            )
-            return bookings, calendar
-
-        bookings, calendar = await aio.call(read)
-        self.write_json(
-            {
-                "bookings": [
-                    {
-                        "id": b.id,
-                        "holder": b.holder,
-                        "profile": b.profile,
-                        "count": b.count,
-                        "groups": list(b.groups),
-                        "starts_at": _iso(b.starts_at),
-                        "ends_at": _iso(b.ends_at),
-                        "lead_s": b.lead_s,
-                        "grace_s": b.grace_s,
-                    }
-                    for b in bookings
-                ],
-                "calendar": calendar,
-            }
-        )
+        self.write_json(await aio.call(bookings_data, self.state, int(raw)))
 
 
 def queue_handlers(api: str) -> list[tuple]:
