@@ -15,7 +15,7 @@ The three labs, on the same demand (4 × H100 80GB each)
     for researchers; the GPU-aware culler; a 4 GPU-hour weekly budget for students; a refused
     user retries.
 (c) **gpulab + reservations + waitlist + priority**: as (b), and every lab section books 12
-    slices (lead 15 min, grace 10 min) for its roster; a refused user joins the waitlist (held
+    slices (lead 60 min, ``--lead``; grace 10 min) for its roster; a refused user joins the waitlist (held
     offer 5 minutes); researchers have priority 10, students 0 and are ``preemptible``, and
     preemption is on (30 minutes of idle GPU at least).
 
@@ -71,6 +71,20 @@ Assumptions where no data exists (each with why)
   up; a researcher retries every 15 minutes for 4 hours. With the waitlist a student waits in the
   queue up to 30 minutes and a researcher up to 4 hours, then leaves it; an offered user starts
   within a minute (the banner and the browser notification).
+
+Measured (14 weeks, seed 7, lead 60 min; 2-core machine, ~10 min)
+----------------------------------------------------------------
+(c) vs (b) vs (a): class served within a minute 98.5 / 89.2 / 15.5 %; homework intents unserved
+4.3 / 4.4 / 68.7 %; research wait p90 149 / 150 / 240 min; idle held 9.3 / 9.2 / 33.7 %;
+students per GPU (c)/(a) 3.47; double allocations 0. With lead 15 min: class 93.8 %, homework
+2.7 %. Targets not met, and why: *class* 98.5 < 99: a reservation keeps free seats but never
+evicts a homework server started before the lead; the few misses are 14:00 sections after a busy
+lunch hour. A longer lead (120 min) reaches 99 % on one week but keeps more slices from homework.
+*Homework* 4.3 > 2: 14 student slices for 200 students is the capacity limit at evening peaks (the
+lead 60 reservation takes 12 of them an hour earlier); patience 30 min in the queue. *Research
+p90* 149 > 15: two research GPUs for 20 researchers whose runs last hours; priority preemption
+cannot help, because no lower-priority user ever holds a whole GPU in this layout (preemptions 0):
+only more research capacity would.
 
 Counting
 --------
