@@ -264,3 +264,55 @@ def test_student_finds_their_gpu_page_from_the_hub_home_page(hub, ledger, browse
     assert "Tesla T4" in card.text and "shared seat" in card.text
     assert card.find_element(By.CSS_SELECTOR, ".isolation").text == "soft isolation"
     save_screenshot(browser, ARTIFACTS / "user-page.png")
+
+
+@pytest.mark.browser
+def test_a_student_sees_reserved_seats_then_is_offered_a_freed_slice(hub, ledger, browser):
+    """The spawn form shows a course session's reservation as a badge (and keeps the profile
+    from a student outside the course); then, queued for the profile, the student is told on the
+    hub's home page that a freed slice is held for them."""
+    from datetime import datetime, timedelta, timezone
+
+    from selenium.webdriver.common.by import By
+
+    start = datetime.now(timezone.utc) + timedelta(minutes=5)
+    ledger.book(
+        holder="DL101", groups=["dl101"], profile="mig-small", request=MIG_1G, count=2,
+        starts_at=start, ends_at=start + timedelta(hours=2), lead_s=900, grace_s=600,
+        ref="browser-dl101",
+    )  # fmt: skip
+    try:
+        browser.get(f"{hub.url}/hub/login?next=/hub/spawn")
+        browser.find_element(By.ID, "username_input").send_keys("student")
+        browser.find_element(By.ID, "password_input").send_keys("any password")
+        browser.find_element(By.ID, "login_submit").click()
+        wait_until(lambda: "/hub/spawn" in browser.current_url, 30, "the spawn form")
+        badge = browser.find_element(By.CSS_SELECTOR, ".gpulab-reserved")
+        assert "2 of 2 reserved for DL101 until" in badge.text
+        radio = browser.find_element(By.ID, "profile-mig-small")
+        assert not radio.is_enabled()
+        save_screenshot(browser, ARTIFACTS / "spawn-form-reserved.png")
+    finally:
+        ledger.cancel_booking(ref="browser-dl101")
+
+    held = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="x")
+        for u in ("researcher", "instructor")
+    ]
+    ledger.join_waitlist("student", "mig-small", MIG_1G)
+    try:
+        ledger.release(held[0].allocation.id, "stopped")
+        browser.get(f"{hub.url}/hub/home")
+        banner = wait_until(
+            lambda: [
+                e for e in browser.find_elements(By.CSS_SELECTOR, ".gpulab-warnings li")
+                if "held for you" in e.text
+            ],
+            60,
+            "the offer on the hub's home page",
+            refresh=browser.refresh,
+        )  # fmt: skip
+        assert "mig-small" in banner[0].text
+        save_screenshot(browser, ARTIFACTS / "home-waitlist-offer.png")
+    finally:
+        ledger.leave_waitlist("student")

@@ -162,6 +162,10 @@ EXPECTED = {
     "DELETE api/allocations/{id}": expect("forbidden", **ADMINS),
     "DELETE api/users/{user}/server": expect("forbidden", **ADMINS),
     "DELETE api/users/{user}/servers/{name}": expect("forbidden", admin="not-found"),
+    "GET api/waitlist": expect("ok", anonymous="forbidden"),
+    "POST api/waitlist": expect("ok", anonymous="forbidden"),
+    "DELETE api/waitlist/{profile}": expect("ok", anonymous="forbidden"),
+    "GET api/bookings": expect("forbidden", **READERS),
 }
 
 
@@ -305,6 +309,78 @@ def cell_api_stop_named(ctx: Ctx, who: str, outcome: str) -> None:
     assert ctx.ledger.get(a.id).open
 
 
+def cell_api_waitlist(ctx: Ctx, who: str, outcome: str) -> None:
+    if who != "anonymous":
+        ctx.ledger.join_waitlist(who, "mig-small", MIG_1G)
+    try:
+        r = ctx.api(who, "GET", "waitlist")
+        check_status(r, outcome)
+        if outcome == "ok":
+            body = r.json()
+            assert [(e["profile"], e["position"]) for e in body["entries"]] == [("mig-small", 1)]
+            assert ("queue" in body) == (who in READERS)
+        else:
+            assert is_json_error(r, 403)
+    finally:
+        ctx.ledger.leave_waitlist(who)
+
+
+def cell_api_join(ctx: Ctx, who: str, outcome: str) -> None:
+    try:
+        r = ctx.api(who, "POST", "waitlist", json={"profile": "mig-small"})
+        check_status(r, outcome)
+        queued = [e.user for e in ctx.ledger.waitlist("mig-small")]
+        assert queued == ([who] if outcome == "ok" else [])
+        if outcome == "ok":
+            assert r.status_code == 201 and "number 1 in line" in r.json()["message"]
+            bad = ctx.api(who, "POST", "waitlist", json={"profile": "cpu"})
+            assert bad.status_code == 400 and "mig-small" in bad.json()["message"]
+    finally:
+        ctx.ledger.leave_waitlist(who)
+
+
+def cell_api_leave(ctx: Ctx, who: str, outcome: str) -> None:
+    ctx.ledger.join_waitlist("student", "mig-small", MIG_1G)
+    if who != "anonymous":
+        ctx.ledger.join_waitlist(who, "mig-small", MIG_1G)
+    try:
+        r = ctx.api(who, "DELETE", "waitlist/mig-small")
+        check_status(r, outcome)
+        # only one's own entry goes
+        left = {e.user for e in ctx.ledger.waitlist("mig-small")}
+        assert left == ({"student"} - {who} if outcome == "ok" else {"student"})
+    finally:
+        for name in ("student", who):
+            ctx.ledger.leave_waitlist(name)
+
+
+def cell_api_bookings(ctx: Ctx, who: str, outcome: str) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    start = datetime.now(timezone.utc) + timedelta(hours=2)
+    ctx.ledger.book(
+        holder="DL101", groups=["students"], profile="mig-small", request=MIG_1G, count=1,
+        starts_at=start, ends_at=start + timedelta(hours=2), ref="matrix",
+    )  # fmt: skip
+    try:
+        r = ctx.api(who, "GET", "bookings?hours=6")
+        check_status(r, outcome)
+        if outcome == "ok":
+            body = r.json()
+            assert [b["holder"] for b in body["bookings"]] == ["DL101"]
+            mig = [h for h in body["calendar"] if h["profile"] == "mig-small"]
+            assert len(mig) == 6 and max(h["reserved"] for h in mig) == 1
+            assert ctx.api(who, "GET", "bookings?hours=0").status_code == 400
+            page = parse_html(ctx.page(who, "").text)
+            assert page.find_all("tr", cls="booking", data_holder="DL101")
+            hours = page.find_all("tr", cls="calendar-hour", data_profile="mig-small")
+            assert hours and "1 of 2" in hours[0].text()
+        else:
+            assert is_json_error(r, 403)
+    finally:
+        ctx.ledger.cancel_booking(ref="matrix")
+
+
 CELLS = {
     "GET /": cell_admin_page,
     "GET /me": cell_user_page,
@@ -322,6 +398,10 @@ CELLS = {
     "DELETE api/allocations/{id}": cell_api_release,
     "DELETE api/users/{user}/server": cell_api_stop,
     "DELETE api/users/{user}/servers/{name}": cell_api_stop_named,
+    "GET api/waitlist": cell_api_waitlist,
+    "POST api/waitlist": cell_api_join,
+    "DELETE api/waitlist/{profile}": cell_api_leave,
+    "GET api/bookings": cell_api_bookings,
 }
 
 
@@ -338,6 +418,7 @@ def test_matrix_covers_every_route():
     names = {
         "(?P<allocation_id>[^/]+)": "{id}", "(?P<uuid>[^/]+)": "{uuid}",
         "(?P<user>[^/]+)": "{user}", "(?P<name>[^/]*)": "{name}", "\\.": ".",
+        "(?P<profile>[^/]+)": "{profile}",
     }  # fmt: skip
     routes = set()
     for pattern, handler in api_handlers(PREFIX):

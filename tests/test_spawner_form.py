@@ -116,7 +116,11 @@ def test_capacity_is_read_live_for_each_render():
 @pytest.mark.parametrize(
     ("slug", "reason"),
     [
-        pytest.param("seat", "All taken right now; try again later.", id="all-seats-taken"),
+        pytest.param(
+            "seat",
+            "All taken right now; join the waitlist or try again later.",
+            id="all-seats-taken",
+        ),
         pytest.param("a100", "This lab has no such GPU slice right now.", id="none-in-this-lab"),
     ],
 )
@@ -125,6 +129,29 @@ def test_a_full_profile_is_disabled_with_its_reason_and_never_preselected(slug, 
     assert "disabled" in row
     assert "checked" not in row
     assert row["why"] == reason  # the text the radio's aria-describedby points at
+
+
+def test_a_reservation_shows_as_a_badge_and_disables_a_profile_whose_free_slices_it_keeps():
+    from datetime import datetime, timezone
+
+    from jupyterhub_gpulab.ledger import Reserved
+
+    until = datetime(2026, 12, 1, 16, 0, tzinfo=timezone.utc)
+    dl101 = Reserved("DL101", "mig-1g", unclaimed=3, count=3, total=14, until=until)
+
+    def kept(n):
+        return lambda p: [Reserved("DL101", p.slug, n, 3, 14, until)] if p.slug == "mig-1g" else []
+
+    out = radios(
+        render_form(form_rows(PROFILES, capacity_of(FREE), preselect=None, reserved=kept(2)))
+    )
+    assert "2 of 14 reserved for DL101 until 16:00" in out["mig-1g"]["badge"]
+    assert "disabled" not in out["mig-1g"]  # 3 free, 2 kept: one left for everyone
+    out = radios(
+        render_form(form_rows(PROFILES, capacity_of(FREE), preselect=None, reserved=kept(3)))
+    )
+    assert "disabled" in out["mig-1g"] and "reserved for DL101" in out["mig-1g"]["why"]
+    assert dl101.describe().startswith("3 of 14 reserved for DL101 until 16:00")
 
 
 def test_pickable_rows_are_enabled_and_say_no_reason():

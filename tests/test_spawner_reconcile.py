@@ -5,7 +5,8 @@ test_spawner_lifecycle.py."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import dataclasses
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -104,6 +105,13 @@ def test_an_allocation_whose_server_is_neither_running_nor_starting_closes(conta
     p = plan([alloc(1, "ann")], containers, servers={})
     assert closed(p) == {1: NO_SERVER}
     assert removed(p) == {c.name for c in containers}
+
+
+def test_a_waitlist_hold_is_kept_though_no_server_runs_on_it():
+    """A slice held for the first in line of the waitlist has no server until they start one;
+    the service lets the hold lapse, reconcile must not close it."""
+    hold = dataclasses.replace(alloc(1, "ann"), hold_until=T0 + timedelta(minutes=5))
+    assert closed(plan([hold, alloc(2, "bob")], [], servers={})) == {2: NO_SERVER}
 
 
 @pytest.mark.parametrize("what", ["spawn", "check", "stop"])

@@ -22,6 +22,8 @@ Rules (``rule`` names, also the allocation's end reason ``culled:<rule>``):
   survives until ``max-age``.
 - ``budget``: the user's GPU-hour budget runs out at ``budget_exhausted_at``
   (:func:`.quota.over_budget_servers`).
+- ``preempt``: from ``preempt_at``, a higher-priority user queued for a slice this server's
+  could serve is waiting (chosen by :mod:`.preempt`, by this module's own GPU-idle measure).
 
 CPU-only servers (no slice) get only ``idle`` and ``max-age``.
 
@@ -44,6 +46,7 @@ from ..lab.profile import Profile
 
 __all__ = [
     "RULES",
+    "gpu_idle_since",
     "Decision",
     "Limits",
     "Server",
@@ -53,7 +56,7 @@ __all__ = [
 ]
 
 #: Rule names, in the order that breaks ties between rules due at the same moment.
-RULES = ("budget", "max-age", "gpu-idle", "idle")
+RULES = ("budget", "max-age", "gpu-idle", "preempt", "idle")
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,12 @@ class Server:
     has_gpu: bool = False
     samples: Sequence[Utilization] = ()
     budget_exhausted_at: datetime | None = None
+    #: the user's policy priority, and whether their policies let them be preempted
+    priority: int = 0
+    preemptible: bool = False
+    #: set by :mod:`.preempt`: when the server is to give its slice to ``preempt_for``
+    preempt_at: datetime | None = None
+    preempt_for: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,12 @@ def _gpu_signal(
     return last_busy, idle_since
 
 
+def gpu_idle_since(server: Server, now: datetime, s: Settings) -> datetime | None:
+    """Since when the server's GPU has been idle by the ``gpu-idle`` rule's own measure
+    (``None``: not idle, or not known to be); what preemption ranks servers by."""
+    return _gpu_signal(server, now, s)[1] if server.has_gpu else None
+
+
 def _conditions(server: Server, now: datetime, s: Settings) -> dict[str, tuple[datetime, str, str]]:
     """``{rule: (due, user-facing reason, log detail)}`` for the rules that apply."""
     lim = server.limits
@@ -208,6 +223,13 @@ def _conditions(server: Server, now: datetime, s: Settings) -> dict[str, tuple[d
             f"GPU below {s.threshold_percent:g}% since {idle_since.isoformat()}, "
             f"timeout {lim.gpu_idle_timeout} s",
         )
+    if server.preempt_at is not None:
+        found["preempt"] = (
+            server.preempt_at,
+            f"its GPU is idle and {server.preempt_for or 'a user with higher priority'} is "
+            "waiting for a slice",
+            f"preempted for {server.preempt_for} (priority {server.priority} is lower)",
+        )
     if lim.idle_timeout is not None:
         active = [server.started_at]
         if server.last_activity is not None:
@@ -231,12 +253,15 @@ _BEFORE = {
     "max-age": "Save your work; you can start a new server afterwards.",
     "gpu-idle": "Run something on the GPU to keep it, or save your work and stop the server.",
     "idle": "Open it and run a cell to keep it.",
+    "preempt": "Run something on the GPU to keep it, or save your work.",
 }
 _AFTER = {
     "budget": "CPU profiles do not use GPU-hours and are still open to you.",
     "max-age": "Start a new one from the hub when you need it.",
     "gpu-idle": "Start it again from the hub when you need the GPU.",
     "idle": "Start it again from the hub when you need it.",
+    "preempt": "Its slice went to a user with higher priority who was queued for it; start "
+    "again from the hub when you need the GPU, or join the waitlist.",
 }
 
 

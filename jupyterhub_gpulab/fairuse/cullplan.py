@@ -136,6 +136,8 @@ def plan(
             has_gpu=first is not None,
             samples=_seen(history(first.slice_id), unknown_idle) if first else (),
             budget_exhausted_at=min(dues) if dues else None,
+            priority=contexts[r.user].priority,
+            preemptible=contexts[r.user].preemptible,
         )
         found.append((r, server, allocations))
     return found

@@ -75,6 +75,7 @@ POLICY_KEYS = (
     "gpu_hours",
     "period",
     "max_session",
+    "preemptible",
 )
 
 
@@ -87,8 +88,10 @@ class GroupPolicy:
     - ``max_slices_per_user``: most slices one member may hold at once, all servers together;
       ``None`` is unlimited.
     - ``max_slices``: most slices the whole group may be charged for at once; ``None`` is no cap.
-    - ``priority``: higher wins; shown with the group's limits (admin page, ``/api/usage``),
-      nothing places or preempts by it.
+    - ``priority``: higher wins: the waitlist serves higher priorities first, and (with
+      ``c.GPULabService.preemption = True``) a queued user may preempt a lower one's idle GPU.
+    - ``preemptible``: whether members' servers may be preempted at all (default ``False``: a
+      user is preemptible only when every policy they fall under says so).
     - ``gpu_hours`` per ``period`` (``"day"``, ``"week"``, ``"term"``): the budget checked before a
       claim and by the culler (:mod:`..fairuse.quota`); ``max_session`` (seconds) caps a
       profile's ``max_age`` in the culler; ``None`` is unset.
@@ -102,6 +105,7 @@ class GroupPolicy:
     gpu_hours: float | None = None
     period: str = "week"
     max_session: int | None = None
+    preemptible: bool = False
 
     def allows(self, slug: str) -> bool:
         """Whether this policy lets its members use profile ``slug``."""
@@ -217,6 +221,11 @@ def _check(group: object, spec: object, known: frozenset[str], where: str) -> tu
             errors.append(f"{where}: {e}; or null for no limit")
             max_session = None
 
+    preemptible = spec.get("preemptible", False)
+    if not isinstance(preemptible, bool):
+        errors.append(f"{where}: preemptible {preemptible!r} is not true or false")
+        preemptible = False
+
     if errors:
         return None, errors
     policy = GroupPolicy(
@@ -228,6 +237,7 @@ def _check(group: object, spec: object, known: frozenset[str], where: str) -> tu
         gpu_hours=float(gpu_hours) if gpu_hours is not None else None,
         period=period,
         max_session=max_session,
+        preemptible=preemptible,
     )
     return policy, []
 
@@ -345,6 +355,12 @@ class PolicyContext:
     def priority(self) -> int:
         """The highest priority of the user's policies (0 without one)."""
         return max((p.priority for p in self.policies), default=0)
+
+    @property
+    def preemptible(self) -> bool:
+        """Whether the user's servers may be preempted: every policy of theirs says so (none:
+        no)."""
+        return bool(self.policies) and all(p.preemptible for p in self.policies)
 
     def entitlement(self, profile: Profile) -> Entitlement:
         """Combine the user's policies for one allocation of ``profile`` (rule: module

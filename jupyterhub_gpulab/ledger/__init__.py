@@ -1,8 +1,10 @@
 """The slice ledger: SQLAlchemy tables (:mod:`.schema`), Alembic migrations, atomic claim / release
-(:mod:`.ledger`), the read queries and the one slice-matching SQL filter (:mod:`.queries`), the
+(:mod:`.ledger`), reservations kept in that claim (:mod:`.placement`, records in
+:mod:`.bookings`), the read queries and the one slice-matching SQL filter (:mod:`.queries`), the
 lab's identity and other labs' containers (:mod:`.labs`), and :mod:`.aio`, the one seam that runs
 ledger calls off the event loop (``await aio.call(fn, ...)``)."""
 
+from .bookings import Booking, BookingConflict, Reserved
 from .db import SchemaOutOfDate
 from .labs import peek_identity
 from .ledger import Ledger, close_shared_ledgers, shared_ledger
@@ -20,6 +22,8 @@ from .models import (
 
 __all__ = [
     "Allocation",
+    "Booking",
+    "BookingConflict",
     "Claim",
     "CullWarning",
     "ForeignContainer",
@@ -28,6 +32,7 @@ __all__ = [
     "LedgerRefusal",
     "NoFreeSlice",
     "QuotaExceeded",
+    "Reserved",
     "SchemaOutOfDate",
     "SyncReport",
     "close_shared_ledgers",

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -26,8 +27,11 @@ from .models import (
     QuotaExceeded,
     slice_from_row,
 )
+from .placement import Reservations
+from .preemptions import PreemptionRecords
 from .queries import LedgerQueries, slice_filter
 from .schema import allocations, slices
+from .waitlist import Waitlist
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ _FREE_SLICE = (
 CANDIDATES = 4
 
 
-class Ledger(InventorySync, LabRecords, LedgerQueries):
+class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, PreemptionRecords):
     """The allocation ledger over one database URL.
 
     ``url`` is a SQLAlchemy URL (``sqlite:////srv/gpulab/gpulab.sqlite``,
@@ -126,6 +130,9 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
         user_limit: int | None = None,
         charge_groups: Sequence[tuple[str, int | None]] = (),
         only_slice: str | None = None,
+        groups: Collection[str] = (),
+        hold_until: datetime | None = None,
+        queue_entry: int | None = None,
     ) -> Claim:
         """Hold a free slice satisfying ``request`` for ``user``'s server, atomically.
 
@@ -135,6 +142,13 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
         ``(group, cap)`` pairs tried in order, the allocation counting against the first with room
         (``cap=None`` means no cap). Limits are checked in the same transaction as the claim.
         ``only_slice`` restricts the search to one slice id (re-adopting a running container).
+        ``groups`` are the user's groups: reservations (:mod:`.placement`) keep their unclaimed
+        seats from users outside the booking's groups, checked in this transaction too.
+
+        The waitlist (:mod:`.waitlist`): a user holding an offer for ``profile`` gets the held
+        slice; anyone else is refused (:class:`~.waitlist.QueueFirst`) while the free slices are
+        no more than the users queued ahead. ``hold_until`` makes the claim an offer for waitlist
+        entry ``queue_entry`` (a hold with no server, see :meth:`offer_next`).
 
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
         """
@@ -142,6 +156,11 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
             raise ValueError("a CPU-only request holds no slice; do not claim one")
         with self._write() as conn:
             self._lock(conn, [f"user:{user}"] + [f"group:{g}" for g, _ in charge_groups])
+            if hold_until is None and only_slice is None:
+                taken = self._take_hold(conn, user, profile, server_name, clock.utcnow())
+                if taken is not None:
+                    row = conn.execute(sa.select(slices).where(slices.c.id == taken.slice_id))
+                    return Claim(taken, slice_from_row(row.one()))
             if user_limit is not None:
                 held = self._count_open(conn, allocations.c.user, user)
                 if held >= user_limit:
@@ -173,7 +192,15 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
             # whole pool. SQLite: BEGIN IMMEDIATE made us the only writer; read a few at once.
             batch = 1 if self.dialect == "postgresql" else CANDIDATES
             tried: set[str] = set()
-            while True:
+            # Re-adopting a running container (only_slice) is not a new placement: no booking
+            # keeps a user off the slice their server already runs on.
+            guard = entry = None
+            if only_slice is None:
+                entry = self._queue_gate(conn, request, user, profile, queue_entry)
+                guard = self._guard(conn, request, profile, groups, clock.utcnow())
+            booking_id = guard.charged.id if guard is not None and guard.charged else None
+            kept = False
+            while not kept:
                 q = self._free_query(request, batch)
                 if tried:
                     q = q.where(slices.c.id.not_in(tried))
@@ -184,12 +211,36 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
                     break
                 for row in rows:
                     tried.add(row.id)
-                    got = self._try_hold(conn, row, user, server_name, profile, node, charge_group)
+                    if guard is not None and not guard.allows(row):
+                        kept = guard.blocks_everything()
+                        if kept:
+                            break
+                        continue
+                    got = self._try_hold(
+                        conn, row, user, server_name, profile, node, charge_group, booking_id,
+                        hold_until,
+                    )  # fmt: skip
                     if got is not None:
+                        if entry is not None:
+                            self._mark_offered(conn, entry, got.id, hold_until, got.started_at)
                         return Claim(got, slice_from_row(row))
         free, total = self.capacity(request)
+        notes = guard.notes() if guard is not None else []
+        if notes:
+            raise NoFreeSlice(
+                f"No free {request.describe()} slice for you: "
+                + "; ".join(n.describe() for n in notes)
+                + " (for that course's roster and staff). Try again after that time, join the "
+                "waitlist, or pick another profile.",
+                free=free,
+                total=total,
+                reserved=notes,
+            )
         if total:
-            advice = "Try again later or pick another profile."
+            advice = (
+                "Join the waitlist to be offered the next free slice, try again later, or pick "
+                "another profile."
+            )
         elif self.out_of_service(request):
             advice = (
                 "Those GPUs are out of service for maintenance; try later or pick another profile."
@@ -202,7 +253,10 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
             total=total,
         )
 
-    def _try_hold(self, conn, row, user, server_name, profile, node, charge_group):
+    def _try_hold(
+        self, conn, row, user, server_name, profile, node, charge_group, booking_id=None,
+        hold_until=None,
+    ):  # fmt: skip
         now = clock.utcnow()
         values = {
             "slice_id": row.id,
@@ -213,6 +267,8 @@ class Ledger(InventorySync, LabRecords, LedgerQueries):
             "charge_group": charge_group,
             "share": row.share,
             "started_at": now,
+            "booking_id": booking_id,
+            "hold_until": hold_until,
         }
         # SQLite: BEGIN IMMEDIATE made us the only writer and a failed statement leaves the
         # transaction usable, so no savepoint is needed. PostgreSQL aborts the transaction on a

@@ -28,6 +28,10 @@ class Allocation:
     started_at: datetime
     ended_at: datetime | None
     end_reason: str | None
+    #: the booking (reservation) this allocation is one of the reserved slices of
+    booking_id: int | None = None
+    #: set while this is a waitlist hold (a slice kept for a queued user, no server yet)
+    hold_until: datetime | None = None
 
     @property
     def open(self) -> bool:
@@ -50,6 +54,8 @@ class Allocation:
             started_at=as_utc(m["started_at"]),
             ended_at=as_utc(m["ended_at"]),
             end_reason=m["end_reason"],
+            booking_id=m["booking_id"],
+            hold_until=as_utc(m["hold_until"]),
         )
 
 
@@ -180,14 +186,16 @@ class LedgerRefusal(Exception):
 
 
 class NoFreeSlice(LedgerRefusal):
-    """No free slice satisfies the request; ``free``/``total`` count slices of that request."""
+    """No free slice satisfies the request; ``free``/``total`` count slices of that request;
+    ``reserved`` (``Reserved`` notes) when reservations keep the free ones for others."""
 
     reason = "no-free-slice"
 
-    def __init__(self, message: str, *, free: int = 0, total: int = 0):
+    def __init__(self, message: str, *, free: int = 0, total: int = 0, reserved=()):
         super().__init__(message)
         self.free = free
         self.total = total
+        self.reserved = tuple(reserved)
 
 
 class QuotaExceeded(LedgerRefusal):

@@ -101,6 +101,12 @@ allocations = sa.Table(
     sa.Column("started_at", UTC_DATETIME, nullable=False),
     sa.Column("ended_at", UTC_DATETIME, nullable=True),
     sa.Column("end_reason", sa.String(64), nullable=True),
+    # The booking (course session) this allocation is one of the reserved slices of (migration
+    # 0005); None for an allocation outside any reservation.
+    sa.Column("booking_id", sa.Integer, nullable=True),
+    # Set while the allocation is a waitlist hold: a slice kept for a queued user until this time,
+    # no server on it yet; cleared when their server takes it (0005).
+    sa.Column("hold_until", UTC_DATETIME, nullable=True),
 )
 
 sa.Index(
@@ -123,6 +129,79 @@ sa.Index(
     postgresql_where=allocations.c.ended_at.is_(None),
 )
 sa.Index("ix_allocations_started_at", allocations.c.started_at)
+sa.Index(
+    "ix_allocations_open_booking",
+    allocations.c.booking_id,
+    sqlite_where=allocations.c.ended_at.is_(None),
+    postgresql_where=allocations.c.ended_at.is_(None),
+)
+
+# Reservations (migration 0005): ``count`` slices satisfying the profile's slice request, held for
+# members of ``groups`` (a JSON list: a course's roster and staff) from ``lead_s`` seconds before
+# ``starts_at`` until ``ends_at``; what members have not claimed by ``starts_at + grace_s``
+# returns to everyone. ``holder`` names the booking for people (a course slug); ``ref`` is the
+# booker's own key for the session (re-booking the same ref replaces it). The request columns
+# copy :class:`~..inventory.model.SliceRequest` so the claim can match slices without profiles.
+bookings = sa.Table(
+    "bookings",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("holder", sa.String(64), nullable=False),
+    sa.Column("ref", sa.String(128), nullable=True),
+    sa.Column("groups", sa.JSON, nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("mig_profile", sa.String(32), nullable=True),
+    sa.Column("min_memory_bytes", sa.BigInteger, nullable=False, default=0),
+    sa.Column("model", sa.String(64), nullable=True),
+    sa.Column("count", sa.Integer, nullable=False),
+    sa.Column("starts_at", UTC_DATETIME, nullable=False),
+    sa.Column("ends_at", UTC_DATETIME, nullable=False),
+    sa.Column("lead_s", sa.Integer, nullable=False, default=0),
+    sa.Column("grace_s", sa.Integer, nullable=False, default=0),
+    sa.Column("created_at", UTC_DATETIME, nullable=False),
+)
+sa.Index("ix_bookings_ends_at", bookings.c.ends_at)
+sa.Index("ix_bookings_ref", bookings.c.ref)
+
+# The waitlist (0005): users queued for a profile, served first by ``priority`` (high first) then
+# by ``id`` (first come). ``state``: waiting, offered (``allocation_id`` is a hold until
+# ``offer_until``), served, lapsed (the offer ran out), left, refused (policy said no at offer).
+waitlist = sa.Table(
+    "waitlist",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("server_name", sa.String(255), nullable=False, default=""),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("mig_profile", sa.String(32), nullable=True),
+    sa.Column("min_memory_bytes", sa.BigInteger, nullable=False, default=0),
+    sa.Column("model", sa.String(64), nullable=True),
+    sa.Column("priority", sa.Integer, nullable=False, default=0),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("allocation_id", sa.Integer, nullable=True),
+    sa.Column("offer_until", UTC_DATETIME, nullable=True),
+    sa.Column("message", sa.Text, nullable=True),
+    sa.Column("joined_at", UTC_DATETIME, nullable=False),
+    sa.Column("updated_at", UTC_DATETIME, nullable=False),
+)
+sa.Index("ix_waitlist_state_profile", waitlist.c.state, waitlist.c.profile)
+
+# Preemptions (0005): a server stopped so a higher-priority queued user gets its slice; shown to
+# the user who lost it.
+preemptions = sa.Table(
+    "preemptions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", UTC_DATETIME, nullable=False),
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("server_name", sa.String(255), nullable=False, default=""),
+    sa.Column("allocation_id", sa.Integer, nullable=True),
+    sa.Column("for_user", sa.String(255), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+)
+sa.Index("ix_preemptions_user", preemptions.c.user)
 
 # Spawns refused for policy or capacity, for the admin page ("refusals in the last 24 hours").
 refusals = sa.Table(

@@ -34,6 +34,7 @@ from .culling import Culler
 from .hubclient import HubClient, HubError
 from .lifetime import listen_when_free
 from .state import LabState
+from .waitlist import WaitlistKeeper, WaitlistTraits
 from .web.api import api_handlers
 from .web.base import OAuthCallback
 from .web.courseapi import course_handlers
@@ -42,15 +43,17 @@ from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
 from .web.pages import ActionPage, AdminPage, UserPage
+from .web.queuepages import WaitlistAction
 
 log = logging.getLogger("gpulab.service")
 
 TEMPLATES = Path(__file__).parent / "web" / "templates"
 
 
-class GPULabService(CullerTraits):
+class GPULabService(CullerTraits, WaitlistTraits):
     """Settings of the gpulab service (``c.GPULabService.*`` in ``jupyterhub_config.py``); the
-    culler's are in :class:`~.cullconfig.CullerTraits`."""
+    culler's are in :class:`~.cullconfig.CullerTraits`, the waitlist's in
+    :class:`~.waitlist.WaitlistTraits`."""
 
     cookie_secret_file = Unicode(
         "gpulab_cookie_secret",
@@ -134,6 +137,7 @@ def make_app(
     handlers = [
         (prefix, AdminPage),
         (prefix + "me", UserPage),
+        (prefix + "me/waitlist", WaitlistAction),
         (prefix + "actions/(?P<action>[a-z]+)", ActionPage),
         (prefix + "oauth_callback", OAuthCallback),
         *course_pages(prefix),
@@ -246,6 +250,7 @@ class Service:
         self.hub_auth = hub_auth
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
         self.culler = Culler(self.state, self.hub, settings)
+        self.waitlist = WaitlistKeeper(self.state, self.hub, settings)
         secret = cookie_secret or read_cookie_secret(settings.cookie_secret_file)
         self.courses = make_course_manager(gpulab, self.ledger, self.hub, self.state.lab, secret)
         self.app = make_app(
@@ -287,6 +292,7 @@ class Service:
             (self.sample, self.settings.sample_interval),
             (self.cull, self.culler.every_s),
             (self.courses_due, self.courses.settings.check_interval),
+            (self.waitlist.run_pass, self.settings.waitlist_every),
         ):
             pc = PeriodicCallback(job, 1000 * seconds)
             pc.start()

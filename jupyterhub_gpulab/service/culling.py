@@ -56,6 +56,7 @@ from ..fairuse.cullplan import (
     to_clear,
     warnings_map,
 )
+from ..fairuse.preempt import choose
 from ..fairuse.rounds import RoundReport, cull_round
 from ..hub.servers import HubServer
 from ..ledger import Allocation, aio
@@ -141,6 +142,10 @@ class Culler:
         self._dry_warnings: dict = {}
         self._held: dict[tuple[str, str], tuple[Allocation, ...]] = {}
         self.last_report: RoundReport | None = None
+        self.preemption = getattr(traits, "preemption", False)
+        self.preempt_min_idle = getattr(traits, "preempt_min_idle", 1800)
+        #: (user, server) → the queued user a preempted server's slice goes to, this pass
+        self._preempt_for: dict[tuple[str, str], str] = {}
 
     async def run_pass(self) -> RoundReport | None:
         """One pass over every running server (module docstring); ``None`` when the hub could
@@ -159,7 +164,10 @@ class Culler:
         self._held = {r.key: held for r, _, held in planned}
         urls = {r.key: r.url or "" for r in running}
         warnings = self._dry_warnings if self.dry_run else warnings_map(given)
-        servers = await self._ask_kernels([s for _, s, _ in planned], warnings, now, urls)
+        servers = [s for _, s, _ in planned]
+        if self.preemption:
+            servers = await aio.call(self._preempt, servers, warnings, now)
+        servers = await self._ask_kernels(servers, warnings, now, urls)
         report = await cull_round(
             servers,
             warnings,
@@ -207,6 +215,28 @@ class Culler:
         )
         return planned, ledger.warnings()
 
+    def _preempt(self, servers, warnings, now):
+        """Mark the servers chosen to give their slice to a queued higher-priority user
+        (:mod:`..fairuse.preempt`; reads the ledger)."""
+        ledger = self.state.ledger
+        waiting = [e for e in ledger.waitlist() if e.state == "waiting"]
+        if not waiting:
+            return servers
+        held = {k: v[0].slice_id for k, v in self._held.items() if v}
+        objs = ledger.slice_objects(held.values())
+
+        def matches(server, entry):
+            sid = held.get((server.user, server.name))
+            return sid in objs and entry.request.matches(objs[sid])
+
+        already = {k: w["preempt"] for k, w in warnings.items() if "preempt" in w}
+        out = choose(
+            servers, waiting, matches, now, self.settings,
+            min_idle_s=self.preempt_min_idle, already=already,
+        )  # fmt: skip
+        self._preempt_for = {(s.user, s.name): s.preempt_for for s in out if s.preempt_at}
+        return out
+
     async def _ask_kernels(self, servers: Sequence[Server], warnings, now, urls) -> list[Server]:
         """Servers the ``idle`` rule would stop now, with ``kernels_busy`` where they tell."""
         found = []
@@ -249,6 +279,11 @@ class Culler:
                     if a is not None and a.open:
                         ledger.release(aid, d.end_reason)
             ledger.set_warning(d.user, d.server_name, d.end_reason, d.message, d.now)
+            if d.rule == "preempt":
+                for_user = self._preempt_for.get((d.user, d.server_name), "")
+                ledger.record_preemption(
+                    d.user, d.server_name, held[0] if held else None, for_user, d.message
+                )
 
         await aio.call(work)
         log.info(

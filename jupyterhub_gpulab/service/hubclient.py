@@ -112,6 +112,11 @@ class HubClient:
         _, model = await self._request("GET", "user")
         return frozenset(model.get("scopes") or ()) if isinstance(model, dict) else frozenset()
 
+    async def user_model(self, user: str) -> dict:
+        """The hub's model of ``user`` (``name``, ``admin``, ``groups`` …)."""
+        _, model = await self._request("GET", f"users/{url_escape(user, plus=False)}")
+        return model if isinstance(model, dict) else {}
+
     async def servers_of(self, user: str) -> list[HubServer]:
         """``user``'s servers, stopped named ones too (default server first)."""
         _, model = await self._request(

@@ -30,6 +30,7 @@ class FormRow:
     limits: str  # "4 CPUs, 16 GiB memory"
     checked: bool
     disabled_reason: str | None  # why it cannot be picked now
+    reserved: str | None = None  # "3 of 8 reserved for DL101 until 16:00 UTC"
 
 
 def _gives(req: SliceRequest, mps: bool | None) -> str:
@@ -55,26 +56,40 @@ def form_rows(
     quota_reason: str | None = None,
     out_of_service: Callable[[SliceRequest], int] | None = None,
     mps: bool | None = None,
+    reserved: Callable[[Profile], Sequence] | None = None,
 ) -> list[FormRow]:
     """One row per entitled profile. ``capacity(request)`` gives ``(free, total)`` in service;
     ``out_of_service(request)`` counts matching slices that are drained; ``quota_reason`` (the
     user holds all the slices they may) disables every GPU profile; ``mps`` (the spawner's
-    setting) says whether a seat's caps are enforced (:func:`~..inventory.model.isolation`)."""
+    setting) says whether a seat's caps are enforced (:func:`~..inventory.model.isolation`);
+    ``reserved(profile)`` gives the reservations (``Reserved`` notes) that keep free slices of
+    it from this user, shown as a badge; a profile whose free slices are all kept is disabled."""
     rows = []
     for p in entitled:
-        reason = None
+        reason = note = None
         if p.slice.kind is None:
             cap = "CPU only"
         else:
             free, total = capacity(p.slice)
             cap = f"{free} of {total} free"
+            kept = list(reserved(p)) if reserved is not None and free else []
+            if kept:
+                note = "; ".join(n.describe() for n in kept)
+                if free <= sum(n.unclaimed for n in kept):
+                    free = 0
+                    cap = f"0 of {total} free for you"
+                    reason = (
+                        f"The free ones are reserved for {', '.join(n.holder for n in kept)} "
+                        "right now; join the waitlist, try after that time, or pick another "
+                        "profile."
+                    )
             if total == 0 and out_of_service is not None and out_of_service(p.slice):
                 cap = "out of service"
                 reason = "Out of service for maintenance right now; try again later."
             elif total == 0:
                 reason = "This lab has no such GPU slice right now."
-            elif free == 0:
-                reason = "All taken right now; try again later."
+            elif free == 0 and reason is None:
+                reason = "All taken right now; join the waitlist or try again later."
             elif quota_reason:
                 reason = quota_reason
         rows.append(
@@ -87,6 +102,7 @@ def form_rows(
                 limits=_limits(p),
                 checked=False,
                 disabled_reason=reason,
+                reserved=note,
             )
         )
     # preselect: the requested slug if pickable, else the first pickable row

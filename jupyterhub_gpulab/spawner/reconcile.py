@@ -182,6 +182,8 @@ def plan(
     close: list[tuple[Allocation, str]] = []
     kept: set[int] = set()
     for a in open_allocations:
+        if a.hold_until is not None:
+            continue  # a waitlist hold has no server yet; the service lapses it (ledger.waitlist)
         s = servers.get((a.user, a.server_name))
         if s is None:
             close.append((a, NO_SERVER))

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .. import clock
 from ..errors import SpawnRefused
-from ..fairuse.quota import budget_window, check_spawn
+from ..fairuse.offers import budget_refusal
 from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
@@ -86,6 +85,7 @@ class ReservationMixin:
                 node=rt.lab.node,
                 user_limit=ent.user_limit,
                 charge_groups=ent.charge_groups,
+                groups=who.groups,
             )
         except LedgerRefusal as e:
             reason = "quota" if e.reason == "quota" else "no-free-slice"
@@ -97,12 +97,7 @@ class ReservationMixin:
         self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
     ) -> str | None:
         """The GPU-hour budget's refusal, or ``None`` (blocks: reads the ledger)."""
-        now = clock.utcnow()
-        start = budget_window(ctx, now)
-        if start >= now:
-            return None  # no budget applies to this user
-        allocations = rt.ledger.allocations_between(start, now, user=who.user)
-        return check_spawn(who.user, ctx, allocations, now, profile=profile)
+        return budget_refusal(rt.ledger, who.user, ctx, profile)
 
     async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
         """Claim a slice for this server in a thread (the ledger is synchronous)."""
@@ -113,5 +108,6 @@ class ReservationMixin:
             profile=profile.slug,
             server_name=self.name or "",
             node=rt.lab.node,
+            groups=self._groups(),
             **limits,
         )

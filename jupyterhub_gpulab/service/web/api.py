@@ -12,6 +12,7 @@
     DELETE users/<user>/server        stop a server through the hub              (admin)
     DELETE users/<user>/servers/<n>   stop a named server through the hub        (admin)
     GET    me                         my servers, slices, limits, capacity       (any user)
+    GET    waitlist, POST waitlist, DELETE waitlist/<profile>, GET bookings: see queueapi
     GET    openapi.json               this API's OpenAPI 3.1 document            (public)
 
 (read) needs ``custom:gpulab:read``, (admin) ``custom:gpulab:admin`` (JupyterHub admins hold
@@ -27,6 +28,7 @@ from . import inputs
 from .base import JSONHandler, refuse
 from .data import admin_data, usage_data, user_data
 from .openapi import openapi
+from .queueapi import queue_handlers
 
 
 class APIHandler(JSONHandler):
@@ -169,5 +171,6 @@ def api_handlers(prefix: str) -> list[tuple]:
         (api + r"users/" + user + r"/server", ServerAPI),
         (api + r"users/" + user + r"/servers/(?P<name>[^/]*)", ServerAPI),
         (api + r"me", MeAPI),
+        *queue_handlers(api),
         (api + r".*", NotFoundAPI),
     ]

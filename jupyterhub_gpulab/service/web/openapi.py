@@ -10,6 +10,7 @@ from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .apischemas import SCHEMAS
 from .apischemas import ref as _ref
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
+from .queueapi import queue_paths, queue_schemas
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -216,6 +217,7 @@ def openapi(prefix: str) -> dict:
                     {"200": _json(_ref("Me"), "the caller's view")},
                 )
             },
+            **queue_paths(_op, _json, _ref),
         },
         "components": {
             "securitySchemes": {
@@ -235,6 +237,6 @@ def openapi(prefix: str) -> dict:
                 ),
                 "TooLarge": _json(_ref("Error"), f"the body is over {MAX_BODY} bytes"),
             },
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **queue_schemas()},
         },
     }

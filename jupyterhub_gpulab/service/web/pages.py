@@ -17,6 +17,7 @@ from .. import actions
 from . import inputs
 from .base import BaseHandler, error_message, refuse
 from .data import admin_data, usage_data, user_data
+from .queueapi import bookings_data, my_entries
 from .usageview import warnings_view
 
 FLASH_COOKIE = "gpulab-flash"
@@ -138,6 +139,7 @@ class AdminPage(PageHandler):
         data = await admin_data(self.state, self.hub)
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
+        data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
 
@@ -145,6 +147,8 @@ class UserPage(PageHandler):
     @web.authenticated
     async def get(self):
         data = await user_data(self.state, self.hub, self.current_user)
+        name = self.current_user["name"]
+        data["waitlist"] = await aio.call(my_entries, self.state.ledger, name)
         self.render_page("gpulab_user.html", data=data, flash=self.pop_flash())
 
 

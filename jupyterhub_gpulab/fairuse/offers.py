@@ -1,0 +1,54 @@
+"""What is checked again when the waitlist offers a queued user a slice: the same policy and
+GPU-hour budget rules as a spawn (:mod:`~..lab.policy`, :mod:`.quota`), for a user who may not
+be logged in. Runs in the gpulab service (and the semester benchmark), in a thread: it reads
+the ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .. import clock
+from ..errors import ProfileChoiceError
+from ..lab.policy import PolicyContext
+from .quota import budget_window, check_spawn
+
+if TYPE_CHECKING:
+    from ..lab.config import Lab
+    from ..lab.profile import Profile
+
+
+def budget_refusal(ledger, user: str, ctx: PolicyContext, profile: Profile) -> str | None:
+    """``user``'s GPU-hour budget refusal for a spawn of ``profile`` now, or ``None`` (reads
+    ``ledger``'s allocations in the budget window). The spawner and the waitlist both ask this."""
+    now = clock.utcnow()
+    start = budget_window(ctx, now)
+    if start >= now:
+        return None  # no budget applies to this user
+    allocations = ledger.allocations_between(start, now, user=user)
+    return check_spawn(user, ctx, allocations, now, profile=profile)
+
+
+def offer_limits(
+    lab: Lab, ledger, user: str, profile_slug: str, groups: Iterable[str], is_admin: bool
+) -> dict | str:
+    """The claim limits for offering ``user`` a slice of ``profile_slug`` now
+    (``{"user_limit", "charge_groups", "groups"}``, keyword arguments of
+    :meth:`~..ledger.Ledger.claim`), or the refusal message when the profile is gone, no longer
+    allowed by their groups' policies, or their budget is spent."""
+    profile = next((p for p in lab.profiles if p.slug == profile_slug), None)
+    if profile is None or not profile.slice.wants_gpu:
+        return f"Profile {profile_slug!r} no longer offers a GPU slice."
+    ctx = PolicyContext.for_user(groups, is_admin, lab)
+    try:
+        ent = ctx.entitlement(profile)
+    except ProfileChoiceError as e:
+        return e.message
+    spent = budget_refusal(ledger, user, ctx, profile)
+    if spent:
+        return spent
+    return {
+        "user_limit": ent.user_limit,
+        "charge_groups": ent.charge_groups,
+        "groups": sorted(ctx.groups),
+    }

@@ -1,0 +1,364 @@
+"""Reservations: slices kept for a course session's roster and staff, enforced in the claim.
+
+A **booking** reserves ``count`` slices satisfying a profile's slice request for the members of
+``groups`` (a course's roster and staff group) from ``lead_s`` before ``starts_at`` until
+``ends_at``. The rule, checked by :meth:`Reservations._guard` inside the claim's transaction:
+
+- While a booking *protects* (``starts_at - lead_s <= now < starts_at + grace_s``) its
+  ``count - used`` unclaimed seats (``used``: open allocations charged to it) must stay free: a
+  claim may take a slice that the booking's request matches only if, afterwards, at least the
+  unclaimed seats of the protecting bookings with the same request remain free. A member's claim
+  of the booking's profile is *charged* to it (``allocations.booking_id``) and may take one of
+  its seats; it never takes another booking's.
+- From ``starts_at + grace_s`` the unclaimed seats return to everyone (nobody is protected); a
+  member's claim is still charged to the booking until ``ends_at`` while it has room, so the form
+  can say how many of the booking are in use.
+
+Why it holds across threads, processes and hub replicas: SQLite runs every claim as the only
+writer (``BEGIN IMMEDIATE``); on PostgreSQL every claim made while a booking protects takes one
+transaction-scoped advisory lock (``gpulab:reservations``) before it counts free slices, so two
+claims never both count the same last free seat. Outside booking windows nothing is locked.
+
+Bookings are checked when made (:meth:`Reservations.book`): at every instant of the new booking's
+window, the bookings then open whose slices overlap the new one's must fit the inventory's slices
+that any of them can use (Hall's condition for that set), else :class:`BookingConflict` names
+them. Two bookings of different requests that share slices are checked together; the claim's
+guard counts per request, which is exact when bookings of one inventory pool use one request.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Collection
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from .. import clock
+from ..clock import as_utc
+from ..inventory.model import SliceRequest
+from .bookings import Booking, BookingConflict, Reserved, _Row, request_values
+from .models import slice_from_row
+from .queries import slice_filter
+from .schema import allocations, bookings, slices
+
+#: The PostgreSQL advisory lock every claim takes while any booking protects seats.
+_LOCK_KEY = zlib.crc32(b"gpulab:reservations") - 2**31
+
+
+class _Limit:
+    """The protecting bookings of one slice request, as one claim's transaction read them.
+
+    ``total``: available slices of ``request``; ``others``: open allocations on them *not*
+    charged to these bookings; ``counts``/``used``: per booking id. The rule, in a form that
+    concurrent releases can only loosen (they lower ``others`` and ``used``, never raise them; a
+    claim, the only thing that raises them, holds the reservations lock): after the claim, the
+    allocations not charged to a booking of this request must fit in the slices that the other
+    bookings do not keep: ``others + 1 <= total - sum(counts)`` for an uncharged claim, and
+    ``others + used[a] + 1 <= total - (sum(counts) - counts[a])`` for one charged to ``a``."""
+
+    def __init__(self, request, total, others, counts, used, notes):
+        self.request, self.total, self.others = request, total, others
+        self.counts, self.used, self.notes = counts, used, notes
+
+    def allows(self, charged_id: int | None) -> bool:
+        kept = sum(self.counts.values())
+        if charged_id in self.counts:
+            mine = self.used.get(charged_id, 0)
+            return self.others + mine + 1 <= self.total - (kept - self.counts[charged_id])
+        return self.others + 1 <= self.total - kept
+
+
+class _Guard:
+    """One claim's view of the bookings (built inside its transaction)."""
+
+    def __init__(self, request, charged, limits):
+        self.request = request
+        #: the booking a member's claim is charged to, or None
+        self.charged: Booking | None = charged
+        self.limits: list[_Limit] = limits
+
+    @property
+    def _charged_id(self):
+        return self.charged.id if self.charged is not None else None
+
+    def allows(self, row) -> bool:
+        s = slice_from_row(row)
+        return all(lim.allows(self._charged_id) for lim in self.limits if lim.request.matches(s))
+
+    def blocks_everything(self) -> bool:
+        """True when no slice of the claim's own request may be taken."""
+        return any(
+            lim.request == self.request and not lim.allows(self._charged_id) for lim in self.limits
+        )
+
+    def notes(self) -> list[Reserved]:
+        return [
+            n
+            for lim in self.limits
+            for n in lim.notes
+            if n.unclaimed > 0 and (self.charged is None or n.booking_id != self.charged.id)
+        ]
+
+
+class Reservations:
+    """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``dialect``)."""
+
+    # -- booking ----------------------------------------------------------------------------
+
+    def book(
+        self,
+        *,
+        holder: str,
+        groups: Collection[str],
+        profile: str,
+        request: SliceRequest,
+        count: int,
+        starts_at: datetime,
+        ends_at: datetime,
+        lead_s: int = 0,
+        grace_s: int = 0,
+        ref: str | None = None,
+    ) -> Booking:
+        """Reserve ``count`` slices satisfying ``request`` (profile slug ``profile``) for the
+        members of ``groups`` over ``[starts_at - lead_s, ends_at)``; unclaimed seats return to
+        everyone at ``starts_at + grace_s``. ``ref`` (a course session's own id) makes booking
+        idempotent: an existing booking with the same ``ref`` is replaced.
+
+        Raises ``ValueError`` for a malformed booking (count < 1, end before start, negative
+        lead/grace, no group) and :class:`BookingConflict` when the inventory cannot hold it
+        together with the bookings it overlaps (named in the message)."""
+        starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
+        if count < 1:
+            raise ValueError(f"a booking reserves at least 1 slice, not {count}")
+        if ends_at <= starts_at:
+            raise ValueError("a booking must end after it starts")
+        if lead_s < 0 or grace_s < 0:
+            raise ValueError("lead and grace are seconds >= 0")
+        groups = sorted(set(groups))
+        if not groups:
+            raise ValueError("a booking needs at least one group (the roster, the staff)")
+        values = dict(
+            holder=holder[:64],
+            ref=ref,
+            groups=groups,
+            profile=profile,
+            count=int(count),
+            starts_at=starts_at,
+            ends_at=ends_at,
+            lead_s=int(lead_s),
+            grace_s=int(grace_s),
+            created_at=clock.utcnow(),
+            **request_values(request),
+        )
+        with self._write() as conn:
+            self._lock_reservations(conn)
+            if ref is not None:
+                conn.execute(bookings.delete().where(bookings.c.ref == ref))
+            new = Booking.from_row(_Row(dict(values, id=0)))
+            self._check_fits(conn, new)
+            values["id"] = conn.execute(
+                bookings.insert().values(values).returning(bookings.c.id)
+            ).scalar_one()
+        return Booking.from_row(_Row(values))
+
+    def cancel_booking(self, booking_id: int | None = None, *, ref: str | None = None) -> int:
+        """Delete a booking by id or by ``ref``; allocations charged to it keep running.
+        Returns how many were deleted."""
+        q = bookings.delete()
+        q = q.where(bookings.c.id == booking_id) if ref is None else q.where(bookings.c.ref == ref)
+        with self._write() as conn:
+            return conn.execute(q).rowcount
+
+    def bookings(self, start: datetime | None = None, end: datetime | None = None) -> list[Booking]:
+        """Bookings whose window overlaps ``[start, end)`` (all when not given), by start."""
+        q = sa.select(bookings).order_by(bookings.c.starts_at, bookings.c.id)
+        if start is not None:
+            q = q.where(bookings.c.ends_at > start)
+        with self._read() as conn:
+            found = [Booking.from_row(r) for r in conn.execute(q)]
+        return [b for b in found if end is None or b.window_start < end]
+
+    def _lock_reservations(self, conn) -> None:
+        if self.dialect == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+
+    def _check_fits(self, conn, new: Booking) -> None:
+        rows = list(conn.execute(sa.select(slices).where(slices.c.available == sa.true())))
+        pool = {r.id for r in rows if new.request.matches(slice_from_row(r))}
+        if len(pool) < new.count:
+            raise BookingConflict(
+                f"{new.describe()} cannot be booked: the lab has only {len(pool)} "
+                f"{new.request.describe()} slice{'s' if len(pool) != 1 else ''} in service."
+            )
+        others = [
+            b
+            for b in (
+                Booking.from_row(r)
+                for r in conn.execute(
+                    sa.select(bookings).where(
+                        bookings.c.ends_at > new.window_start,
+                        bookings.c.starts_at < new.ends_at + timedelta(days=1),
+                    )
+                )
+            )
+            if b.window_start < new.ends_at
+        ]
+        sets = {b.id: {r.id for r in rows if b.request.matches(slice_from_row(r))} for b in others}
+        others = [b for b in others if sets[b.id] & pool]
+        # Every instant where the set of open bookings changes, inside the new window.
+        cuts = sorted(
+            {new.window_start}
+            | {
+                t
+                for b in others
+                for t in (b.window_start, b.ends_at)
+                if new.window_start <= t < new.ends_at
+            }
+        )
+        for t in cuts:
+            now_open = [b for b in others if b.window_start <= t < b.ends_at]
+            union = set(pool).union(*(sets[b.id] for b in now_open))
+            wanted = new.count + sum(b.count for b in now_open)
+            if wanted > len(union):
+                names = "; ".join(b.describe() for b in now_open)
+                raise BookingConflict(
+                    f"{new.describe()} cannot be booked: at {t:%Y-%m-%d %H:%M} UTC it needs "
+                    f"{wanted} slices together with {names}, and the lab has {len(union)} "
+                    "that they can use. Move or shrink one of them.",
+                    now_open,
+                )
+
+    # -- the claim's guard ------------------------------------------------------------------
+
+    def _guard(
+        self, conn, request: SliceRequest, profile: str, groups: Collection[str], now: datetime
+    ) -> _Guard | None:
+        """The bookings' limits on one claim, read inside its transaction (``None``: no booking
+        is open now). Takes the reservations lock on PostgreSQL while any booking protects."""
+        open_now = [
+            b
+            for b in (
+                Booking.from_row(r)
+                for r in conn.execute(
+                    sa.select(bookings).where(
+                        bookings.c.ends_at > now,
+                        bookings.c.starts_at <= now + timedelta(days=1),
+                    )
+                )
+            )
+            if b.is_open(now)
+        ]
+        if not open_now:
+            return None
+        protecting = [b for b in open_now if b.protects(now)]
+        if protecting:
+            self._lock_reservations(conn)
+        used = self._used(conn, [b.id for b in open_now])
+        charged = next(
+            (
+                b
+                for b in open_now
+                if b.profile == profile and b.admits(groups) and used.get(b.id, 0) < b.count
+            ),
+            None,
+        )
+        by_request: dict[SliceRequest, list[Booking]] = {}
+        for b in protecting:
+            by_request.setdefault(b.request, []).append(b)
+        limits = []
+        for req, bs in by_request.items():
+            ids = [b.id for b in bs]
+            total = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(slices)
+                .where(*slice_filter(req), slices.c.available == sa.true())
+            ).scalar_one()
+            others = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(allocations.join(slices, slices.c.id == allocations.c.slice_id))
+                .where(
+                    allocations.c.ended_at.is_(None),
+                    *slice_filter(req),
+                    sa.or_(
+                        allocations.c.booking_id.is_(None), allocations.c.booking_id.not_in(ids)
+                    ),
+                )
+            ).scalar_one()
+            notes = [
+                Reserved(b.holder, b.profile, max(0, b.count - used.get(b.id, 0)), b.count, total,
+                         b.release_at, b.id)
+                for b in bs
+            ]  # fmt: skip
+            counts = {b.id: b.count for b in bs}
+            limits.append(_Limit(req, total, others, counts, used, notes))
+        return _Guard(request, charged, limits)
+
+    @staticmethod
+    def _used(conn, booking_ids: list[int]) -> dict[int, int]:
+        q = (
+            sa.select(allocations.c.booking_id, sa.func.count())
+            .where(allocations.c.booking_id.in_(booking_ids), allocations.c.ended_at.is_(None))
+            .group_by(allocations.c.booking_id)
+        )
+        return {bid: n for bid, n in conn.execute(q)}
+
+    def reserved_for_others(
+        self, request: SliceRequest, groups: Collection[str], profile: str = ""
+    ) -> list[Reserved]:
+        """The seats of ``request``'s slices kept now for bookings the user (in ``groups``) is
+        not a member of, for the form: ``[Reserved(holder="DL101", unclaimed=3, total=8, …)]``."""
+        now = clock.utcnow()
+        with self._read() as conn:
+            guard = self._guard(conn, request, profile, groups, now)
+        if guard is None:
+            return []
+        return [
+            n
+            for lim in guard.limits
+            if lim.request == request or _overlaps(lim.request, request)
+            for n in lim.notes
+            if n.unclaimed > 0 and (guard.charged is None or n.booking_id != guard.charged.id)
+        ]
+
+    def capacity_calendar(
+        self, profiles: dict[str, SliceRequest], start: datetime, hours: int
+    ) -> list[dict]:
+        """Reserved vs available slices per profile per hour from ``start`` (aware, truncated to
+        the hour) for ``hours`` hours: ``[{"profile", "hour" (ISO), "total", "reserved",
+        "available", "holders": [...]}]``. ``reserved`` counts the seats of bookings open at any
+        point of that hour whose request is the profile's or shares its slices."""
+        start = as_utc(start).replace(minute=0, second=0, microsecond=0)
+        end = start + timedelta(hours=hours)
+        found = self.bookings(start, end)
+        with self._read() as conn:
+            rows = [
+                slice_from_row(r)
+                for r in conn.execute(sa.select(slices).where(slices.c.available == sa.true()))
+            ]
+        out = []
+        for slug, req in profiles.items():
+            if req.kind is None:
+                continue
+            mine = {s.id for s in rows if req.matches(s)}
+            sharing = [b for b in found if {s.id for s in rows if b.request.matches(s)} & mine]
+            for h in range(hours):
+                t0 = start + timedelta(hours=h)
+                t1 = t0 + timedelta(hours=1)
+                live = [b for b in sharing if b.window_start < t1 and b.ends_at > t0]
+                reserved = min(len(mine), sum(b.count for b in live))
+                out.append(
+                    {
+                        "profile": slug,
+                        "hour": t0.isoformat(),
+                        "total": len(mine),
+                        "reserved": reserved,
+                        "available": len(mine) - reserved,
+                        "holders": sorted({b.holder for b in live}),
+                    }
+                )
+        return out
+
+
+def _overlaps(a: SliceRequest, b: SliceRequest) -> bool:
+    return a.kind == b.kind and a.wanted_mig_profile == b.wanted_mig_profile

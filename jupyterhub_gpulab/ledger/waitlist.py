@@ -1,0 +1,400 @@
+"""The waitlist: a refused user queues for a profile instead of "try again later".
+
+Order is fair: higher ``priority`` first (the user's policy priority), then first come (the
+entry's id). An *offer* is a real claim made for the first in line with ``hold_until`` set: the
+slice is held by an allocation (so the unique open-allocation index, quotas and reservations all
+apply, and nobody else can take it) with no server yet. When that user's spawner claims the
+profile, :meth:`Waitlist._take_hold` turns the hold into their server's allocation in the same
+transaction; when the offer runs out, :meth:`Waitlist.expire_offers` releases it
+(``offer-lapsed``) and the next in line gets the next offer. Everything is in the database, so
+the queue survives restarts.
+
+Walk-ins do not jump the queue: a claim by someone not being served is refused while the free
+slices of that profile are no more than the users waiting for it (:meth:`Waitlist._queue_gate`).
+
+Entry states: ``waiting``; ``offered`` (``allocation_id`` held until ``offer_until``);
+``served`` (their server took the slice); ``lapsed`` (the offer ran out); ``left``; ``refused``
+(policy or budget said no when the slice was offered; ``message`` says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from .. import clock
+from ..clock import as_utc
+from ..inventory.model import SliceRequest
+from .bookings import request_from, request_values
+from .models import Allocation, LedgerRefusal, NoFreeSlice, QuotaExceeded
+from .queries import slice_filter
+from .schema import allocations, slices, waitlist, warnings
+
+#: States of an entry still in the queue.
+ACTIVE = ("waiting", "offered")
+#: The warning rule an offer is shown under (hub home page banner, the user's gpulab page).
+OFFER_RULE = "waitlist-offer"
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One user queued for one profile (see the module docstring for ``state``)."""
+
+    id: int
+    user: str
+    server_name: str
+    profile: str
+    request: SliceRequest
+    priority: int
+    state: str
+    allocation_id: int | None
+    offer_until: datetime | None
+    message: str | None
+    joined_at: datetime
+
+    @classmethod
+    def from_row(cls, row) -> QueueEntry:
+        m = row._mapping
+        return cls(
+            id=m["id"],
+            user=m["user"],
+            server_name=m["server_name"],
+            profile=m["profile"],
+            request=request_from(m),
+            priority=m["priority"],
+            state=m["state"],
+            allocation_id=m["allocation_id"],
+            offer_until=as_utc(m["offer_until"]),
+            message=m["message"],
+            joined_at=as_utc(m["joined_at"]),
+        )
+
+
+class QueueFirst(LedgerRefusal):
+    """Users are waiting for every free slice of this profile: join the waitlist."""
+
+    reason = "waitlist"
+
+
+_ORDER = (waitlist.c.priority.desc(), waitlist.c.id)
+
+
+class Waitlist:
+    """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``claim``, ``release``,
+    ``set_warning``, ``clear_warnings``)."""
+
+    def join_waitlist(
+        self,
+        user: str,
+        profile: str,
+        request: SliceRequest,
+        *,
+        priority: int = 0,
+        server_name: str = "",
+    ) -> QueueEntry:
+        """Queue ``user`` for ``profile`` (its slice ``request``); joining twice returns the
+        entry already in the queue. Raises ``ValueError`` for a CPU-only request."""
+        now = clock.utcnow()
+        with self._write() as conn:
+            row = conn.execute(
+                sa.select(waitlist).where(
+                    waitlist.c.user == user,
+                    waitlist.c.profile == profile,
+                    waitlist.c.state.in_(ACTIVE),
+                )
+            ).first()
+            if row is not None:
+                return QueueEntry.from_row(row)
+            values = dict(
+                user=user,
+                server_name=server_name,
+                profile=profile,
+                priority=int(priority),
+                state="waiting",
+                joined_at=now,
+                updated_at=now,
+                **request_values(request),
+            )
+            eid = conn.execute(
+                waitlist.insert().values(values).returning(waitlist.c.id)
+            ).scalar_one()
+            row = conn.execute(sa.select(waitlist).where(waitlist.c.id == eid)).one()
+        return QueueEntry.from_row(row)
+
+    def leave_waitlist(self, user: str, profile: str | None = None) -> int:
+        """Take ``user`` out of the queue (for one profile when given), releasing a held offer.
+        Returns how many entries left."""
+        q = sa.select(waitlist).where(waitlist.c.user == user, waitlist.c.state.in_(ACTIVE))
+        if profile is not None:
+            q = q.where(waitlist.c.profile == profile)
+        with self._read() as conn:
+            entries = [QueueEntry.from_row(r) for r in conn.execute(q)]
+        for e in entries:
+            self._end_entry(e, "left", None)
+            if e.allocation_id is not None:
+                self._release_hold(e.allocation_id, "offer-declined")
+        if entries:
+            self.clear_warnings(user, rule=OFFER_RULE)
+        return len(entries)
+
+    def waitlist(self, profile: str | None = None) -> list[QueueEntry]:
+        """Entries still queued (waiting or offered), in serving order."""
+        q = sa.select(waitlist).where(waitlist.c.state.in_(ACTIVE)).order_by(*_ORDER)
+        if profile is not None:
+            q = q.where(waitlist.c.profile == profile)
+        with self._read() as conn:
+            return [QueueEntry.from_row(r) for r in conn.execute(q)]
+
+    def entries_of(self, user: str) -> list[QueueEntry]:
+        """``user``'s entries, newest first (the last 20, any state)."""
+        q = sa.select(waitlist).where(waitlist.c.user == user).order_by(waitlist.c.id.desc())
+        with self._read() as conn:
+            return [QueueEntry.from_row(r) for r in conn.execute(q.limit(20))]
+
+    def queue_position(self, user: str, profile: str) -> tuple[int, float | None] | None:
+        """``(position, estimate_s)`` of ``user`` in ``profile``'s queue (1 = next; offered
+        entries count as 0 ahead), or ``None`` when not queued. ``estimate_s``: position × the
+        mean length of this profile's allocations closed in the last 7 days ÷ the slices of its
+        request (``None`` without history)."""
+        queue = self.waitlist(profile)
+        mine = next((e for e in queue if e.user == user), None)
+        if mine is None:
+            return None
+        if mine.state == "offered":
+            return 0, 0.0
+        position = 1 + sum(1 for e in queue if e.state == "waiting" and _before(e, mine))
+        since = clock.utcnow() - timedelta(days=7)
+        with self._read() as conn:
+            spans = conn.execute(
+                sa.select(allocations.c.started_at, allocations.c.ended_at).where(
+                    allocations.c.profile == profile,
+                    allocations.c.ended_at.is_not(None),
+                    allocations.c.started_at >= since,
+                )
+            ).all()
+            total = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(slices)
+                .where(*slice_filter(mine.request), slices.c.available == sa.true())
+            ).scalar_one()
+        if not spans or not total:
+            return position, None
+        mean = sum((as_utc(e) - as_utc(s)).total_seconds() for s, e in spans) / len(spans)
+        return position, position * mean / total
+
+    # -- offers -----------------------------------------------------------------------------
+
+    def expire_offers(self) -> list[QueueEntry]:
+        """Release the holds of offers that ran out (``offer-lapsed``) and mark them lapsed, so
+        the next :meth:`offer_next` passes the slice on. Returns the lapsed entries."""
+        now = clock.utcnow()
+        with self._read() as conn:
+            due = [
+                QueueEntry.from_row(r)
+                for r in conn.execute(
+                    sa.select(waitlist).where(
+                        waitlist.c.state == "offered", waitlist.c.offer_until <= now
+                    )
+                )
+            ]
+        lapsed = []
+        for e in due:
+            if self._end_entry(e, "lapsed", "The slice held for you was not claimed in time."):
+                if e.allocation_id is not None:
+                    self._release_hold(e.allocation_id, "offer-lapsed")
+                self.clear_warnings(e.user, rule=OFFER_RULE)
+                lapsed.append(e)
+        return lapsed
+
+    def offer_next(
+        self, entitle: Callable[[QueueEntry], dict | str], hold_s: float
+    ) -> list[QueueEntry]:
+        """Offer free slices to the queue, first in line first, per profile.
+
+        ``entitle(entry)`` re-checks policy and budget now: it returns the claim's limits
+        (``user_limit``, ``charge_groups``, ``groups``) or a refusal message, which ends the
+        entry as ``refused``. A user at their slice limit, or kept off a reserved slice, stays
+        queued and the next is tried; no free slice ends the profile's turn. An offer holds the slice for ``hold_s`` seconds and
+        leaves a warning (rule ``waitlist-offer``) that the hub's home page shows. Returns the
+        entries offered."""
+        offered = []
+        by_profile: dict[str, list[QueueEntry]] = {}
+        for e in self.waitlist():
+            by_profile.setdefault(e.profile, []).append(e)
+        for queue in by_profile.values():
+            for e in queue:
+                if e.state != "waiting":
+                    continue
+                limits = entitle(e)
+                if isinstance(limits, str):
+                    self._end_entry(e, "refused", limits)
+                    continue
+                until = clock.utcnow() + timedelta(seconds=hold_s)
+                try:
+                    claim = self.claim(
+                        e.request,
+                        user=e.user,
+                        profile=e.profile,
+                        server_name=e.server_name,
+                        hold_until=until,
+                        queue_entry=e.id,
+                        **limits,
+                    )
+                except QuotaExceeded as err:
+                    self._note(e, err.message)
+                    continue
+                except NoFreeSlice as err:
+                    if err.reserved:  # kept for a course this user is not in; others may be
+                        self._note(e, err.message)
+                        continue
+                    break
+                message = (
+                    f"Your turn: a GPU slice ({claim.slice.device_name}) is held for you for "
+                    f"profile {e.profile!r} until {until:%H:%M} UTC. Start your server to take it."
+                )
+                self.set_warning(e.user, e.server_name, OFFER_RULE, message, until)
+                offered.append(e)
+        return offered
+
+    # -- inside the claim -------------------------------------------------------------------
+
+    def _take_hold(self, conn, user: str, profile: str, server_name: str, now: datetime):
+        """If ``user`` holds an offer for ``profile``, make it their server's allocation and
+        return it (``None`` otherwise). Runs in the claim's transaction."""
+        row = conn.execute(
+            sa.select(allocations).where(
+                allocations.c.user == user,
+                allocations.c.profile == profile,
+                allocations.c.ended_at.is_(None),
+                allocations.c.hold_until.is_not(None),
+            )
+        ).first()
+        if row is None:
+            return None
+        took = conn.execute(
+            allocations.update()
+            .where(
+                allocations.c.id == row.id,
+                allocations.c.hold_until.is_not(None),
+                allocations.c.ended_at.is_(None),
+            )
+            .values(hold_until=None, server_name=server_name, started_at=now)
+        ).rowcount
+        if took != 1:
+            return None  # the offer lapsed between our read and our write
+        conn.execute(
+            waitlist.update()
+            .where(waitlist.c.allocation_id == row.id, waitlist.c.state == "offered")
+            .values(state="served", updated_at=now)
+        )
+        conn.execute(
+            warnings.delete().where(warnings.c.user == user, warnings.c.rule == OFFER_RULE)
+        )
+        m = dict(row._mapping, hold_until=None, server_name=server_name, started_at=now)
+        return Allocation.from_row(_Mapped(m))
+
+    def _queue_gate(
+        self, conn, request: SliceRequest, user: str, profile: str, queue_entry: int | None
+    ) -> int | None:
+        """Inside a claim: the waitlist entry this claim serves (``queue_entry``, or the user's
+        own entry when first in line), after refusing with :class:`QueueFirst` a claim that
+        would take a slice someone ahead is waiting for."""
+        if queue_entry is not None:
+            return queue_entry
+        waiting = list(
+            conn.execute(
+                sa.select(waitlist.c.id, waitlist.c.user)
+                .where(waitlist.c.state == "waiting", waitlist.c.profile == profile)
+                .order_by(*_ORDER)
+            )
+        )
+        if not waiting:
+            return None
+        if waiting[0].user == user:
+            return waiting[0].id
+        free = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(slices)
+            .where(
+                *slice_filter(request),
+                slices.c.available == sa.true(),
+                slices.c.held_by.is_(None),
+            )
+        ).scalar_one()
+        ahead = next((i for i, w in enumerate(waiting) if w.user == user), len(waiting))
+        if free <= ahead:
+            raise QueueFirst(
+                f"{ahead} {'person is' if ahead == 1 else 'people are'} waiting for profile "
+                f"{profile!r} ahead of you. Join the waitlist: the next free slice is held for "
+                "the first in line, and you will see your position and an estimate."
+            )
+        return waiting[ahead].id if ahead < len(waiting) else None
+
+    @staticmethod
+    def _mark_offered(conn, entry_id: int, allocation_id: int, hold_until, now) -> None:
+        conn.execute(
+            waitlist.update()
+            .where(waitlist.c.id == entry_id)
+            .values(
+                state="offered" if hold_until is not None else "served",
+                allocation_id=allocation_id,
+                offer_until=hold_until,
+                updated_at=now,
+            )
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _end_entry(self, e: QueueEntry, state: str, message: str | None) -> bool:
+        with self._write() as conn:
+            return (
+                conn.execute(
+                    waitlist.update()
+                    .where(waitlist.c.id == e.id, waitlist.c.state == e.state)
+                    .values(state=state, message=message, updated_at=clock.utcnow())
+                ).rowcount
+                == 1
+            )
+
+    def _note(self, e: QueueEntry, message: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                waitlist.update()
+                .where(waitlist.c.id == e.id)
+                .values(message=message, updated_at=clock.utcnow())
+            )
+
+    def _release_hold(self, allocation_id: int, reason: str) -> bool:
+        """Close ``allocation_id`` and free its slice only while it is still a hold, in one
+        transaction (a server that took it in the meantime keeps it)."""
+        with self._write() as conn:
+            sid = conn.execute(
+                allocations.update()
+                .where(
+                    allocations.c.id == allocation_id,
+                    allocations.c.hold_until.is_not(None),
+                    allocations.c.ended_at.is_(None),
+                )
+                .values(ended_at=clock.utcnow(), end_reason=reason[:64])
+                .returning(allocations.c.slice_id)
+            ).scalar_one_or_none()
+            if sid is None:
+                return False
+            conn.execute(
+                slices.update()
+                .where(slices.c.id == sid, slices.c.held_by == allocation_id)
+                .values(held_by=None)
+            )
+        return True
+
+
+def _before(a: QueueEntry, b: QueueEntry) -> bool:
+    return (-a.priority, a.id) < (-b.priority, b.id)
+
+
+class _Mapped:
+    def __init__(self, mapping: dict):
+        self._mapping = mapping

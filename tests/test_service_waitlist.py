@@ -1,0 +1,170 @@
+"""The waitlist as a student lives it, on a real JupyterHub with the gpulab service and Docker: a
+refused student joins the queue through the API, a slice frees, the service holds it for them and
+the hub's home page says so, their spawn takes exactly the held slice; an offer nobody takes
+passes to the next in line."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import pytest
+import requests
+from e2e_support import remove_node_containers
+from service_support import (
+    PREFIX,
+    ledger_for,
+    login,
+    start_hub,
+    user_token,
+    wait_for_service,
+)
+
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
+
+MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
+NODE = "gpulabwait" + secrets.token_hex(3)
+EXTRA = f"""
+c.JupyterHub.spawner_class = "gpulab"
+c.GPUDockerSpawner.attach_mode = "env"
+c.GPULab.node_name = {NODE!r}
+c.DockerSpawner.prefix = {NODE!r}
+c.DockerSpawner.pull_policy = "never"
+c.Spawner.start_timeout = 60
+c.GPUDockerSpawner.reconcile_interval = 3600
+c.GPULabService.waitlist_every = 1
+c.GPULabService.waitlist_hold = 4
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    from hubtools import docker_available
+
+    reason = docker_available()
+    if reason:
+        pytest.fail(f"Docker is needed: {reason}")
+    hub = start_hub(tmp_path_factory.mktemp("waitlist-hub"), extra=EXTRA)
+    try:
+        wait_for_service(hub)
+        yield hub
+    finally:
+        hub.stop()
+        remove_node_containers(NODE)
+
+
+@pytest.fixture(scope="module")
+def ledger(hub):
+    ledger = ledger_for(hub)
+    yield ledger
+    ledger.close()
+
+
+def wait_for(what, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.25)
+    raise AssertionError("timed out")
+
+
+def test_a_queued_student_is_offered_a_freed_slice_and_their_spawn_takes_it(hub, ledger):
+    # Both 1g.5gb MIG slices of the lab are held by others.
+    others = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="x")
+        for u in ("researcher", "instructor")
+    ]
+    session = login(hub, "student")
+    token = user_token(hub, session, "student")
+    api = hub.url + PREFIX + "api/"
+    auth = {"Authorization": f"token {token}"}
+    joined = requests.post(
+        api + "waitlist", json={"profile": "mig-small"}, headers=auth, timeout=30
+    )
+    assert joined.status_code == 201 and "number 1 in line" in joined.json()["message"]
+
+    ledger.release(others[0].allocation.id, "stopped")
+    hold = wait_for(lambda: ledger.open_allocations("student"))[0]
+    assert hold.hold_until is not None and hold.slice_id == others[0].allocation.slice_id
+    mine = requests.get(api + "waitlist", headers=auth, timeout=30).json()["entries"]
+    assert [(e["state"], e["position"]) for e in mine] == [("offered", 0)]
+    home = session.get(hub.url + "/hub/home", timeout=30)
+    assert "held for you" in home.text  # the hub's banner
+
+    r = hub.spawn("student", {"profile": "mig-small"})
+    assert r.status_code < 400, r.text
+    hub.wait_ready("student")
+    held = ledger.open_allocations("student")
+    assert [(a.id, a.hold_until) for a in held] == [(hold.id, None)]
+    assert [e.state for e in ledger.entries_of("student")][0] == "served"
+    assert ledger.warnings("student") == []
+    hub.stop_server("student")
+    ledger.release(others[1].allocation.id, "stopped")
+
+
+def test_an_offer_nobody_takes_passes_to_the_next(hub, ledger):
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="y")
+        for u in ("researcher", "instructor")
+    ]
+    ledger.join_waitlist("admin", "mig-small", MIG_1G)
+    ledger.join_waitlist("student", "mig-small", MIG_1G)
+    try:
+        ledger.release(holders[0].allocation.id, "stopped")
+        first = wait_for(lambda: ledger.open_allocations("admin"))[0]
+        assert first.hold_until is not None
+        # nobody starts a server: after the 4 s hold it lapses and the student gets it
+        second = wait_for(lambda: ledger.open_allocations("student"))[0]
+        assert second.slice_id == first.slice_id
+        assert [e.state for e in ledger.entries_of("admin")][0] == "lapsed"
+        assert ledger.get(first.id).end_reason == "offer-lapsed"
+    finally:
+        ledger.leave_waitlist("admin")
+        ledger.leave_waitlist("student")
+        for a in ledger.open_allocations():
+            ledger.release(a.id, "test-cleanup")
+
+
+def test_a_student_joins_and_leaves_the_queue_from_their_page(hub, ledger):
+    from html_support import parse_html
+    from service_support import service_xsrf
+
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="z")
+        for u in ("researcher", "instructor")
+    ]
+    session = login(hub, "student")
+    page = hub.url + PREFIX + "me"
+    try:
+        doc = parse_html(session.get(page, timeout=30).text)
+        assert doc.find_all("form", cls="join-waitlist", data_profile="mig-small")
+        r = session.post(
+            page + "/waitlist",
+            data={"action": "join", "profile": "mig-small", "_xsrf": service_xsrf(session)},
+            timeout=30,
+        )
+        assert r.status_code == 200 and r.url.endswith(PREFIX + "me")
+        assert "number 1 in line" in r.text
+        assert [e.user for e in ledger.waitlist("mig-small")] == ["student"]
+        entry = parse_html(r.text).find_all("div", cls="waitlist-entry", data_profile="mig-small")
+        assert entry and entry[0].find_all(cls="position")[0].text() == "1"
+        bad = session.post(
+            page + "/waitlist",
+            data={"action": "join", "profile": "cpu", "_xsrf": service_xsrf(session)},
+            timeout=30,
+        )
+        assert bad.status_code == 400 and "mig-small" in bad.text
+        r = session.post(
+            page + "/waitlist",
+            data={"action": "leave", "profile": "mig-small", "_xsrf": service_xsrf(session)},
+            timeout=30,
+        )
+        assert r.status_code == 200 and ledger.waitlist("mig-small") == []
+    finally:
+        ledger.leave_waitlist("student")
+        for h in holders:
+            ledger.release(h.allocation.id, "test-cleanup")
