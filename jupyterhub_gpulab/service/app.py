@@ -26,9 +26,11 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Integer, Unicode
 
 from ..errors import ConfigError
+from ..inventory import gpu_instance_ids
 from ..lab.config import GPULab
 from ..lab.traits import Duration
 from ..ledger import Ledger, aio
+from ..ledger.jobmap import JobMap
 from .cullconfig import CullerTraits
 from .culling import Culler
 from .hubclient import HubClient, HubError
@@ -212,6 +214,16 @@ class Service:
             interval_s=settings.sample_interval,
             proc_root=settings.proc_root,
         )
+        self.jobmap: JobMap | None = None
+        if gpulab.dcgm_job_mapping_dir:
+            # the service's releases (admin, culler) rewrite dcgm-exporter's files too
+            self.jobmap = JobMap(
+                gpulab.dcgm_job_mapping_dir,
+                self.ledger,
+                self.state.node,
+                lambda uuids: gpu_instance_ids(uuids, self.state.nvml),
+            )
+            self.ledger.listeners.append(self.jobmap)
         self.hub_auth = hub_auth
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
         self.culler = Culler(self.state, self.hub, settings)
@@ -240,6 +252,7 @@ class Service:
                 a.slice_id,
             )
         await self.sample()
+        await self.sync_job_map()
         self.server = await listen_when_free(
             self.app,
             address,
@@ -274,6 +287,17 @@ class Service:
             await self.hub.refresh_active()
         except HubError as e:
             log.warning("Cannot list servers from the hub: %s", e.message)
+        await self.sync_job_map()
+
+    async def sync_job_map(self) -> None:
+        """Rewrite dcgm-exporter's job-mapping files from the ledger (a claim or release whose
+        process died before writing them is repaired within ``hub_poll_interval``)."""
+        if self.jobmap is None:
+            return
+        try:
+            await aio.call(self.jobmap.sync)
+        except OSError as e:
+            log.error("Cannot write dcgm-exporter's job-mapping files: %s", e)
 
     async def sample(self) -> None:
         try:
