@@ -35,12 +35,14 @@ from .cullconfig import CullerTraits
 from .culling import Culler
 from .hubclient import HubClient, HubError
 from .lifetime import listen_when_free
+from .metrics import registry as metrics_registry
 from .state import LabState
 from .web.api import api_handlers
 from .web.base import OAuthCallback
 from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
+from .web.metricsapi import MetricsHandler
 from .web.pages import ActionPage, AdminPage, UserPage
 
 log = logging.getLogger("gpulab.service")
@@ -135,6 +137,7 @@ def make_app(
         (prefix + "me", UserPage),
         (prefix + "actions/(?P<action>[a-z]+)", ActionPage),
         (prefix + "oauth_callback", OAuthCallback),
+        (prefix + "metrics", MetricsHandler),
         *api_handlers(prefix),
     ]
     return web.Application(
@@ -148,6 +151,7 @@ def make_app(
         gpulab_hub_base=hub_base,
         gpulab_grants=grants or RoleGrants(),
         gpulab_jinja=jinja_env(),
+        gpulab_metrics=metrics_registry(state, hub),
         log_function=_log_request,
     )
 
