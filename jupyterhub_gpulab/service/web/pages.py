@@ -14,7 +14,7 @@ from tornado import web
 
 from ...ledger import aio
 from .. import actions
-from . import inputs
+from . import inputs, plotview
 from .base import BaseHandler, error_message, refuse
 from .data import admin_data, usage_data, user_data
 from .usageview import warnings_view
@@ -138,6 +138,11 @@ class AdminPage(PageHandler):
         data = await admin_data(self.state, self.hub)
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
+        data["charts"] = {
+            "devices": plotview.device_charts(self.state, self.state.history_s),
+            "weekly": await aio.call(plotview.weekly_gpu_hours, self.state),
+            "hours": self.state.history_s / 3600,
+        }
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
 
@@ -145,7 +150,8 @@ class UserPage(PageHandler):
     @web.authenticated
     async def get(self):
         data = await user_data(self.state, self.hub, self.current_user)
-        self.render_page("gpulab_user.html", data=data, flash=self.pop_flash())
+        charts = plotview.user_charts(self.state, data, self.state.history_s)
+        self.render_page("gpulab_user.html", data=data, charts=charts, flash=self.pop_flash())
 
 
 class ActionPage(PageHandler):
