@@ -10,7 +10,6 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from ..clock import as_utc
 from .schema import allocations, devices, foreign_containers, slices, warnings
 
 #: The end reason prefix of allocations the culler closed (``culled:<rule>``).
@@ -29,7 +28,8 @@ class Census:
     - ``warnings``: ``{rule: pending cull warnings}``;
     - ``without_container``: ``{node: open allocations older than the grace with no container}``;
     - ``foreign``: ``{node: running containers of others holding this lab's GPUs}``;
-    - ``open_servers``: ``[(user, server name, node, started_at)]`` of every open allocation.
+    - ``open_servers``: ``[(user, server name, node, started_at)]`` of every open allocation,
+      ``started_at`` in seconds since the epoch.
     """
 
     slices: dict[tuple, int]
@@ -38,7 +38,7 @@ class Census:
     warnings: dict[str, int]
     without_container: dict[str, int]
     foreign: dict[str, int]
-    open_servers: list[tuple[str, str, str, datetime]]
+    open_servers: list[tuple[str, str, str, float]]
 
 
 def census(ledger, now: datetime, *, container_grace_s: float = 120) -> Census:
@@ -83,7 +83,7 @@ def census(ledger, now: datetime, *, container_grace_s: float = 120) -> Census:
         allocations.c.server_name,
         allocations.c.node,
         allocations.c.container_id.is_(None),
-        allocations.c.started_at,
+        _epoch(allocations.c.started_at, ledger.dialect),
     ).where(allocations.c.ended_at.is_(None))
     q_foreign = sa.select(foreign_containers.c.node, sa.func.count()).group_by(
         foreign_containers.c.node
@@ -99,9 +99,9 @@ def census(ledger, now: datetime, *, container_grace_s: float = 120) -> Census:
         without: dict[str, int] = {}
         servers = []
         for user, server, node, no_container, started in conn.execute(q_open):
-            started = as_utc(started)
+            started = float(started)
             servers.append((user, server or "", node, started))
-            if no_container and started.timestamp() < cutoff:
+            if no_container and started < cutoff:
                 without[node] = without.get(node, 0) + 1
         foreign = {node: n for node, n in conn.execute(q_foreign)}
     return Census(
@@ -116,3 +116,39 @@ def census(ledger, now: datetime, *, container_grace_s: float = 120) -> Census:
         foreign=foreign,
         open_servers=servers,
     )
+
+
+def _epoch(column, dialect: str):
+    """Seconds since the epoch of a stored UTC time, computed by the database (no datetime
+    objects are built in Python for it)."""
+    if dialect == "sqlite":
+        return (sa.func.julianday(column) - 2440587.5) * 86400.0
+    return sa.extract("epoch", column)
+
+
+def gpu_seconds_by_group(ledger, start: datetime, end: datetime, now: datetime) -> dict[str, float]:
+    """``{charge group or "": weighted GPU-seconds in [start, end)}``: the same figure as
+    :func:`~jupyterhub_gpulab.fairuse.accounting.usage`'s ``by_group`` (a running allocation
+    counts up to ``now``), read as numbers rather than allocation objects (a scrape reads every
+    allocation of the week)."""
+    d = ledger.dialect
+    q = sa.select(
+        sa.func.coalesce(allocations.c.charge_group, ""),
+        allocations.c.share,
+        _epoch(allocations.c.started_at, d),
+        _epoch(allocations.c.ended_at, d),
+    ).where(
+        allocations.c.started_at < end,
+        sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= start),
+    )
+    lo_bound, hi_bound = start.timestamp(), min(end, now).timestamp()
+    out: dict[str, float] = {}
+    with ledger._read() as conn:
+        for group, share, started, ended in conn.execute(q):
+            lo = max(float(started), lo_bound)
+            hi = min(float(ended) if ended is not None else hi_bound, hi_bound)
+            if hi > lo:
+                out[group] = out.get(group, 0.0) + (hi - lo) * share
+            else:
+                out.setdefault(group, 0.0)
+    return out

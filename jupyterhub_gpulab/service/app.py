@@ -35,7 +35,7 @@ from .cullconfig import CullerTraits
 from .culling import Culler
 from .hubclient import HubClient, HubError
 from .lifetime import listen_when_free
-from .metrics import registry as metrics_registry
+from .metrics import Exposition
 from .state import LabState
 from .web.api import api_handlers
 from .web.base import OAuthCallback
@@ -151,7 +151,7 @@ def make_app(
         gpulab_hub_base=hub_base,
         gpulab_grants=grants or RoleGrants(),
         gpulab_jinja=jinja_env(),
-        gpulab_metrics=metrics_registry(state, hub),
+        gpulab_metrics=Exposition(state, hub),
         log_function=_log_request,
     )
 
@@ -306,6 +306,8 @@ class Service:
     async def sample(self) -> None:
         try:
             await aio.call(self.state.take_sample)
+            # the per-slice metrics text, off the scrape's path (service/metrics.py)
+            await aio.call(self.app.settings["gpulab_metrics"].sampled)
         except Exception:
             log.exception("NVML sampling failed")
 

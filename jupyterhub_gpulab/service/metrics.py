@@ -36,6 +36,11 @@ at ``/hub/metrics`` (:mod:`jupyterhub_gpulab.hub.metrics`).
 
 Label values are created up front (every state, rule and configured group at 0); no label names
 a user. The ``reserved`` slice state is added when reservations exist (issue 12).
+
+A scrape reads the ledger (:class:`LedgerCollector`: a few grouped queries, ~200 series); the
+per-slice utilisation series (two per slice: 20,000 in a 10,000-slice lab) change only when the
+sampler runs, so :class:`Exposition` renders them once per sample, in the sampler's thread, and
+a scrape appends that text.
 """
 
 from __future__ import annotations
@@ -46,10 +51,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .. import clock
-from ..fairuse.accounting import usage
 from ..fairuse.culler import RULES
 from ..fairuse.quota import period_window
-from ..ledger.census import census
+from ..ledger.census import census, gpu_seconds_by_group
 from .hubclient import HubClient
 from .state import LabState
 
@@ -72,9 +76,43 @@ def device_state(row: dict) -> str:
     return "drained" if row["drained"] else "in_service"
 
 
-class LabCollector:
-    """A ``prometheus_client`` collector over the service's :class:`LabState` and its hub
-    client's latest list of servers. :meth:`collect` blocks (database): scrape in a thread."""
+class SampleCollector:
+    """The latest utilisation sample of every slice (``LabState.sample``), as two gauges."""
+
+    def __init__(self, state: LabState):
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["node", "slice", "kind", "device_index"]
+        util = GaugeMetricFamily(
+            "gpulab_slice_utilization_percent",
+            "Each slice's latest GPU utilisation sample (0-100), where NVML gives one",
+            labels=labels,
+        )
+        used = GaugeMetricFamily(
+            "gpulab_slice_memory_used_bytes",
+            "Each slice's GPU memory in use at the latest sample, in bytes",
+            labels=labels,
+        )
+        node = self.state.node
+        by_id = {s.id: s for s in self.state.inventory.slices}
+        for sid, u in sorted(self.state.sample.by_slice.items()):
+            s = by_id.get(sid)
+            if s is None:
+                continue
+            values = [node, sid, str(s.kind), str(s.device_index)]
+            if u.gpu_percent is not None:
+                util.add_metric(values, u.gpu_percent)
+            if u.memory_used_bytes is not None:
+                used.add_metric(values, u.memory_used_bytes)
+        yield util
+        yield used
+
+
+class LedgerCollector:
+    """A ``prometheus_client`` collector over the ledger of the service's :class:`LabState` and
+    its hub client's latest list of servers. :meth:`collect` blocks (database): scrape in a
+    thread."""
 
     def __init__(self, state: LabState, hub: HubClient | None = None):
         self.state = state
@@ -85,7 +123,6 @@ class LabCollector:
         c = census(state.ledger, now)
         yield from self._slices(c)
         yield from self._devices(c)
-        yield from self._utilisation()
         yield self._gpu_seconds(now)
         yield from self._culls(c)
         yield from self._drift(c)
@@ -126,43 +163,17 @@ class LabCollector:
         yield by_state
         yield memory
 
-    def _utilisation(self) -> Iterator[Metric]:
-        labels = ["node", "slice", "kind", "device_index"]
-        util = GaugeMetricFamily(
-            "gpulab_slice_utilization_percent",
-            "Each slice's latest GPU utilisation sample (0-100), where NVML gives one",
-            labels=labels,
-        )
-        used = GaugeMetricFamily(
-            "gpulab_slice_memory_used_bytes",
-            "Each slice's GPU memory in use at the latest sample, in bytes",
-            labels=labels,
-        )
-        node = self.state.node
-        by_id = {s.id: s for s in self.state.inventory.slices}
-        for sid, u in sorted(self.state.sample.by_slice.items()):
-            s = by_id.get(sid)
-            if s is None:
-                continue
-            values = [node, sid, str(s.kind), str(s.device_index)]
-            if u.gpu_percent is not None:
-                util.add_metric(values, u.gpu_percent)
-            if u.memory_used_bytes is not None:
-                used.add_metric(values, u.memory_used_bytes)
-        yield util
-        yield used
-
     def _gpu_seconds(self, now) -> Metric:
         lab = self.state.lab
         start, end = period_window("week", now, tz=lab.tz)
-        u = usage(self.state.ledger.allocations_between(start, now), start, end, now)
+        by_group = gpu_seconds_by_group(self.state.ledger, start, end, now)
         g = GaugeMetricFamily(
             "gpulab_group_used_gpu_seconds",
             "Weighted GPU-seconds charged to each group in this period (quota_timezone)",
             labels=["group", "period"],
         )
         seconds = {group: 0.0 for group in lab.policies}
-        seconds.update(u.by_group)
+        seconds.update(by_group)
         for group, s in sorted(seconds.items()):
             g.add_metric([group, "week"], s)
         return g
@@ -219,7 +230,7 @@ class LabCollector:
         if active is None:
             return
         stale_by_node = {node: 0}
-        asked_at = self.hub.active_at
+        asked_at = self.hub.active_at.timestamp()
         for user, server, a_node, started in c.open_servers:
             # a server started after the hub's latest list is not in it yet
             if started < asked_at and (user, server) not in active:
@@ -234,13 +245,27 @@ class LabCollector:
         yield stale
 
 
-def registry(state: LabState, hub: HubClient | None = None) -> CollectorRegistry:
-    """A registry of its own holding a :class:`LabCollector` (not the process's default one)."""
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(LabCollector(state, hub))
-    return reg
+class Exposition:
+    """The service's metrics text: the ledger's, read at each :meth:`render`, then the latest
+    sample's, rendered by :meth:`sampled` (call it after each sample) or on first need. Both
+    block: call them in a thread."""
 
+    def __init__(self, state: LabState, hub: HubClient | None = None):
+        self.state = state
+        self.ledger = CollectorRegistry(auto_describe=False)
+        self.ledger.register(LedgerCollector(state, hub))
+        self.samples = CollectorRegistry(auto_describe=False)
+        self.samples.register(SampleCollector(state))
+        self._sample_text: tuple[object, bytes] | None = None
 
-def exposition(reg: CollectorRegistry) -> bytes:
-    """The text exposition of ``reg`` (blocking: reads the ledger)."""
-    return generate_latest(reg)
+    def sampled(self) -> bytes:
+        """Render the latest sample's series (once per sample)."""
+        sample = self.state.sample
+        cached = self._sample_text
+        if cached is None or cached[0] is not sample:
+            cached = self._sample_text = (sample, generate_latest(self.samples))
+        return cached[1]
+
+    def render(self) -> bytes:
+        """The whole exposition text (Prometheus text format)."""
+        return generate_latest(self.ledger) + self.sampled()

@@ -10,7 +10,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ...hub.hubconfig import METRICS_SCOPE
 from ...ledger import aio
-from ..metrics import exposition
 from .base import JSONHandler, refuse
 
 
@@ -24,6 +23,6 @@ class MetricsHandler(JSONHandler):
             )
         if METRICS_SCOPE not in self.scopes and not self.can_read:
             raise refuse(403, f"This needs the scope {METRICS_SCOPE}.")
-        body = await aio.call(exposition, self.settings["gpulab_metrics"])
+        body = await aio.call(self.settings["gpulab_metrics"].render)
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.finish(body)
