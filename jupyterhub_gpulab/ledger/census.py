@@ -131,24 +131,35 @@ def gpu_seconds_by_group(ledger, start: datetime, end: datetime, now: datetime) 
     :func:`~jupyterhub_gpulab.fairuse.accounting.usage`'s ``by_group`` (a running allocation
     counts up to ``now``), read as numbers rather than allocation objects (a scrape reads every
     allocation of the week)."""
+    return gpu_seconds_per_period(ledger, [(start, end)], now)[0]
+
+
+def gpu_seconds_per_period(
+    ledger, periods: list[tuple[datetime, datetime]], now: datetime
+) -> list[dict[str, float]]:
+    """:func:`gpu_seconds_by_group` for each ``(start, end)`` of ``periods``, from one query
+    over their whole span (the admin page's weeks)."""
     d = ledger.dialect
+    first, last = min(p[0] for p in periods), max(p[1] for p in periods)
     q = sa.select(
         sa.func.coalesce(allocations.c.charge_group, ""),
         allocations.c.share,
         _epoch(allocations.c.started_at, d),
         _epoch(allocations.c.ended_at, d),
     ).where(
-        allocations.c.started_at < end,
-        sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= start),
+        allocations.c.started_at < last,
+        sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= first),
     )
-    lo_bound, hi_bound = start.timestamp(), min(end, now).timestamp()
-    out: dict[str, float] = {}
+    bounds = [(start.timestamp(), min(end, now).timestamp()) for start, end in periods]
+    out: list[dict[str, float]] = [{} for _ in periods]
     with ledger._read() as conn:
-        for group, share, started, ended in conn.execute(q):
-            lo = max(float(started), lo_bound)
-            hi = min(float(ended) if ended is not None else hi_bound, hi_bound)
+        rows = [(g, s, float(a), None if b is None else float(b)) for g, s, a, b in conn.execute(q)]
+    for found, (lo_bound, hi_bound) in zip(out, bounds):
+        for group, share, started, ended in rows:
+            lo = max(started, lo_bound)
+            hi = min(ended if ended is not None else hi_bound, hi_bound)
             if hi > lo:
-                out[group] = out.get(group, 0.0) + (hi - lo) * share
-            else:
-                out.setdefault(group, 0.0)
+                found[group] = found.get(group, 0.0) + (hi - lo) * share
+            elif started < hi_bound and (ended is None or ended >= lo_bound):
+                found.setdefault(group, 0.0)
     return out

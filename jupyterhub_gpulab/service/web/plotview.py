@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 
 from ... import clock
 from ...clock import midnight_utc
-from ...fairuse.accounting import usage
 from ...fairuse.quota import period_window
 from ...inventory import SliceKind
 from ...inventory.model import Slice
+from ...ledger.census import gpu_seconds_per_period
 from ..state import LabState
 from .charts import Series, bar_chart, line_chart
 
@@ -102,26 +102,27 @@ def weekly_gpu_hours(state: LabState, weeks: int = WEEKS) -> dict:
     this_start, _ = period_window("week", now, tz=tz)
     first_day = this_start.astimezone(tz).date()
     days = [first_day - timedelta(days=7 * k) for k in reversed(range(weeks))]
-    allocations = state.ledger.allocations_between(midnight_utc(days[0], tz), now)
+    periods = [(midnight_utc(day, tz), midnight_utc(day + timedelta(days=7), tz)) for day in days]
+    per_week = gpu_seconds_per_period(state.ledger, periods, now)
     hours: dict[tuple[str, str], float] = {}
     groups: set[str] = set()
-    periods = []
-    for day in days:
-        start, end = midnight_utc(day, tz), midnight_utc(day + timedelta(days=7), tz)
-        u = usage(allocations, start, end, now)
-        periods.append(
+    weeks_view = []
+    for day, by_group in zip(days, per_week):
+        weeks_view.append(
             {"start_date": day.isoformat(), "end_date": (day + timedelta(7)).isoformat()}
         )
-        for group, seconds in u.by_group.items():
+        for group, seconds in by_group.items():
+            if seconds <= 0:
+                continue
             name = group or NO_GROUP
             groups.add(name)
             hours[(day.isoformat(), name)] = round(seconds / 3600.0, 4)
     ordered = sorted(groups, key=lambda g: (g == NO_GROUP, g))
     title = f"GPU-hours per group, each of the last {weeks} weeks (week starting)"
     svg = bar_chart(
-        [p["start_date"] for p in periods], ordered, hours, title=title, chart_id="weekly-hours"
+        [w["start_date"] for w in weeks_view], ordered, hours, title=title, chart_id="weekly-hours"
     )
-    return {"weeks": periods, "groups": ordered, "hours": hours, "title": title, "svg": svg}
+    return {"weeks": weeks_view, "groups": ordered, "hours": hours, "title": title, "svg": svg}
 
 
 def user_charts(state: LabState, data: dict, span_s: float) -> dict:
