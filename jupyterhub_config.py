@@ -219,3 +219,12 @@ if demo:
     c.GPULabService.cull_warn_before = "1m"
 # else the defaults: a pass every minute, warnings 10 minutes ahead
 # c.GPULabService.cull_dry_run = True
+
+# Metrics (README, "Metrics"): Prometheus scrapes /hub/metrics and /services/gpulab/metrics with
+# this token; dcgm-exporter, run with --hpc-job-mapping-dir on the same folder, names each GPU's
+# holder.
+if os.environ.get("GPULAB_PROMETHEUS_TOKEN"):
+    from jupyterhub_gpulab.hub.hubconfig import configure_prometheus
+
+    configure_prometheus(c, api_token=os.environ["GPULAB_PROMETHEUS_TOKEN"])
+c.GPULab.dcgm_job_mapping_dir = os.environ.get("GPULAB_DCGM_JOB_MAP", "")

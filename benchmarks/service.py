@@ -8,11 +8,20 @@ ledger on the hub's database, for 400 users in 10 groups. Then:
 
 - ``admin_page``: ``GET /services/gpulab/`` as a logged-in JupyterHub admin (the OAuth cookie,
   as a browser sends it), through the hub's proxy;
-- ``api``: ``GET /services/gpulab/api/allocations`` with the admin's API token, through the proxy.
+- ``api``: ``GET /services/gpulab/api/allocations`` with the admin's API token, through the proxy;
+- ``metrics_http``: ``GET /services/gpulab/metrics`` with the same token, through the proxy.
+
+``metrics``: the service's server time for one scrape of ``/services/gpulab/metrics`` (the
+collector reading the ledger and the exposition text, what the handler runs in its thread) on a
+larger lab of its own: 10,000 slices (1,000 A100s in 7 MIG instances, 200 T4s in 15 seats), 5,000
+open allocations and 5,000 closed ones (a third culled), the hub's list of 5,000 running servers,
+and a utilisation sample for every slice. Rounds alternate with the admin API's server work on
+the same ledger (``state.snapshot()``), the alternative read an admin already pays for.
 
 Each is requested ``--rounds`` times after ``--warmup`` requests; latencies are wall-clock times
 of complete responses. Usage: ``python benchmarks/service.py [--rounds 200]``. The last line
-printed is one JSON object (``admin_page_ms_p50/p95``, ``api_ms_p50/p95``, sizes, targets).
+printed is one JSON object (``admin_page_ms_p50/p95``, ``api_ms_p50/p95``,
+``metrics_ms_p50/p95``, ``metrics_http_ms_p95``, sizes, targets).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from service_support import (  # noqa: E402
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest  # noqa: E402
 
-TARGETS = {"admin_page_ms_p95": 150, "api_ms_p95": 50}
+TARGETS = {"admin_page_ms_p95": 150, "api_ms_p95": 50, "metrics_ms_p95": 100}
 N_DEVICES = 100
 N_ALLOCATIONS = 1000
 N_USERS = 400
@@ -100,6 +109,128 @@ def fill(ledger) -> None:
             ledger.record_refusal(user, "mig", "quota", "group full")
 
 
+M_A100, M_T4, M_SEATS = 1000, 200, 15
+M_OPEN, M_CLOSED = 5000, 5000
+
+
+def metrics_lab(tmp: Path):
+    """A LabState over a fresh SQLite ledger holding the metrics benchmark's lab (docstring)."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpulab import clock
+    from jupyterhub_gpulab.inventory import Utilization
+    from jupyterhub_gpulab.lab.config import GPULab
+    from jupyterhub_gpulab.ledger import Ledger
+    from jupyterhub_gpulab.service.hubclient import HubClient
+    from jupyterhub_gpulab.service.state import LabState, Sample
+
+    spec = [
+        {
+            "uuid": f"GPU-a100-{i:05d}",
+            "index": i,
+            "name": "NVIDIA A100-SXM4-80GB",
+            "memory": "80GiB",
+            "mig": [{"uuid": f"MIG-{i:05d}-{j}", "profile": "1g.10gb"} for j in range(7)],
+        }
+        for i in range(M_A100)
+    ] + [
+        {
+            "uuid": f"GPU-t4-{i:05d}",
+            "index": i,
+            "name": "Tesla T4",
+            "memory": "16GiB",
+            "shared": {"seats": M_SEATS, "memory_per_seat": "1GiB", "compute_share": 0.0625},
+        }
+        for i in range(M_A100, M_A100 + M_T4)
+    ]
+    c = Config()
+    c.GPULab.db_url = f"sqlite:///{tmp / 'metrics.sqlite'}"
+    c.GPULab.node_name = "bench"
+    c.GPULab.inventory = spec
+    c.GPULab.profiles = [
+        {"slug": "mig", "display_name": "MIG", "image": "x",
+         "slice": {"kind": "mig", "mig_profile": "1g.10gb"}},
+        {"slug": "seat", "display_name": "Seat", "image": "x", "slice": {"kind": "shared"}},
+    ]  # fmt: skip
+    c.GPULab.group_policies = {g: {"max_slices_per_user": 8} for g in GROUPS}
+    gpulab = GPULab(config=c)
+    ledger = Ledger(gpulab.db_url)
+    state = LabState(gpulab, ledger)
+    state.sync()
+    assert len(state.inventory.slices) == 10_000
+    mig = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb")
+    seat = SliceRequest(kind=SliceKind.SHARED)
+    users = []
+    for n in range(M_OPEN + M_CLOSED):
+        user, group = f"user{n % 2500:04d}", GROUPS[n % len(GROUPS)]
+        claim = ledger.claim(
+            mig if n % 3 else seat,
+            user=user,
+            profile="mig" if n % 3 else "seat",
+            server_name=f"s{n}",
+            charge_groups=[(group, None)],
+        )
+        if n >= M_OPEN:
+            ledger.release(claim.allocation.id, "culled:gpu-idle" if n % 3 == 0 else "stopped")
+        else:
+            ledger.set_container(claim.allocation.id, f"c{n}", f"jupyter-{user}-s{n}")
+            users.append({"name": user, "servers": {f"s{n}": {"name": f"s{n}", "ready": True}}})
+    now = clock.utcnow()
+    state.sample = Sample(
+        {s.id: Utilization(gpu_percent=float(i % 100), memory_used_bytes=i * 1024, at=now)
+         for i, s in enumerate(state.inventory.slices)},
+        now,
+        None,
+    )  # fmt: skip
+    hub = HubClient("http://127.0.0.1:1/hub/api/", "unused")
+    merged: dict[str, dict] = {}
+    for u in users:
+        merged.setdefault(u["name"], {"name": u["name"], "servers": {}})["servers"].update(
+            u["servers"]
+        )
+    hub.remember_active(list(merged.values()), now)
+    return state, hub
+
+
+def metrics_server_time(rounds: int, warmup: int) -> dict:
+    """``metrics`` (docstring): p50/p95 of the collector plus exposition, interleaved with the
+    admin API's ledger read."""
+    from jupyterhub_gpulab.service.metrics import Exposition
+
+    with tempfile.TemporaryDirectory(prefix="gpulab-bench-metrics-") as tmp:
+        t0 = time.perf_counter()
+        state, hub = metrics_lab(Path(tmp))
+        fill_s = time.perf_counter() - t0
+        metrics = Exposition(state, hub)
+        t0 = time.perf_counter()
+        metrics.sampled()  # in the sampler's thread, once per sample
+        render_ms = (time.perf_counter() - t0) * 1000
+        body = metrics.render()
+        assert b"gpulab_allocations_stale" in body and b"gpulab_slice_utilization_percent" in body
+        scrape_ms, snapshot_ms = [], []
+        for i in range(warmup + rounds):
+            t0 = time.perf_counter()
+            metrics.render()
+            t1 = time.perf_counter()
+            state.snapshot()
+            t2 = time.perf_counter()
+            if i >= warmup:
+                scrape_ms.append((t1 - t0) * 1000)
+                snapshot_ms.append((t2 - t1) * 1000)
+        state.close()
+        state.ledger.close()
+    return {
+        "metrics_slices": 10_000,
+        "metrics_open_allocations": M_OPEN,
+        "metrics_fill_s": round(fill_s, 1),
+        "metrics_bytes": len(body),
+        "metrics_ms_p50": round(statistics.median(scrape_ms), 1),
+        "metrics_ms_p95": round(pct(scrape_ms, 95), 1),
+        "admin_snapshot_ms_p95": round(pct(snapshot_ms, 95), 1),
+        "metrics_sample_render_ms": round(render_ms, 1),
+    }
+
+
 def timed(fn, rounds: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         fn()
@@ -122,6 +253,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     args = ap.parse_args()
 
+    metrics = metrics_server_time(max(20, args.rounds // 4), 3)
     policies = {g: {"max_slices": 200, "max_slices_per_user": 4} for g in GROUPS}
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-") as tmp:
         hub = start_hub(Path(tmp), extra=EXTRA.format(spec=lab_spec(), policies=policies))
@@ -156,13 +288,24 @@ def main() -> int:
                 "admin_page_bytes": len(first_page.content),
                 "api_bytes": len(first_api.content),
             }
+
+            def scrape():
+                r = session.get(hub.url + PREFIX + "metrics", headers=headers, timeout=30)
+                assert r.status_code == 200, r.text[:200]
+                return r
+
             page_ms = timed(page, args.rounds, args.warmup)
             api_ms = timed(api, args.rounds, args.warmup)
+            scrape_ms = timed(scrape, args.rounds, args.warmup)
             ledger.close()
         finally:
             hub.stop()
 
-    for name, values in (("admin page", page_ms), ("allocations API", api_ms)):
+    for name, values in (
+        ("admin page", page_ms),
+        ("allocations API", api_ms),
+        ("metrics (1k)", scrape_ms),
+    ):
         print(
             f"{name:16s} n={len(values)}  p50 {statistics.median(values):6.1f} ms  "
             f"p95 {pct(values, 95):6.1f} ms  max {max(values):6.1f} ms"
@@ -176,6 +319,8 @@ def main() -> int:
         "admin_page_ms_p95": round(pct(page_ms, 95), 1),
         "api_ms_p50": round(statistics.median(api_ms), 1),
         "api_ms_p95": round(pct(api_ms, 95), 1),
+        "metrics_http_ms_p95": round(pct(scrape_ms, 95), 1),
+        **metrics,
         "targets": TARGETS,
     }
     summary["meets_targets"] = all(summary[k] <= v for k, v in TARGETS.items())

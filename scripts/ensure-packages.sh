@@ -5,12 +5,14 @@
 # faster than one per script. What: docker.io (the engine), debootstrap (the single-user image
 # is built without a registry), postgresql (ledger tests on PostgreSQL), chromium +
 # chromium-driver (the admin page is tested in a real browser), node-configurable-http-proxy
-# (JupyterHub's proxy) and iproute2. Pass --hub-only to skip what only the tests need.
+# (JupyterHub's proxy), iproute2, and prometheus (a real Prometheus scrapes the hub and the
+# service in the tests; its promtool checks the shipped alert rules; its daemon is not started).
+# Pass --hub-only to skip what only the tests need.
 # Idempotent and silent when everything is present; needs root otherwise.
 set -euo pipefail
 
 pkgs=(docker.io debootstrap node-configurable-http-proxy iproute2 ca-certificates)
-[ "${1:-}" = "--hub-only" ] || pkgs+=(postgresql chromium chromium-driver)
+[ "${1:-}" = "--hub-only" ] || pkgs+=(postgresql chromium chromium-driver prometheus)
 
 missing=()
 for p in "${pkgs[@]}"; do

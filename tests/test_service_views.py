@@ -226,8 +226,12 @@ def test_configure_service_adds_service_scopes_and_roles_keeping_what_was_there(
         "custom:other:x",
         "custom:gpulab:admin",
         "custom:gpulab:read",
+        "custom:gpulab:metrics",
     }
     assert c.JupyterHub.custom_scopes["custom:gpulab:admin"]["subscopes"] == ["custom:gpulab:read"]
+    assert c.JupyterHub.custom_scopes["custom:gpulab:read"]["subscopes"] == [
+        "custom:gpulab:metrics"
+    ]
     roles = {r["name"]: r for r in c.JupyterHub.load_roles}
     assert set(roles) == {"tests", "gpulab-admin", "gpulab-reader", "gpulab-service"}
     assert roles["gpulab-admin"]["groups"] == ["gpu-admins"]

@@ -4,7 +4,8 @@ What it adds (existing ``services``, ``load_roles`` and scopes of ``c`` are kept
 
     c.JupyterHub.services        += the managed service "gpulab" (command, url, OAuth settings)
     c.JupyterHub.custom_scopes   += custom:gpulab:admin (implies custom:gpulab:read),
-                                    custom:gpulab:read
+                                    custom:gpulab:read (implies custom:gpulab:metrics),
+                                    custom:gpulab:metrics (the service's /metrics)
     c.JupyterHub.load_roles      += gpulab-admin  (custom:gpulab:admin) for ``admin_groups`` and
                                     ``admin_users`` (default: c.Authenticator.admin_users)
                                     gpulab-reader (custom:gpulab:read)  for ``reader_groups``
@@ -32,6 +33,7 @@ from collections.abc import Iterable
 
 ADMIN_SCOPE = "custom:gpulab:admin"
 READ_SCOPE = "custom:gpulab:read"
+METRICS_SCOPE = "custom:gpulab:metrics"
 
 CUSTOM_SCOPES = {
     ADMIN_SCOPE: {
@@ -41,6 +43,10 @@ CUSTOM_SCOPES = {
     },
     READ_SCOPE: {
         "description": "See every GPU, slice, allocation, group usage and refusal.",
+        "subscopes": [METRICS_SCOPE],
+    },
+    METRICS_SCOPE: {
+        "description": "Scrape the gpulab service's Prometheus metrics (counts, no user names).",
     },
 }
 
@@ -190,6 +196,34 @@ def configure_service(
     roles = _grant_users(c, roles, [access])
     c.JupyterHub.load_roles = roles
     _announce_warnings(c, name)
+
+
+def configure_prometheus(
+    c, *, api_token: str, name: str = "prometheus", service: str = "gpulab"
+) -> None:
+    """Let Prometheus scrape the hub's ``/hub/metrics`` and the gpulab service's
+    ``/services/<service>/metrics`` with ``api_token`` (Prometheus's ``authorization:
+    credentials``): a service ``name`` with no process and a role granting ``read:metrics``,
+    ``custom:gpulab:metrics`` and access to the gpulab service. Call after
+    :func:`configure_service`.
+
+    ``configure_prometheus(c, api_token=os.environ["GPULAB_PROMETHEUS_TOKEN"])``
+    """
+    services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
+    if any(s.get("name") == name for s in services):
+        raise ValueError(f"a service named {name!r} is already in c.JupyterHub.services")
+    c.JupyterHub.services = services + [{"name": name, "api_token": api_token}]
+    roles = _roles(c)
+    if any(r.get("name") == name for r in roles):
+        raise ValueError(f"a role named {name!r} is already in c.JupyterHub.load_roles")
+    c.JupyterHub.load_roles = roles + [
+        {
+            "name": name,
+            "description": "Scrape the hub's and gpulab's Prometheus metrics",
+            "scopes": ["read:metrics", METRICS_SCOPE, access_scope(service)],
+            "services": [name],
+        }
+    ]
 
 
 def _announce_warnings(c, name: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from .declared import load_declared, load_shared
 from .errors import InventoryError
 from .model import Inventory, SharedSettings, SliceKind, SliceRequest, Utilization
-from .nvml import discover, sample_utilization
+from .nvml import discover, gpu_instance_ids, sample_utilization
 
 __all__ = [
     "Inventory",
@@ -23,6 +23,7 @@ __all__ = [
     "load_declared",
     "load_inventory",
     "load_shared",
+    "gpu_instance_ids",
     "sample_utilization",
 ]
 

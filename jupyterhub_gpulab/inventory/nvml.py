@@ -13,7 +13,7 @@ vanishes or fails mid-scan is skipped with a warning and the others are kept.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from .model import Device, Inventory, SharedSettings, Slice, Utilization
@@ -110,6 +110,34 @@ def sample_utilization(inventory: Inventory, nvml: Any = None) -> dict[str, Util
                 by_visible[s.visible_id] = _sample(nvml, s.visible_id)
             result[s.id] = by_visible[s.visible_id]
         return result
+    finally:
+        _shutdown(nvml)
+
+
+def gpu_instance_ids(mig_uuids: Iterable[str], nvml: Any = None) -> dict[str, int]:
+    """``{MIG device UUID: GPU instance id}`` (``nvmlDeviceGetGpuInstanceId``: the id
+    dcgm-exporter's ``gpu_instance_id`` shows) for each MIG device NVML knows; the others are
+    left out. One ``nvmlInit``/``nvmlShutdown`` per call; never raises."""
+    wanted = list(dict.fromkeys(mig_uuids))
+    nvml, _missing = _load(nvml)
+    if nvml is None or not wanted:
+        return {}
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return {}
+    try:
+        found = {}
+        for uuid in wanted:
+            gi = _quiet(
+                nvml,
+                lambda u=uuid: int(
+                    nvml.nvmlDeviceGetGpuInstanceId(nvml.nvmlDeviceGetHandleByUUID(u))
+                ),
+            )
+            if gi is not None:
+                found[uuid] = gi
+        return found
     finally:
         _shutdown(nvml)
 

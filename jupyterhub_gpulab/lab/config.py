@@ -171,6 +171,19 @@ class GPULab(LoggingConfigurable):
         help="""The day after the term's last day (ISO date, ``"2026-12-19"``).""",
     )
 
+    dcgm_job_mapping_dir = Unicode(
+        "",
+        config=True,
+        help="""Folder where gpulab keeps dcgm-exporter's HPC job-mapping files (one per GPU index,
+        or ``<index>.<GPU instance id>`` per MIG instance, listing the holders' job ids
+        ``user`` or ``user/server``), rewritten on every claim and release by the hub and the
+        service. Run dcgm-exporter with ``--hpc-job-mapping-dir`` (``DCGM_HPC_JOB_MAPPING_DIR``)
+        set to the same folder and its GPU metrics carry ``hpc_job``. Empty (default): none.
+        See :mod:`jupyterhub_gpulab.ledger.jobmap`.
+        ``c.GPULab.dcgm_job_mapping_dir = "/run/gpulab/dcgm-job-map"``
+        """,
+    )
+
     def _fair_use_settings(self, errors: list[str]):
         """``(tz, term)`` from the traits, appending problems to ``errors``."""
 

@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from .. import clock
 from ..inventory.model import SliceRequest
 from . import db
+from .events import LedgerEvents, announced_claim
 from .inventory_sync import InventorySync
 from .labs import LabRecords
 from .models import (
@@ -60,7 +61,9 @@ _FREE_SLICE = (
 CANDIDATES = 4
 
 
-class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, PreemptionRecords):
+class Ledger(
+    LedgerEvents, InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, PreemptionRecords
+):
     """The allocation ledger over one database URL.
 
     ``url`` is a SQLAlchemy URL (``sqlite:////srv/gpulab/gpulab.sqlite``,
@@ -119,6 +122,7 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, P
             .where(column == value, allocations.c.ended_at.is_(None))
         ).scalar_one()
 
+    @announced_claim
     def claim(
         self,
         request: SliceRequest,
@@ -300,7 +304,7 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, P
         """Close allocation ``allocation_id`` with ``reason`` and free its slice.
 
         Idempotent: returns ``True`` when this call closed it, ``False`` when it was already closed
-        or does not exist.
+        or does not exist. Listeners hear of it after the commit (:mod:`.events`).
         """
         with self._write() as conn:
             slice_id = conn.execute(
@@ -310,6 +314,7 @@ class Ledger(InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, P
             if slice_id is None:
                 return False
             conn.execute(_FREE_SLICE, {"sid": slice_id, "aid": allocation_id})
+        self._announce("released", allocation_id, slice_id, reason)
         return True
 
     def amend_end_reason(

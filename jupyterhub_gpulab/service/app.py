@@ -26,13 +26,16 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Integer, Unicode
 
 from ..errors import ConfigError
+from ..inventory import gpu_instance_ids
 from ..lab.config import GPULab
 from ..lab.traits import Duration
 from ..ledger import Ledger, aio
+from ..ledger.jobmap import JobMap
 from .cullconfig import CullerTraits
 from .culling import Culler
 from .hubclient import HubClient, HubError
 from .lifetime import listen_when_free
+from .metrics import Exposition
 from .state import LabState
 from .waitlist import WaitlistKeeper, WaitlistTraits
 from .web.api import api_handlers
@@ -42,6 +45,7 @@ from .web.coursepages import course_pages
 from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
+from .web.metricsapi import MetricsHandler
 from .web.pages import ActionPage, AdminPage, UserPage
 from .web.queuepages import WaitlistAction
 
@@ -142,6 +146,7 @@ def make_app(
         (prefix + "oauth_callback", OAuthCallback),
         *course_pages(prefix),
         *course_handlers(prefix),
+        (prefix + "metrics", MetricsHandler),
         *api_handlers(prefix),
     ]
     return web.Application(
@@ -156,6 +161,7 @@ def make_app(
         gpulab_grants=grants or RoleGrants(),
         gpulab_jinja=jinja_env(),
         gpulab_courses=courses,
+        gpulab_metrics=Exposition(state, hub),
         log_function=_log_request,
     )
 
@@ -247,6 +253,16 @@ class Service:
             interval_s=settings.sample_interval,
             proc_root=settings.proc_root,
         )
+        self.jobmap: JobMap | None = None
+        if gpulab.dcgm_job_mapping_dir:
+            # the service's releases (admin, culler) rewrite dcgm-exporter's files too
+            self.jobmap = JobMap(
+                gpulab.dcgm_job_mapping_dir,
+                self.ledger,
+                self.state.node,
+                lambda uuids: gpu_instance_ids(uuids, self.state.nvml),
+            )
+            self.ledger.listeners.append(self.jobmap)
         self.hub_auth = hub_auth
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
         self.culler = Culler(self.state, self.hub, settings)
@@ -279,6 +295,7 @@ class Service:
             )
         await self.sample()
         await self.courses.declare()
+        await self.sync_job_map()
         self.server = await listen_when_free(
             self.app,
             address,
@@ -315,10 +332,23 @@ class Service:
             await self.hub.refresh_active()
         except HubError as e:
             log.warning("Cannot list servers from the hub: %s", e.message)
+        await self.sync_job_map()
+
+    async def sync_job_map(self) -> None:
+        """Rewrite dcgm-exporter's job-mapping files from the ledger (a claim or release whose
+        process died before writing them is repaired within ``hub_poll_interval``)."""
+        if self.jobmap is None:
+            return
+        try:
+            await aio.call(self.jobmap.sync)
+        except OSError as e:
+            log.error("Cannot write dcgm-exporter's job-mapping files: %s", e)
 
     async def sample(self) -> None:
         try:
             await aio.call(self.state.take_sample)
+            # the per-slice metrics text, off the scrape's path (service/metrics.py)
+            await aio.call(self.app.settings["gpulab_metrics"].sampled)
         except Exception:
             log.exception("NVML sampling failed")
 

@@ -70,6 +70,8 @@ class LabState:
     ):
         self.gpulab = gpulab
         self.ledger = ledger
+        #: seconds of utilisation history kept per slice (the pages plot all of it)
+        self.history_s = history_s
         self._monitor_args = {"span_s": history_s, "interval_s": interval_s, "proc_root": proc_root}
         self._sample_lock = threading.Lock()
         self.nvml = nvml

@@ -32,6 +32,7 @@ from jupyterhub.spawner import Spawner
 from traitlets import Bool, HasTraits, Integer, Unicode
 
 from ..errors import ConfigError, SpawnRefused
+from ..hub import metrics
 from ..lab.config import GPULab
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
@@ -161,6 +162,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, HasTraits):
             return get_runtime(GPULab(config=self.config))
         except ConfigError as e:
             self.log.error("gpulab configuration is invalid:\n%s", e)
+            metrics.spawn_refused("misconfigured")
             raise SpawnRefused(
                 "The GPU lab is misconfigured, so no server can start. An administrator has "
                 "been told (hub log); please try again later.",
@@ -239,9 +241,9 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, HasTraits):
         self._forget_saved_options()
         self._no_container = True
         claim: Claim | None = None
+        slug, outcome = None, "failure"
         try:
             rt = self.runtime()
-            slug = None
             try:
                 ctx = self.policy_context(rt)
                 profile = self._pick_profile(rt, ctx)
@@ -263,9 +265,24 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, HasTraits):
                 self._emit(30, f"Reserved {claim.slice.explain(self.mps)}")
             else:
                 self._emit(30, "No GPU for this profile (CPU only)")
-            return await self._launch(rt, profile, claim)
+            result = await self._launch(rt, profile, claim)
+            outcome = "success"
+            return result
+        except SpawnRefused:
+            outcome = "refused"
+            raise
         finally:
             self._start_done = True
+            metrics.spawn_finished(slug or self._asked_slug(), outcome)
+
+    def _asked_slug(self) -> str | None:
+        """The profile slug this start asked for when it is one of the lab's, else ``None``: the
+        metrics label of a choice refused before it became the profile (never a user's text)."""
+        asked = (self.user_options or {}).get("profile")
+        rt = self._runtime
+        if rt is None or not isinstance(asked, str):
+            return None
+        return asked if rt.lab.profile(asked) is not None else None
 
     async def _launch(self, rt: LabRuntime, profile: Profile, claim: Claim | None):
         """Start the backend's object holding ``claim``'s slice; on any failure (cancellation

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from ..errors import SpawnRefused
 from ..fairuse.offers import budget_refusal
+from ..hub import metrics
 from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
@@ -48,7 +49,9 @@ class ReservationMixin:
     def _record_refusal(
         self, rt: LabRuntime, who: _Asker, profile: str | None, err: SpawnRefused
     ) -> None:
-        """Log a refusal and record it for the admin page (blocks: writes the ledger)."""
+        """Log a refusal, count it (:mod:`~jupyterhub_gpulab.hub.metrics`) and record it for
+        the admin page (blocks: writes the ledger)."""
+        metrics.spawn_refused(err.reason)
         self.log.info(
             "Refused spawn of %s (%s): %s",
             who.log_name,

@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 
+from ..hub import metrics
+from ..inventory import gpu_instance_ids
 from ..lab.config import GPULab, Lab
 from ..ledger import ForeignContainer, close_shared_ledgers, shared_ledger
+from ..ledger.jobmap import JobMap
 from .engine import EngineSurvey
 from .reconcile import Reconciler
 
@@ -30,6 +33,9 @@ class LabRuntime:
         for w in self.lab.warnings:
             log.warning("gpulab inventory: %s", w)
         self.ledger = shared_ledger(gpulab.db_url, auto_upgrade=gpulab.db_auto_upgrade)
+        metrics.prepare(p.slug for p in self.lab.profiles)
+        if not any(isinstance(x, metrics.HubMetrics) for x in self.ledger.listeners):
+            self.ledger.listeners.append(metrics.HubMetrics())
         #: this lab's id and name: on every container label; only such containers are ours
         self.identity = self.ledger.name_lab(gpulab.lab_name.strip())
         report = self.ledger.sync_inventory(self.lab.inventory, node=self.lab.node)
@@ -42,9 +48,24 @@ class LabRuntime:
             len(report.added),
             len(report.vanished),
         )
+        if gpulab.dcgm_job_mapping_dir:
+            self._keep_job_map(gpulab.dcgm_job_mapping_dir)
         self.engine = EngineSurvey()
         self._foreign: dict[str, tuple[str, ...]] | None = None
         self.reconciler: Reconciler | None = None
+
+    def _keep_job_map(self, directory: str) -> None:
+        """Keep dcgm-exporter's job-mapping files in ``directory`` (:mod:`..ledger.jobmap`)."""
+        if any(isinstance(x, JobMap) for x in self.ledger.listeners):
+            return
+        jobmap = JobMap(directory, self.ledger, self.lab.node, gpu_instance_ids)
+        try:
+            jobmap.sync()
+        except OSError as e:
+            log.error(
+                "gpulab: cannot write dcgm-exporter's job-mapping files in %s: %s", directory, e
+            )
+        self.ledger.listeners.append(jobmap)
 
     def our_containers(self, docker_client, rows: list[dict]) -> list[dict]:
         """This lab's containers among ``rows`` (``docker ps -a``: docker-py's

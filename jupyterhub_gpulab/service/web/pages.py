@@ -14,7 +14,7 @@ from tornado import web
 
 from ...ledger import aio
 from .. import actions
-from . import inputs
+from . import inputs, plotview
 from .base import BaseHandler, error_message, refuse
 from .data import admin_data, usage_data, user_data
 from .queueapi import bookings_data, my_entries
@@ -140,6 +140,11 @@ class AdminPage(PageHandler):
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
         data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
+        data["charts"] = {
+            "devices": plotview.device_charts(self.state, self.state.history_s),
+            "weekly": await aio.call(plotview.weekly_gpu_hours, self.state),
+            "hours": self.state.history_s / 3600,
+        }
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
 
@@ -149,7 +154,8 @@ class UserPage(PageHandler):
         data = await user_data(self.state, self.hub, self.current_user)
         name = self.current_user["name"]
         data["waitlist"] = await aio.call(my_entries, self.state.ledger, name)
-        self.render_page("gpulab_user.html", data=data, flash=self.pop_flash())
+        charts = plotview.user_charts(self.state, data, self.state.history_s)
+        self.render_page("gpulab_user.html", data=data, charts=charts, flash=self.pop_flash())
 
 
 class ActionPage(PageHandler):

@@ -1,0 +1,165 @@
+"""Counts the service's ``/metrics`` reads from the ledger at each scrape: a few grouped
+``SELECT``s in one read transaction, so a scrape costs the same whatever the lab's size in
+Python work (rows per group, not per slice or allocation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from .schema import allocations, devices, foreign_containers, slices, warnings
+
+#: The end reason prefix of allocations the culler closed (``culled:<rule>``).
+CULLED = "culled:"
+
+
+@dataclass(frozen=True)
+class Census:
+    """What :func:`census` read.
+
+    - ``slices``: ``{(node, kind, mig_profile or "", holder's profile or "", present, available,
+      held): count}``;
+    - ``devices``: device rows (``uuid``, ``node``, ``index``, ``name``, ``memory_bytes``,
+      ``present``, ``drained``);
+    - ``culls``: ``{(rule, charge group or ""): allocations closed as culled:<rule>}``;
+    - ``warnings``: ``{rule: pending cull warnings}``;
+    - ``without_container``: ``{node: open allocations older than the grace with no container}``;
+    - ``foreign``: ``{node: running containers of others holding this lab's GPUs}``;
+    - ``open_servers``: ``[(user, server name, node, started_at)]`` of every open allocation,
+      ``started_at`` in seconds since the epoch.
+    """
+
+    slices: dict[tuple, int]
+    devices: list[dict]
+    culls: dict[tuple[str, str], int]
+    warnings: dict[str, int]
+    without_container: dict[str, int]
+    foreign: dict[str, int]
+    open_servers: list[tuple[str, str, str, float]]
+
+
+def census(ledger, now: datetime, *, container_grace_s: float = 120) -> Census:
+    """Read the :class:`Census` (blocking: one read transaction). Allocations started less than
+    ``container_grace_s`` seconds before ``now`` may still be creating their container."""
+    held = slices.c.held_by.is_not(None)
+    q_slices = (
+        sa.select(
+            slices.c.node,
+            slices.c.kind,
+            sa.func.coalesce(slices.c.mig_profile, ""),
+            sa.func.coalesce(allocations.c.profile, ""),
+            slices.c.present,
+            slices.c.available,
+            held,
+            sa.func.count(),
+        )
+        .select_from(slices.outerjoin(allocations, allocations.c.id == slices.c.held_by))
+        .group_by(
+            slices.c.node,
+            slices.c.kind,
+            slices.c.mig_profile,
+            allocations.c.profile,
+            slices.c.present,
+            slices.c.available,
+            held,
+        )
+    )
+    q_culls = (
+        sa.select(
+            allocations.c.end_reason,
+            sa.func.coalesce(allocations.c.charge_group, ""),
+            sa.func.count(),
+        )
+        .where(allocations.c.end_reason.like(CULLED + "%"))
+        .group_by(allocations.c.end_reason, allocations.c.charge_group)
+    )
+    q_warnings = sa.select(warnings.c.rule, sa.func.count()).group_by(warnings.c.rule)
+    cutoff = now.timestamp() - container_grace_s
+    q_open = sa.select(
+        allocations.c.user,
+        allocations.c.server_name,
+        allocations.c.node,
+        allocations.c.container_id.is_(None),
+        _epoch(allocations.c.started_at, ledger.dialect),
+    ).where(allocations.c.ended_at.is_(None))
+    q_foreign = sa.select(foreign_containers.c.node, sa.func.count()).group_by(
+        foreign_containers.c.node
+    )
+    with ledger._read() as conn:
+        slice_counts = {tuple(r[:-1]): r[-1] for r in conn.execute(q_slices)}
+        device_rows = [dict(r._mapping) for r in conn.execute(sa.select(devices))]
+        culls: dict[tuple[str, str], int] = {}
+        for reason, group, n in conn.execute(q_culls):
+            key = (reason[len(CULLED) :], group)
+            culls[key] = culls.get(key, 0) + n
+        pending = {rule: n for rule, n in conn.execute(q_warnings)}
+        without: dict[str, int] = {}
+        servers = []
+        for user, server, node, no_container, started in conn.execute(q_open):
+            started = float(started)
+            servers.append((user, server or "", node, started))
+            if no_container and started < cutoff:
+                without[node] = without.get(node, 0) + 1
+        foreign = {node: n for node, n in conn.execute(q_foreign)}
+    return Census(
+        slices={
+            (node, kind, mig, profile, bool(present), bool(available), bool(h)): n
+            for (node, kind, mig, profile, present, available, h), n in slice_counts.items()
+        },
+        devices=device_rows,
+        culls=culls,
+        warnings=pending,
+        without_container=without,
+        foreign=foreign,
+        open_servers=servers,
+    )
+
+
+def _epoch(column, dialect: str):
+    """Seconds since the epoch of a stored UTC time, computed by the database (no datetime
+    objects are built in Python for it)."""
+    if dialect == "sqlite":
+        return (sa.func.julianday(column) - 2440587.5) * 86400.0
+    return sa.extract("epoch", column)
+
+
+def gpu_seconds_by_group(ledger, start: datetime, end: datetime, now: datetime) -> dict[str, float]:
+    """``{charge group or "": weighted GPU-seconds in [start, end)}``: the same figure as
+    :func:`~jupyterhub_gpulab.fairuse.accounting.usage`'s ``by_group`` (a running allocation
+    counts up to ``now``), read as numbers rather than allocation objects (a scrape reads every
+    allocation of the week)."""
+    return gpu_seconds_per_period(ledger, [(start, end)], now)[0]
+
+
+def gpu_seconds_per_period(
+    ledger, periods: list[tuple[datetime, datetime]], now: datetime
+) -> list[dict[str, float]]:
+    """:func:`gpu_seconds_by_group` for each ``(start, end)`` of ``periods``, from one query
+    over their whole span (the admin page's weeks)."""
+    d = ledger.dialect
+    first, last = min(p[0] for p in periods), max(p[1] for p in periods)
+    q = sa.select(
+        sa.func.coalesce(allocations.c.charge_group, ""),
+        allocations.c.share,
+        _epoch(allocations.c.started_at, d),
+        _epoch(allocations.c.ended_at, d),
+    ).where(
+        allocations.c.started_at < last,
+        sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= first),
+    )
+    bounds = [(start.timestamp(), min(end, now).timestamp()) for start, end in periods]
+    out: list[dict[str, float]] = [{} for _ in periods]
+    with ledger._read() as conn:
+        rows = [(g, s, float(a), None if b is None else float(b)) for g, s, a, b in conn.execute(q)]
+    for found, (lo_bound, hi_bound) in zip(out, bounds):
+        for group, share, started, ended in rows:
+            lo = max(started, lo_bound)
+            hi = min(ended if ended is not None else hi_bound, hi_bound)
+            if hi > lo:
+                found[group] = found.get(group, 0.0) + (hi - lo) * share
+            elif started < hi_bound and (ended is None or ended >= lo_bound):
+                found.setdefault(group, 0.0)
+    return out

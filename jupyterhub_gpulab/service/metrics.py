@@ -1,0 +1,271 @@
+"""The service's Prometheus metrics, read from the ledger at each scrape (a custom collector):
+served at ``/services/gpulab/metrics`` to tokens holding ``custom:gpulab:metrics`` (readers and
+admins of gpulab hold it too). The hub's own gpulab series (spawns, refusals, claim latency) are
+at ``/hub/metrics`` (:mod:`jupyterhub_gpulab.hub.metrics`).
+
+============================================  =================================================
+``gpulab_slices``                             slices by ``node``, ``kind``, ``mig_profile``,
+                                              ``profile`` (the holder's profile slug; ``""``
+                                              when not held) and ``state``: ``free``,
+                                              ``held``, ``drained`` (device out of service),
+                                              ``vanished`` (not in the latest inventory read;
+                                              a held slice counts as ``held``)
+``gpulab_devices``                            devices by ``node`` and ``state`` (``in_service``,
+                                              ``drained``, ``vanished``)
+``gpulab_device_memory_bytes``                each device's memory (``node``, ``uuid``,
+                                              ``index``, ``name``)
+``gpulab_slice_utilization_percent``          each slice's latest sample (0-100) from the
+                                              service's sampler, where NVML gives one (``node``,
+                                              ``slice``, ``kind``, ``device_index``)
+``gpulab_slice_memory_used_bytes``            the same slices' memory in use
+``gpulab_group_used_gpu_seconds``             weighted GPU-seconds charged to each ``group``
+                                              this ``period`` (``week``, in ``quota_timezone``:
+                                              the admin page's figure)
+``gpulab_server_cull_total``                  allocations the culler closed, by ``rule``
+``gpulab_cull_warnings``                      pending cull warnings by ``rule``
+``gpulab_budget_exhaustion_total``            allocations culled because the budget ran out,
+                                              by charge ``group``
+``gpulab_allocations_without_container``      open allocations older than 2 minutes with no
+                                              container recorded (``node``): drift
+``gpulab_foreign_containers``                 running containers that are not this lab's but
+                                              hold its GPUs (``node``): drift
+``gpulab_allocations_stale``                  open allocations whose server the hub does not
+                                              list as running or starting (``node``); absent
+                                              while the hub's list is unknown
+============================================  =================================================
+
+Label values are created up front (every state, rule and configured group at 0); no label names
+a user. The ``reserved`` slice state is added when reservations exist (issue 12).
+
+A scrape reads the ledger (:class:`LedgerCollector`: a few grouped queries, ~200 series); the
+per-slice utilisation series (two per slice: 20,000 in a 10,000-slice lab) change only when the
+sampler runs, so :class:`Exposition` renders them once per sample, in the sampler's thread, and
+a scrape appends that text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from .. import clock
+from ..fairuse.culler import RULES
+from ..fairuse.quota import period_window
+from ..ledger.census import census, gpu_seconds_by_group
+from .hubclient import HubClient
+from .state import LabState
+
+SLICE_STATES = ("free", "held", "drained", "vanished")
+DEVICE_STATES = ("in_service", "drained", "vanished")
+
+
+def slice_state(present: bool, available: bool, held: bool) -> str:
+    """A slice's ``state`` label (module docstring)."""
+    if held:
+        return "held"
+    if not present:
+        return "vanished"
+    return "free" if available else "drained"
+
+
+def device_state(row: dict) -> str:
+    if not row["present"]:
+        return "vanished"
+    return "drained" if row["drained"] else "in_service"
+
+
+class SampleCollector:
+    """The latest utilisation sample of every slice (``LabState.sample``), as two gauges."""
+
+    def __init__(self, state: LabState):
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["node", "slice", "kind", "device_index"]
+        util = GaugeMetricFamily(
+            "gpulab_slice_utilization_percent",
+            "Each slice's latest GPU utilisation sample (0-100), where NVML gives one",
+            labels=labels,
+        )
+        used = GaugeMetricFamily(
+            "gpulab_slice_memory_used_bytes",
+            "Each slice's GPU memory in use at the latest sample, in bytes",
+            labels=labels,
+        )
+        node = self.state.node
+        by_id = {s.id: s for s in self.state.inventory.slices}
+        for sid, u in sorted(self.state.sample.by_slice.items()):
+            s = by_id.get(sid)
+            if s is None:
+                continue
+            values = [node, sid, str(s.kind), str(s.device_index)]
+            if u.gpu_percent is not None:
+                util.add_metric(values, u.gpu_percent)
+            if u.memory_used_bytes is not None:
+                used.add_metric(values, u.memory_used_bytes)
+        yield util
+        yield used
+
+
+class LedgerCollector:
+    """A ``prometheus_client`` collector over the ledger of the service's :class:`LabState` and
+    its hub client's latest list of servers. :meth:`collect` blocks (database): scrape in a
+    thread."""
+
+    def __init__(self, state: LabState, hub: HubClient | None = None):
+        self.state = state
+        self.hub = hub
+
+    def collect(self) -> Iterator[Metric]:
+        state, now = self.state, clock.utcnow()
+        c = census(state.ledger, now)
+        yield from self._slices(c)
+        yield from self._devices(c)
+        yield self._gpu_seconds(now)
+        yield from self._culls(c)
+        yield from self._drift(c)
+
+    def _slices(self, c) -> Iterator[Metric]:
+        g = GaugeMetricFamily(
+            "gpulab_slices",
+            "Slices by node, kind, MIG profile, holder's profile and state",
+            labels=["node", "kind", "mig_profile", "profile", "state"],
+        )
+        counts: dict[tuple, int] = {}
+        for (node, kind, mig, profile, present, available, held), n in c.slices.items():
+            for st in SLICE_STATES:  # every state of a kind exists, at 0 when none is in it
+                counts.setdefault((node, kind, mig, "", st), 0)
+            key = (node, kind, mig, profile, slice_state(present, available, held))
+            counts[key] = counts.get(key, 0) + n
+        for key, n in sorted(counts.items()):
+            g.add_metric(list(key), n)
+        yield g
+
+    def _devices(self, c) -> Iterator[Metric]:
+        by_state = GaugeMetricFamily(
+            "gpulab_devices", "Devices by node and state", labels=["node", "state"]
+        )
+        memory = GaugeMetricFamily(
+            "gpulab_device_memory_bytes",
+            "Each device's memory in bytes",
+            labels=["node", "uuid", "index", "name"],
+        )
+        counts = {(self.state.node, st): 0 for st in DEVICE_STATES}
+        for d in sorted(c.devices, key=lambda d: (d["node"], d["index"])):
+            for st in DEVICE_STATES:
+                counts.setdefault((d["node"], st), 0)
+            counts[(d["node"], device_state(d))] += 1
+            memory.add_metric([d["node"], d["uuid"], str(d["index"]), d["name"]], d["memory_bytes"])
+        for (node, st), n in sorted(counts.items()):
+            by_state.add_metric([node, st], n)
+        yield by_state
+        yield memory
+
+    def _gpu_seconds(self, now) -> Metric:
+        lab = self.state.lab
+        start, end = period_window("week", now, tz=lab.tz)
+        by_group = gpu_seconds_by_group(self.state.ledger, start, end, now)
+        g = GaugeMetricFamily(
+            "gpulab_group_used_gpu_seconds",
+            "Weighted GPU-seconds charged to each group in this period (quota_timezone)",
+            labels=["group", "period"],
+        )
+        seconds = {group: 0.0 for group in lab.policies}
+        seconds.update(by_group)
+        for group, s in sorted(seconds.items()):
+            g.add_metric([group, "week"], s)
+        return g
+
+    def _culls(self, c) -> Iterator[Metric]:
+        culls = CounterMetricFamily(
+            "gpulab_server_cull", "Allocations the culler closed, by rule", labels=["rule"]
+        )
+        by_rule = dict.fromkeys(RULES, 0)
+        budget = dict.fromkeys(self.state.lab.policies, 0)
+        for (rule, group), n in c.culls.items():
+            by_rule[rule] = by_rule.get(rule, 0) + n
+            if rule == "budget":
+                budget[group] = budget.get(group, 0) + n
+        for rule, n in sorted(by_rule.items()):
+            culls.add_metric([rule], n)
+        yield culls
+        warns = GaugeMetricFamily(
+            "gpulab_cull_warnings", "Pending cull warnings, by rule", labels=["rule"]
+        )
+        pending = dict.fromkeys(RULES, 0)
+        pending.update(c.warnings)
+        for rule, n in sorted(pending.items()):
+            warns.add_metric([rule], n)
+        yield warns
+        spent = CounterMetricFamily(
+            "gpulab_budget_exhaustion",
+            "Allocations culled because their user's GPU-hour budget ran out, by charge group",
+            labels=["group"],
+        )
+        for group, n in sorted(budget.items()):
+            spent.add_metric([group], n)
+        yield spent
+
+    def _drift(self, c) -> Iterator[Metric]:
+        node = self.state.node
+        without = GaugeMetricFamily(
+            "gpulab_allocations_without_container",
+            "Open allocations older than 2 minutes with no container recorded",
+            labels=["node"],
+        )
+        for n_node, n in sorted({node: 0, **c.without_container}.items()):
+            without.add_metric([n_node], n)
+        yield without
+        foreign = GaugeMetricFamily(
+            "gpulab_foreign_containers",
+            "Running containers not of this lab holding its GPUs",
+            labels=["node"],
+        )
+        for n_node, n in sorted({node: 0, **c.foreign}.items()):
+            foreign.add_metric([n_node], n)
+        yield foreign
+        active = self.hub.active if self.hub is not None else None
+        if active is None:
+            return
+        stale_by_node = {node: 0}
+        asked_at = self.hub.active_at.timestamp()
+        for user, server, a_node, started in c.open_servers:
+            # a server started after the hub's latest list is not in it yet
+            if started < asked_at and (user, server) not in active:
+                stale_by_node[a_node] = stale_by_node.get(a_node, 0) + 1
+        stale = GaugeMetricFamily(
+            "gpulab_allocations_stale",
+            "Open allocations whose server the hub does not list as running or starting",
+            labels=["node"],
+        )
+        for n_node, n in sorted(stale_by_node.items()):
+            stale.add_metric([n_node], n)
+        yield stale
+
+
+class Exposition:
+    """The service's metrics text: the ledger's, read at each :meth:`render`, then the latest
+    sample's, rendered by :meth:`sampled` (call it after each sample) or on first need. Both
+    block: call them in a thread."""
+
+    def __init__(self, state: LabState, hub: HubClient | None = None):
+        self.state = state
+        self.ledger = CollectorRegistry(auto_describe=False)
+        self.ledger.register(LedgerCollector(state, hub))
+        self.samples = CollectorRegistry(auto_describe=False)
+        self.samples.register(SampleCollector(state))
+        self._sample_text: tuple[object, bytes] | None = None
+
+    def sampled(self) -> bytes:
+        """Render the latest sample's series (once per sample)."""
+        sample = self.state.sample
+        cached = self._sample_text
+        if cached is None or cached[0] is not sample:
+            cached = self._sample_text = (sample, generate_latest(self.samples))
+        return cached[1]
+
+    def render(self) -> bytes:
+        """The whole exposition text (Prometheus text format)."""
+        return generate_latest(self.ledger) + self.sampled()

@@ -1,0 +1,136 @@
+"""The service's ``/services/gpulab/metrics``: refused without the scope, and its figures follow
+what happens in the ledger (a real hub starts the real service; the ledger is the one it reads).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import timedelta
+
+import pytest
+import requests
+import sqlalchemy as sa
+from metrics_support import samples, value
+from service_support import PREFIX, ledger_for, login, start_hub, user_token, wait_for_service
+
+from jupyterhub_gpulab import clock
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.ledger.schema import allocations
+
+TOKEN = secrets.token_hex(16)
+PROMETHEUS = f"""
+from jupyterhub_gpulab.hub.hubconfig import configure_prometheus
+configure_prometheus(c, api_token={TOKEN!r})
+"""
+A40 = SliceRequest(kind=SliceKind.GPU, model="A40")
+SEAT = SliceRequest(kind=SliceKind.SHARED)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    hub = start_hub(tmp_path_factory.mktemp("metrics-hub"), extra=PROMETHEUS)
+    try:
+        wait_for_service(hub)
+        yield hub
+    finally:
+        hub.stop()
+
+
+@pytest.fixture(scope="module")
+def ledger(hub):
+    ledger = ledger_for(hub)
+    yield ledger
+    ledger.close()
+
+
+def scrape(hub, token: str | None = TOKEN) -> requests.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return requests.get(hub.url + PREFIX + "metrics", headers=headers, timeout=30)
+
+
+def metrics(hub) -> dict:
+    r = scrape(hub)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("text/plain; version=")
+    return samples(r.text)
+
+
+def test_metrics_need_the_metrics_scope(hub):
+    r = scrape(hub, None)
+    assert r.status_code == 403
+    assert "custom:gpulab:metrics" in r.json()["message"]
+    student = user_token(hub, login(hub, "student"), "student")
+    r = scrape(hub, student)
+    assert r.status_code == 403, r.text
+    assert r.json() == {"status": 403, "message": "This needs the scope custom:gpulab:metrics."}
+    # readers of gpulab (instructors) hold it through custom:gpulab:read
+    instructor = user_token(hub, login(hub, "instructor"), "instructor")
+    assert scrape(hub, instructor).status_code == 200
+    # the same token scrapes the hub's own /hub/metrics
+    r = requests.get(hub.url + "/hub/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200 and "jupyterhub_running_servers" in r.text
+
+
+def test_slices_devices_culls_warnings_and_drift_follow_the_ledger(hub, ledger):
+    m = metrics(hub)
+    free = dict(node="lab-node", kind="gpu", mig_profile="", profile="")
+    assert value(m, "gpulab_slices", **free, state="free") == 3  # the A40, T4 and P40
+    assert value(m, "gpulab_slices", **free, state="held") == 0
+    assert value(m, "gpulab_slices", **free, state="drained") == 0
+    seats = dict(node="lab-node", kind="shared", mig_profile="", profile="")
+    assert value(m, "gpulab_slices", **seats, state="free") == 4
+    assert value(m, "gpulab_devices", node="lab-node", state="in_service") == 5
+    assert value(m, "gpulab_server_cull_total", rule="gpu-idle") == 0
+    assert value(m, "gpulab_budget_exhaustion_total", group="students") == 0
+    assert value(m, "gpulab_allocations_without_container", node="lab-node") == 0
+
+    a40 = ledger.claim(A40, user="researcher", profile="a40", charge_groups=[("researchers", None)])
+    seat = ledger.claim(SEAT, user="student", profile="shared-seat",
+                        charge_groups=[("students", 3)])  # fmt: skip
+    ledger.set_drained("GPU-p40-0003", True, "fan")
+    ledger.set_warning("student", "", "gpu-idle", "idle", clock.utcnow() + timedelta(minutes=9))
+    # the seat's server never got a container, 10 minutes on
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            allocations.update()
+            .where(allocations.c.id == seat.allocation.id)
+            .values(started_at=clock.utcnow() - timedelta(minutes=10))
+        )
+    ledger.set_container(a40.allocation.id, "c0ffee", "jupyter-researcher")
+    try:
+        m = metrics(hub)
+        assert value(m, "gpulab_slices", **{**free, "profile": "a40"}, state="held") == 1
+        assert value(m, "gpulab_slices", **free, state="free") == 1
+        assert value(m, "gpulab_slices", **free, state="drained") == 1
+        assert value(m, "gpulab_slices", **{**seats, "profile": "shared-seat"}, state="held") == 1
+        assert value(m, "gpulab_devices", node="lab-node", state="drained") == 1
+        assert value(m, "gpulab_cull_warnings", rule="gpu-idle") == 1
+        assert value(m, "gpulab_allocations_without_container", node="lab-node") == 1
+        # neither server runs on the hub: both are stale once the service asked the hub after
+        # they started (it asks every 2 s here)
+        deadline = time.monotonic() + 15
+        while value(m, "gpulab_allocations_stale", node="lab-node") != 2:
+            assert time.monotonic() < deadline, value(
+                m, "gpulab_allocations_stale", node="lab-node"
+            )
+            time.sleep(0.5)
+            m = metrics(hub)
+
+        ledger.release(seat.allocation.id, "culled:budget")
+        ledger.release(a40.allocation.id, "culled:gpu-idle")
+        m = metrics(hub)
+        assert value(m, "gpulab_server_cull_total", rule="budget") == 1
+        assert value(m, "gpulab_server_cull_total", rule="gpu-idle") == 1
+        assert value(m, "gpulab_budget_exhaustion_total", group="students") == 1
+        assert value(m, "gpulab_budget_exhaustion_total", group="researchers") == 0
+        assert value(m, "gpulab_allocations_without_container", node="lab-node") == 0
+        used = value(m, "gpulab_group_used_gpu_seconds", group="researchers", period="week")
+        assert used is not None and used >= 0
+    finally:
+        ledger.set_drained("GPU-p40-0003", False)
+        ledger.clear_warnings("student", "")
+        for a in ledger.open_allocations():
+            ledger.release(a.id, "test-cleanup")
+        with ledger.engine.begin() as conn:
+            conn.execute(sa.delete(allocations))
