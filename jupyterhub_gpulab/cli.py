@@ -4,6 +4,7 @@
     gpulab check-config -f jupyterhub_config.py   (with GPUDockerSpawner: also looks at the engine)
     gpulab allocations [--json] [-f jupyterhub_config.py]
     gpulab upgrade-db [-f jupyterhub_config.py]
+    gpulab check-auth -f jupyterhub_config.py [--json] CLAIMS   (a JSON file, a JWT, or - for stdin)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
 usage.
@@ -21,6 +22,7 @@ from pathlib import Path
 from traitlets import TraitError
 from traitlets.config import Config
 
+from .auth.check import auth_errors
 from .errors import ConfigError
 from .lab.config import GPULab, Lab, load_config_file
 from .units import format_bytes
@@ -260,6 +262,7 @@ def cmd_check_config(args) -> int:
     spawner, errors = _spawner(config)
     errors += _service_errors(config)
     errors += _db_url_errors(GPULab(config=config).db_url)
+    errors += auth_errors(config)
     lab = None
     try:
         gl = GPULab(config=config)
@@ -341,6 +344,33 @@ def cmd_upgrade_db(args) -> int:
     return 0
 
 
+def cmd_check_auth(args) -> int:
+    from .auth.check import authenticator, explain_claims, format_report, read_claims
+
+    config = _config(args.config)
+    auth = authenticator(config)
+    if auth is None:
+        print(
+            "gpulab: c.JupyterHub.authenticator_class is not a gpulab authenticator "
+            "(gpulab-oidc, gpulab-lti13); there is no group mapping to check",
+            file=sys.stderr,
+        )
+        return 2
+    text = sys.stdin.read() if args.claims == "-" else None
+    if text is None:
+        path = Path(args.claims)
+        text = path.read_text() if path.is_file() else args.claims
+    try:
+        claims = read_claims(text)
+    except ValueError as e:
+        print(f"gpulab: claims: {e}", file=sys.stderr)
+        return 2
+    lab = GPULab(config=config).load()
+    report = explain_claims(auth, claims, lab)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 1 if report["error"] or not report["allowed"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpulab", description="jupyterhub-gpulab administration")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -373,6 +403,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("allocations", cmd_allocations, "list open allocations", True)
     add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
+    p = add(
+        "check-auth",
+        cmd_check_auth,
+        "show the groups, policies and profiles a login with these token claims gets; exit 1 "
+        "when that login would be refused",
+        True,
+        config_required=True,
+    )
+    p.add_argument("claims", help="a JSON file of the claims, a JWT (not verified), or - (stdin)")
     return ap
 
 

@@ -1,0 +1,141 @@
+"""What ``gpulab check-config`` and ``gpulab check-auth`` ask of the authenticator settings.
+
+Runs in the ``gpulab`` command. :func:`auth_errors` lists every problem of the configured gpulab
+authenticator (its traits, its group mapping); :func:`explain_claims` answers an admin's "what
+would this login give?": from a token's claims (a JSON object, or a JWT whose payload is read
+*without* verifying its signature — for looking only) to the username, the mapped groups (and
+what was dropped, and why), admin and allowed status, the group policies that apply, the profiles
+the user may pick and the GPU-hour budget rule.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from traitlets import TraitError
+from traitlets.config import Config
+
+from ..lab.config import Lab
+from ..lab.policy import PolicyContext
+from ..lab.profiles import entitled_in
+from .groupmap import ClaimError
+
+__all__ = ["auth_errors", "authenticator", "explain_claims", "read_claims"]
+
+_NAMES = {
+    "gpulab-oidc": "jupyterhub_gpulab.auth.oidc.GPULabOAuthenticator",
+    "gpulab-lti13": "jupyterhub_gpulab.auth.lti.GPULabLTI13Authenticator",
+}
+
+
+def _configured_class(config: Config):
+    """The gpulab authenticator class named by ``c.JupyterHub.authenticator_class``, or None."""
+    name = config.JupyterHub.get("authenticator_class") if "JupyterHub" in config else None
+    if not isinstance(name, str):
+        return name if getattr(name, "group_mapping", None) is not None else None
+    name = _NAMES.get(name, name)
+    if name not in _NAMES.values():
+        return None
+    module, _, cls = name.rpartition(".")
+    from importlib import import_module
+
+    return getattr(import_module(module), cls)
+
+
+def authenticator(config: Config):
+    """An instance of the configured gpulab authenticator (``None`` when the hub uses another);
+    :class:`TraitError` for a bad setting."""
+    cls = _configured_class(config)
+    return None if cls is None else cls(config=config)
+
+
+def auth_errors(config: Config) -> list[str]:
+    """Every problem of the configured gpulab authenticator's settings (``[]`` without one)."""
+    try:
+        auth = authenticator(config)
+    except TraitError as e:
+        return [f"authenticator: {e}"]
+    except ImportError as e:
+        return [f"c.JupyterHub.authenticator_class: {e} (pip install the missing package)"]
+    return [] if auth is None else auth.mapping_problems()
+
+
+def read_claims(text: str) -> dict:
+    """Claims from a JSON object or a JWT (payload only, signature NOT verified);
+    :class:`ValueError` naming the problem otherwise."""
+    text = text.strip()
+    if text.count(".") == 2 and not text.startswith("{"):
+        import jwt
+
+        try:
+            return jwt.decode(text, options={"verify_signature": False})
+        except jwt.PyJWTError as e:
+            raise ValueError(f"not a readable JWT: {e}") from None
+    try:
+        claims = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(claims, Mapping):
+        raise ValueError("the claims must be a JSON object")
+    return dict(claims)
+
+
+def explain_claims(auth, claims: Mapping, lab: Lab | None) -> dict:
+    """What a login with ``claims`` gives under ``auth`` (a gpulab authenticator) and ``lab``.
+
+    Returns ``{"username", "groups", "dropped": [[value, why]], "admin", "allowed", "error",
+    "policies": [{"group", "max_slices_per_user", "gpu_hours", "period", …}], "profiles":
+    [slug], "budget"}``; ``error`` is the login error the user would see (then no groups)."""
+    out: dict = {"error": None, "groups": [], "dropped": [], "policies": [], "profiles": []}
+    try:
+        who = auth.explain(claims)
+    except ClaimError as e:
+        out.update(error=e.message, reason=e.reason, detail=e.log_message)
+        return out
+    out.update(who)
+    if lab is not None:
+        ctx = PolicyContext.for_user(out["groups"], bool(out["admin"]), lab)
+        out["policies"] = [
+            {
+                "group": p.group,
+                "profiles": list(p.profiles) if p.profiles is not None else None,
+                "max_slices_per_user": p.max_slices_per_user,
+                "gpu_hours": p.gpu_hours,
+                "period": p.period if p.gpu_hours is not None else None,
+            }
+            for p in ctx.policies
+        ]
+        out["profiles"] = [p.slug for p in entitled_in(lab.profiles, ctx)]
+        hours = [p for p in ctx.policies if p.gpu_hours is not None]
+        if ctx.policies and len(hours) == len(ctx.policies):
+            best = max(hours, key=lambda p: p.gpu_hours)
+            out["budget"] = f"{best.gpu_hours:g} GPU-hours per {best.period} ({best.group})"
+        else:
+            out["budget"] = None
+        out["user_limit"] = ctx.user_limit
+    return out
+
+
+def format_report(r: dict) -> str:
+    """The human form of :func:`explain_claims`' answer."""
+    if r["error"]:
+        return f"login refused ({r['reason']}): {r['error']}\n  log: {r['detail']}"
+    lines = [
+        f"username: {r['username']}",
+        f"groups:   {', '.join(r['groups']) or '(none)'}",
+    ]
+    lines += [f"  dropped {v!r}: {why}" for v, why in r["dropped"]]
+    lines.append(f"admin:    {'yes' if r['admin'] else 'no'}")
+    lines.append(f"allowed:  {'yes' if r['allowed'] else 'NO (not in allowed_groups/users)'}")
+    for extra in ("course", "lti_roles"):
+        if r.get(extra):
+            lines.append(f"{extra}: {r[extra]}")
+    if "user_limit" in r:
+        pols = ", ".join(p["group"] for p in r["policies"]) or "(none: no limits)"
+        lines.append(f"policies: {pols}")
+        lim = r["user_limit"]
+        lines.append(f"slices at once: {'unlimited' if lim is None else lim}")
+        lines.append(f"budget:   {r['budget'] or 'none'}")
+        lines.append(f"profiles: {', '.join(r['profiles']) or '(none)'}")
+    return "\n".join(lines)
