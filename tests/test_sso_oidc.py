@@ -1,0 +1,176 @@
+"""Campus SSO end to end: a real browser logs in through a real OpenID Connect provider (npm's
+``oidc-provider``, started here) to a real hub whose ``GPULabOAuthenticator`` maps the provider's
+group claims, and the gpulab rules follow the mapped groups.
+
+- A Keycloak-shaped student (``/students``) lands in ``students``: the student profiles and the
+  GPU-hour budget on ``/services/gpulab/me``; a researcher sees the research profile; an admin
+  group makes a hub admin.
+- A user whose groups change at the provider gets the new groups and policy after the refresh
+  age, without logging in again.
+- The Entra ID overage marker and a malformed group claim are a clear 403 login page (never a
+  500), and such a user gets no groups at all (is not even created).
+- Every provider shape (Entra ID object ids, Okta, Auth0's namespaced claim, CILogon's
+  ``isMemberOf``) maps through its preset over the real flow.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from service_support import PREFIX
+from sso_support import browser_login, sso_hub, wait_for
+from test_service_browser import browser  # noqa: F401  (the real chromium fixture)
+
+from jupyterhub_gpulab.auth.presets import PRESETS
+
+pytestmark = [pytest.mark.sso, pytest.mark.browser]
+
+REFRESH_AGE = 3
+ENTRA_STUDENTS = "6a1f0b6e-3d2c-4a57-9d1e-0c7a3f1b2e4d"
+
+USERS = {
+    "ana": {"preferred_username": "ana", "groups": ["/students", "/library"]},
+    "rui": {"preferred_username": "rui", "groups": ["/researchers"]},
+    "kim": {"preferred_username": "kim", "groups": ["/gpu-admins"]},
+    "eve": {
+        "preferred_username": "eve",
+        "_claim_names": {"groups": "src1"},
+        "_claim_sources": {"src1": {"endpoint": "https://graph.microsoft.com/v1.0/users/eve"}},
+    },
+    "mal": {"preferred_username": "mal", "groups": {"students": True}},
+}
+
+
+@pytest.fixture(scope="module")
+def sso(tmp_path_factory):
+    hub, idp = sso_hub(
+        tmp_path_factory.mktemp("sso-hub"),
+        USERS,
+        refresh_age=REFRESH_AGE,
+        strip_prefixes=["/"],
+        keep_unmapped=True,
+    )
+    try:
+        yield hub, idp
+    finally:
+        hub.stop()
+        idp.stop()
+
+
+def groups_of(hub, name: str) -> list[str]:
+    return sorted(hub.user_model(name)["groups"])
+
+
+def me_page(browser, hub) -> str:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    browser.get(hub.url + PREFIX + "me")
+    wait_for(lambda: browser.find_elements(By.ID, "my-budget"), 30, "the user page")
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+def test_student_logs_in_and_gets_student_profiles_and_budget(sso, browser):  # noqa: F811
+    hub, _ = sso
+    browser_login(browser, hub, "ana")
+    assert groups_of(hub, "ana") == ["library", "students"]
+    assert hub.user_model("ana")["admin"] is False
+    page = me_page(browser, hub)
+    assert "of 5 GPU-hours used this week (students)" in page
+    assert "PyTorch (1g.5gb MIG slice)" in page and "PyTorch (full A40)" not in page
+
+
+def test_researcher_gets_the_research_profile_and_admin_group_makes_an_admin(sso, browser):  # noqa: F811
+    hub, _ = sso
+    browser_login(browser, hub, "rui")
+    assert groups_of(hub, "rui") == ["researchers"]
+    page = me_page(browser, hub)
+    assert "PyTorch (full A40)" in page and "No GPU-hour budget applies to you" in page
+    browser_login(browser, hub, "kim")
+    assert hub.user_model("kim")["admin"] is True
+
+
+def test_group_change_at_the_provider_applies_after_the_refresh_age(sso, browser):  # noqa: F811
+    hub, idp = sso
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/students"]})
+    browser_login(browser, hub, "ana")
+    assert groups_of(hub, "ana") == ["students"]
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/researchers"]})
+    time.sleep(REFRESH_AGE + 0.5)
+    browser.get(hub.url + "/hub/home")  # her next request, no new login
+    wait_for(lambda: groups_of(hub, "ana") == ["researchers"], 15, "ana's refreshed groups")
+    assert "No GPU-hour budget applies to you" in me_page(browser, hub)
+    assert "/hub/login" not in browser.current_url
+
+
+@pytest.mark.parametrize(
+    "user, says",
+    [
+        pytest.param("eve", "more groups than your identity provider", id="entra-overage"),
+        pytest.param("mal", "in a form this hub cannot read", id="malformed-claim"),
+    ],
+)
+def test_unreadable_groups_are_a_clear_login_error(sso, browser, user, says):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    hub, _ = sso
+    browser_login(browser, hub, user)
+    text = wait_for(lambda: browser.find_element(By.TAG_NAME, "body").text, 10, "the error page")
+    assert "403" in text and says in text, text
+    assert "500" not in text
+    assert hub.api("GET", f"/users/{user}").status_code == 404  # no user, no groups
+
+
+@pytest.mark.parametrize(
+    "shape, claims, kw, expected",
+    [
+        pytest.param(
+            "entra",
+            {"preferred_username": "sam", "groups": [ENTRA_STUDENTS, "0000-unknown"]},
+            {"rename": {ENTRA_STUDENTS: "students"}},
+            ["students"],
+            id="entra-object-ids",
+        ),
+        pytest.param(
+            "okta", {"preferred_username": "sam", "groups": ["students", "Everyone"]}, {},
+            ["Everyone", "students"], id="okta",
+        ),
+        pytest.param(
+            "auth0",
+            {"preferred_username": "sam", "https://uni.example/groups": ["researchers"]},
+            {"claim": "https://uni.example/groups"},
+            ["researchers"],
+            id="auth0-namespaced",
+        ),
+        pytest.param(
+            "cilogon",
+            {"preferred_username": "sam", "isMemberOf": ["CO:COU:students:members:all", "CO:x"]},
+            {},
+            ["students"],
+            id="cilogon-ismemberof",
+        ),
+    ],
+)  # fmt: skip
+def test_each_provider_shape_maps_over_the_real_flow(
+    tmp_path,
+    browser,
+    shape,
+    claims,
+    kw,
+    expected,  # noqa: F811
+):
+    p = PRESETS[shape]
+    mapping = {
+        "claim": p.claim,
+        "strip_prefixes": list(p.strip_prefixes),
+        "patterns": dict(p.patterns),
+        "keep_unmapped": p.keep_unmapped,
+        **kw,
+    }
+    hub, idp = sso_hub(tmp_path / shape, {"sam": claims}, **mapping)
+    try:
+        browser_login(browser, hub, "sam")
+        assert groups_of(hub, "sam") == expected
+    finally:
+        hub.stop()
+        idp.stop()
