@@ -18,13 +18,14 @@ from __future__ import annotations
 import time
 
 import pytest
+import test_service_browser
 from service_support import PREFIX
 from sso_support import browser_login, sso_hub, wait_for
-from test_service_browser import browser  # noqa: F401  (the real chromium fixture)
 
 from jupyterhub_gpulab.auth.presets import PRESETS
 
 pytestmark = [pytest.mark.sso, pytest.mark.browser]
+browser = test_service_browser.browser  # the real chromium fixture
 
 REFRESH_AGE = 3
 ENTRA_STUDENTS = "6a1f0b6e-3d2c-4a57-9d1e-0c7a3f1b2e4d"
@@ -62,7 +63,7 @@ def groups_of(hub, name: str) -> list[str]:
     return sorted(hub.user_model(name)["groups"])
 
 
-def me_page(browser, hub) -> str:  # noqa: F811
+def me_page(browser, hub) -> str:
     from selenium.webdriver.common.by import By
 
     browser.get(hub.url + PREFIX + "me")
@@ -70,7 +71,7 @@ def me_page(browser, hub) -> str:  # noqa: F811
     return browser.find_element(By.TAG_NAME, "body").text
 
 
-def test_student_logs_in_and_gets_student_profiles_and_budget(sso, browser):  # noqa: F811
+def test_student_logs_in_and_gets_student_profiles_and_budget(sso, browser):
     hub, _ = sso
     browser_login(browser, hub, "ana")
     assert groups_of(hub, "ana") == ["library", "students"]
@@ -80,7 +81,7 @@ def test_student_logs_in_and_gets_student_profiles_and_budget(sso, browser):  # 
     assert "PyTorch (1g.5gb MIG slice)" in page and "PyTorch (full A40)" not in page
 
 
-def test_researcher_gets_the_research_profile_and_admin_group_makes_an_admin(sso, browser):  # noqa: F811
+def test_researcher_gets_the_research_profile_and_admin_group_makes_an_admin(sso, browser):
     hub, _ = sso
     browser_login(browser, hub, "rui")
     assert groups_of(hub, "rui") == ["researchers"]
@@ -90,7 +91,7 @@ def test_researcher_gets_the_research_profile_and_admin_group_makes_an_admin(sso
     assert hub.user_model("kim")["admin"] is True
 
 
-def test_group_change_at_the_provider_applies_after_the_refresh_age(sso, browser):  # noqa: F811
+def test_group_change_at_the_provider_applies_after_the_refresh_age(sso, browser):
     hub, idp = sso
     idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/students"]})
     browser_login(browser, hub, "ana")
@@ -110,7 +111,7 @@ def test_group_change_at_the_provider_applies_after_the_refresh_age(sso, browser
         pytest.param("mal", "in a form this hub cannot read", id="malformed-claim"),
     ],
 )
-def test_unreadable_groups_are_a_clear_login_error(sso, browser, user, says):  # noqa: F811
+def test_unreadable_groups_are_a_clear_login_error(sso, browser, user, says):
     from selenium.webdriver.common.by import By
 
     hub, _ = sso
@@ -157,7 +158,7 @@ def test_each_provider_shape_maps_over_the_real_flow(
     shape,
     claims,
     kw,
-    expected,  # noqa: F811
+    expected,
 ):
     p = PRESETS[shape]
     mapping = {
