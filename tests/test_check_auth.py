@@ -107,3 +107,27 @@ def test_check_config_checks_rename_targets(tmp_path, capsys, body):
     assert main(["check-config", "-f", write(tmp_path, body)]) == (1 if body else 0)
     if body:
         assert "'a/b'" in capsys.readouterr().err
+
+
+def test_check_auth_explains_an_lti_launch_with_its_course(tmp_path, capsys):
+    cfg = tmp_path / "jupyterhub_config.py"
+    cfg.write_text(
+        "c = get_config()  # noqa: F821\n"
+        f"c.GPULab.inventory = {LAB!r}\nc.GPULab.profiles = {PROFILES!r}\n"
+        f"c.GPULab.group_policies = {POLICIES!r}\n"
+        'c.JupyterHub.authenticator_class = "gpulab-lti13"\n'
+        'c.GPULabLTI13Authenticator.context_groups = {"42": "ml101", "43": "bad/name"}\n'
+    )
+    launch = {
+        "email": "lea@uni.example",
+        "https://purl.imsglobal.org/spec/lti/claim/roles": [
+            "http://purl.imsglobal.org/vocab/lis/v2/membership#Learner"
+        ],
+        "https://purl.imsglobal.org/spec/lti/claim/context": {"id": "42"},
+    }
+    assert main(["check-auth", "-f", str(cfg), "--json", json.dumps(launch)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["groups"] == ["ml101", "students"] and r["course"] == "context '42' -> ml101"
+    assert r["profiles"] == ["cpu", "mig"]
+    assert main(["check-config", "-f", str(cfg)]) == 1
+    assert "'bad/name' is not a valid group name" in capsys.readouterr().err
