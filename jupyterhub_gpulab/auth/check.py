@@ -58,7 +58,16 @@ def auth_errors(config: Config) -> list[str]:
         return [f"authenticator: {e}"]
     except ImportError as e:
         return [f"c.JupyterHub.authenticator_class: {e} (pip install the missing package)"]
-    return [] if auth is None else auth.mapping_problems()
+    if auth is None:
+        return []
+    errors = auth.mapping_problems()
+    if auth.manage_groups and "JupyterHub" in config and config.JupyterHub.get("load_groups"):
+        errors.append(
+            "c.JupyterHub.load_groups: the authenticator manages groups (manage_groups), so "
+            "JupyterHub refuses to start with load_groups; remove it (groups come from the "
+            "identity provider)"
+        )
+    return errors
 
 
 def read_claims(text: str) -> dict:
