@@ -22,7 +22,7 @@ from pathlib import Path
 from traitlets import TraitError
 from traitlets.config import Config
 
-from .auth.check import auth_errors
+from .auth.check import auth_errors, auth_warnings
 from .errors import ConfigError
 from .lab.config import GPULab, Lab, load_config_file
 from .units import format_bytes
@@ -274,7 +274,7 @@ def cmd_check_config(args) -> int:
         for m in errors:
             print(f"  - {m}", file=sys.stderr)
         return 1
-    for w in [*lab.warnings, *_limit_warnings(lab, spawner)]:
+    for w in [*lab.warnings, *_limit_warnings(lab, spawner), *auth_warnings(config, lab)]:
         print(f"warning: {w}")
     kinds: dict[str, int] = {}
     for s in lab.inventory.slices:

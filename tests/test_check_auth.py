@@ -131,3 +131,41 @@ def test_check_auth_explains_an_lti_launch_with_its_course(tmp_path, capsys):
     assert r["profiles"] == ["cpu", "mig"]
     assert main(["check-config", "-f", str(cfg)]) == 1
     assert "'bad/name' is not a valid group name" in capsys.readouterr().err
+
+
+def test_check_config_warns_about_policy_groups_no_login_can_be_in(tmp_path, capsys):
+    cfg = write(
+        tmp_path,
+        'c.GPULabOAuthenticator.group_rename = {"6a1f-students-oid": "students"}\n'
+        "c.GPULabOAuthenticator.group_keep_unmapped = False\n"
+        "c.GPULabOAuthenticator.group_strip_prefixes = []\n",
+    )
+    assert main(["check-config", "-f", cfg]) == 0
+    out = capsys.readouterr().out
+    assert "group policy 'researchers' names group 'researchers', which the authenticator" in out
+    assert "group policy 'students'" not in out
+    # Keycloak's preset keeps every group: nothing can be said, nothing is warned
+    assert main(["check-config", "-f", write(tmp_path)]) == 0
+    assert "never produces" not in capsys.readouterr().out
+
+
+def test_groups_owner_says_who_owns_rosters(tmp_path):
+    from jupyterhub_gpulab.auth.roster import groups_owner
+    from jupyterhub_gpulab.lab.config import load_config_file
+
+    sso = groups_owner(load_config_file(write(tmp_path)))
+    assert sso.kind == "oidc" and not sso.may_edit and sso.refresh_age == 300
+    assert "from the identity provider" in sso.describe("ml101")
+    assert sso.can_produce("anything") is None  # keycloak keeps every group
+    lti = tmp_path / "lti.py"
+    lti.write_text(
+        'c = get_config()  # noqa: F821\nc.JupyterHub.authenticator_class = "gpulab-lti13"\n'
+        'c.GPULabLTI13Authenticator.context_groups = {"42": "ml101"}\n'
+    )
+    owner = groups_owner(load_config_file(lti))
+    assert owner.kind == "lti" and not owner.may_edit
+    assert owner.can_produce("ml101") and owner.can_produce("ml101-staff")
+    assert owner.can_produce("ml102") is False and "LMS" in owner.describe("ml101")
+    hub = tmp_path / "hub.py"
+    hub.write_text('c = get_config()  # noqa: F821\nc.JupyterHub.authenticator_class = "dummy"\n')
+    assert groups_owner(load_config_file(hub)).may_edit

@@ -175,3 +175,18 @@ def test_each_provider_shape_maps_over_the_real_flow(
     finally:
         hub.stop()
         idp.stop()
+
+
+def test_a_group_edited_in_the_hub_is_overwritten_by_the_provider(sso, browser):
+    """Why gpulab never edits groups the provider owns: JupyterHub 6 accepts the edit (its
+    check of managed groups in the group API is deprecated since 5.3), and the next refresh puts
+    the provider's groups back."""
+    hub, idp = sso
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/students"]})
+    browser_login(browser, hub, "ana")
+    hub.api("POST", "/groups", json={"groups": ["ml101"]})
+    r = hub.api("POST", "/groups/ml101/users", json={"users": ["ana"]})
+    assert r.status_code == 200 and groups_of(hub, "ana") == ["ml101", "students"]
+    time.sleep(REFRESH_AGE + 0.5)
+    browser.get(hub.url + "/hub/home")
+    wait_for(lambda: groups_of(hub, "ana") == ["students"], 15, "the provider's groups back")

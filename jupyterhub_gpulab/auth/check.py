@@ -21,7 +21,7 @@ from ..lab.policy import PolicyContext
 from ..lab.profiles import entitled_in
 from .groupmap import ClaimError
 
-__all__ = ["auth_errors", "authenticator", "explain_claims", "read_claims"]
+__all__ = ["auth_errors", "auth_warnings", "authenticator", "explain_claims", "read_claims"]
 
 _NAMES = {
     "gpulab-oidc": "jupyterhub_gpulab.auth.oidc.GPULabOAuthenticator",
@@ -68,6 +68,27 @@ def auth_errors(config: Config) -> list[str]:
             "identity provider)"
         )
     return errors
+
+
+def auth_warnings(config: Config, lab: Lab) -> list[str]:
+    """Group policies and profiles naming a group that no login can be in under the
+    configured mapping (e.g. an Entra ID rename that lacks it)."""
+    from .roster import groups_owner
+
+    try:
+        owner = groups_owner(config)
+    except (TraitError, ImportError):
+        return []  # reported by auth_errors
+    named = {g: f"group policy '{g}'" for g in lab.policies}
+    for p in lab.profiles:
+        for g in p.groups or ():
+            named.setdefault(g, f"profile '{p.slug}' (groups)")
+    return [
+        f"{where} names group '{g}', which the authenticator's group mapping never produces "
+        "(add it to group_rename, group_patterns or context_groups)"
+        for g, where in sorted(named.items())
+        if owner.can_produce(g) is False
+    ]
 
 
 def read_claims(text: str) -> dict:
