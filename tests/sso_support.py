@@ -48,7 +48,9 @@ def idp_problem() -> str | None:
 class LocalIdP:
     """The local provider as a subprocess; see the module docstring."""
 
-    def __init__(self, workdir: Path, users: dict, redirect_uri: str):
+    def __init__(
+        self, workdir: Path, users: dict, redirect_uri: str, *, id_token_claims: bool = False
+    ):
         require_or_skip(idp_problem(), "The local OpenID Connect provider")
         self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
@@ -65,6 +67,7 @@ class LocalIdP:
             CLIENT_ID=CLIENT_ID,
             CLIENT_SECRET=CLIENT_SECRET,
             REDIRECT_URIS=redirect_uri,
+            ID_TOKEN_CLAIMS="1" if id_token_claims else "",
         )
         self.proc = subprocess.Popen(
             ["node", str(IDP_SCRIPT)], stdout=self._log, stderr=subprocess.STDOUT, env=env
@@ -99,12 +102,15 @@ class LocalIdP:
         self._log.close()
 
 
-def sso_hub(workdir: Path, users: dict, *, refresh_age: int = 300, **mapping):
+def sso_hub(
+    workdir: Path, users: dict, *, refresh_age: int = 300, id_token: bool = False, **mapping
+):
     """``(hub, idp)``: a started hub (gpulab service included) logging in through a new
-    :class:`LocalIdP` serving ``users``; ``mapping``: configure_sso's mapping keywords."""
+    :class:`LocalIdP` serving ``users``; ``mapping``: configure_sso's mapping keywords;
+    ``id_token``: the claims come from the ID token (as the Entra ID preset reads them)."""
     workdir.mkdir(parents=True, exist_ok=True)
     hub = make_hub(workdir, extra="")  # not started: its URL is the provider's redirect URI
-    idp = LocalIdP(workdir, users, f"{hub.url}/hub/oauth_callback")
+    idp = LocalIdP(workdir, users, f"{hub.url}/hub/oauth_callback", id_token_claims=id_token)
     kw = ", ".join(f"{k}={v!r}" for k, v in mapping.items())
     hub.extra_config += f"""
 c.GPULab.group_policies = {SSO_POLICIES!r}
@@ -112,6 +118,11 @@ from jupyterhub_gpulab.auth.presets import configure_sso
 configure_sso(c, "oidc", issuer="{idp.issuer}", client_id="{CLIENT_ID}",
               client_secret="{CLIENT_SECRET}", callback_url="{hub.url}/hub/oauth_callback",
               admin_groups=["gpu-admins"], refresh_age={refresh_age}{", " + kw if kw else ""})
+"""
+    if id_token:  # as configure_sso(c, "entra", …) does
+        hub.extra_config += """
+c.GPULabOAuthenticator.pop("userdata_url")
+c.GPULabOAuthenticator.userdata_from_id_token = True
 """
     hub.env = {"JUPYTERHUB_CRYPT_KEY": Fernet.generate_key().decode()}
     try:

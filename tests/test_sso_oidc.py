@@ -29,6 +29,7 @@ browser = test_service_browser.browser  # the real chromium fixture
 
 REFRESH_AGE = 3
 ENTRA_STUDENTS = "6a1f0b6e-3d2c-4a57-9d1e-0c7a3f1b2e4d"
+ENTRA_RESEARCHERS = "0b7c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e"
 
 USERS = {
     "ana": {"preferred_username": "ana", "groups": ["/students", "/library"]},
@@ -190,3 +191,36 @@ def test_a_group_edited_in_the_hub_is_overwritten_by_the_provider(sso, browser):
     time.sleep(REFRESH_AGE + 0.5)
     browser.get(hub.url + "/hub/home")
     wait_for(lambda: groups_of(hub, "ana") == ["students"], 15, "the provider's groups back")
+
+
+def test_entra_groups_from_the_id_token_refresh_through_the_refresh_token(tmp_path, browser):
+    """Entra ID's shape end to end: object ids in the ID token (not userinfo), renamed; a
+    change at the provider arrives with the ID token the refresh token buys; the overage
+    marker in the ID token is the login error."""
+    users = {
+        "sam": {"preferred_username": "sam", "groups": [ENTRA_STUDENTS]},
+        "big": {"preferred_username": "big", **USERS["eve"]},
+    }
+    p = PRESETS["entra"]
+    hub, idp = sso_hub(
+        tmp_path / "entra",
+        users,
+        refresh_age=REFRESH_AGE,
+        id_token=True,
+        claim=p.claim,
+        keep_unmapped=p.keep_unmapped,
+        rename={ENTRA_STUDENTS: "students", ENTRA_RESEARCHERS: "researchers"},
+    )
+    try:
+        browser_login(browser, hub, "sam")
+        assert groups_of(hub, "sam") == ["students"]
+        idp.set_claims("sam", {"preferred_username": "sam", "groups": [ENTRA_RESEARCHERS]})
+        time.sleep(REFRESH_AGE + 0.5)
+        browser.get(hub.url + "/hub/home")
+        wait_for(lambda: groups_of(hub, "sam") == ["researchers"], 15, "sam's refreshed groups")
+        browser_login(browser, hub, "big")
+        assert "more groups than your identity provider" in browser.page_source
+        assert hub.api("GET", "/users/big").status_code == 404
+    finally:
+        hub.stop()
+        idp.stop()

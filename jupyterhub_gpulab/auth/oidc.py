@@ -195,8 +195,34 @@ class GPULabOAuthenticator(MappingTraits, GenericOAuthenticator):
 
     async def refresh_user(self, user, handler=None, **kwargs):
         """oauthenticator's refresh (userinfo again, refresh token when expired), re-mapping the
-        groups; claims that no longer map make the user log in again (``False``)."""
+        groups; claims that no longer map make the user log in again (``False``).
+
+        With ``userdata_from_id_token`` (Entra ID) the claims are the login's ID token, which
+        never changes: the refresh token buys a new one (:meth:`_refresh_id_token`)."""
         try:
+            if self.userdata_from_id_token and self.enable_auth_state:
+                return await self._refresh_id_token(user, handler)
             return await super().refresh_user(user, handler, **kwargs)
         except LoginRefused:
             return False
+
+    async def _refresh_id_token(self, user, handler):
+        """A fresh ID token through the refresh-token grant, and the auth model it gives;
+        ``True`` (keep the login's groups) without a refresh token; ``False`` (log in again)
+        when the provider refuses it."""
+        auth_state = await user.get_auth_state()
+        if not auth_state:
+            return False
+        refresh_token = auth_state.get("refresh_token")
+        if not refresh_token:
+            self.log.debug("%s: no refresh token; groups stay as at login", user.name)
+            return True
+        params = self.build_refresh_token_request_params(refresh_token)
+        try:
+            token_info = await self.get_token_info(handler, params)
+        except Exception as e:
+            self.log.info("%s: refresh token refused (%s); login required", user.name, e)
+            return False
+        if not token_info.get("refresh_token"):
+            token_info["refresh_token"] = refresh_token
+        return await self._token_to_auth_model(token_info)

@@ -10,8 +10,10 @@
 //   {"ana": {"preferred_username": "ana", "groups": ["/students"]}, ...}
 // Consent is given automatically (a first-party client). Claims may carry every provider's
 // shape (groups, isMemberOf, realm_access, a namespaced claim, Entra's overage marker).
+// Refresh tokens are issued at every login (as Keycloak and Entra ID with offline_access do).
 // Environment: OIDC_PROVIDER_MODULE (path of oidc-provider's lib/index.js), PORT, USERS_FILE,
-// CLIENT_ID, CLIENT_SECRET, REDIRECT_URIS (space separated), ACCESS_TTL (seconds, default 3600).
+// CLIENT_ID, CLIENT_SECRET, REDIRECT_URIS (space separated), ACCESS_TTL (seconds, default 3600),
+// ID_TOKEN_CLAIMS=1 to put the claims in the ID token too (as Entra ID puts its groups).
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
@@ -45,6 +47,10 @@ const provider = new Provider(issuer, {
   cookies: { keys: ['gpulab-local-idp-cookie-key'] },
   ttl: { AccessToken: Number(env('ACCESS_TTL', '3600')) },
   features: { devInteractions: { enabled: true } },
+  conformIdTokenClaims: env('ID_TOKEN_CLAIMS', '') !== '1',
+  async issueRefreshToken(ctx, client) {
+    return client.grantTypeAllowed('refresh_token');
+  },
   async findAccount(ctx, id) {
     if (!(id in users())) return undefined;
     return {
