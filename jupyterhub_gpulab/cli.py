@@ -5,6 +5,7 @@
     gpulab allocations [--json] [-f jupyterhub_config.py]
     gpulab upgrade-db [-f jupyterhub_config.py]
     gpulab check-auth -f jupyterhub_config.py [--json] CLAIMS   (a JSON file, a JWT, or - for stdin)
+    gpulab check-auth -f jupyterhub_config.py --hub-user NAME   (claims of NAME's last login)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
 usage.
@@ -345,30 +346,9 @@ def cmd_upgrade_db(args) -> int:
 
 
 def cmd_check_auth(args) -> int:
-    from .auth.check import authenticator, explain_claims, format_report, read_claims
+    from .auth.check import check_auth_command
 
-    config = _config(args.config)
-    auth = authenticator(config)
-    if auth is None:
-        print(
-            "gpulab: c.JupyterHub.authenticator_class is not a gpulab authenticator "
-            "(gpulab-oidc, gpulab-lti13); there is no group mapping to check",
-            file=sys.stderr,
-        )
-        return 2
-    text = sys.stdin.read() if args.claims == "-" else None
-    if text is None:
-        path = Path(args.claims)
-        text = path.read_text() if path.is_file() else args.claims
-    try:
-        claims = read_claims(text)
-    except ValueError as e:
-        print(f"gpulab: claims: {e}", file=sys.stderr)
-        return 2
-    lab = GPULab(config=config).load()
-    report = explain_claims(auth, claims, lab)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 1 if report["error"] or not report["allowed"] else 0
+    return check_auth_command(args, _config(args.config))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -411,7 +391,20 @@ def build_parser() -> argparse.ArgumentParser:
         True,
         config_required=True,
     )
-    p.add_argument("claims", help="a JSON file of the claims, a JWT (not verified), or - (stdin)")
+    p.add_argument(
+        "claims", nargs="?", help="a JSON file of the claims, a JWT (not verified), or - (stdin)"
+    )
+    p.add_argument(
+        "--hub-user",
+        metavar="NAME",
+        help="read NAME's claims from their last login (the hub's auth_state; the token in "
+        "JUPYTERHUB_API_TOKEN needs admin:auth_state)",
+    )
+    p.add_argument(
+        "--hub-url",
+        default=os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8000/hub/api"),
+        help="the hub's API (default: $JUPYTERHUB_API_URL or http://127.0.0.1:8000/hub/api)",
+    )
     return ap
 
 

@@ -224,3 +224,20 @@ def test_entra_groups_from_the_id_token_refresh_through_the_refresh_token(tmp_pa
     finally:
         hub.stop()
         idp.stop()
+
+
+def test_check_auth_reads_the_claims_of_a_test_login(sso, browser, capsys, monkeypatch):
+    """An admin logs in as a test user, then asks what that login gave and why."""
+    from jupyterhub_gpulab.cli import main
+
+    hub, idp = sso
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/students", "/a/b"]})
+    browser_login(browser, hub, "ana")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.token)
+    args = ["check-auth", "-f", str(hub.config_path), "--hub-url", hub.url + "/hub/api"]
+    assert main([*args, "--hub-user", "ana"]) == 0
+    out = capsys.readouterr().out
+    assert "groups:   students" in out and "dropped '/a/b'" in out
+    assert "budget:   5 GPU-hours per week (students)" in out
+    assert main([*args, "--hub-user", "nobody"]) == 2
+    assert "no user 'nobody'" in capsys.readouterr().err

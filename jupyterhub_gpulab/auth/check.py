@@ -11,17 +11,27 @@ the user may pick and the GPU-hour budget rule.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from traitlets import TraitError
 from traitlets.config import Config
 
-from ..lab.config import Lab
+from ..lab.config import GPULab, Lab
 from ..lab.policy import PolicyContext
 from ..lab.profiles import entitled_in
 from .groupmap import ClaimError
 
-__all__ = ["auth_errors", "auth_warnings", "authenticator", "explain_claims", "read_claims"]
+__all__ = [
+    "auth_errors",
+    "auth_warnings",
+    "authenticator",
+    "claims_from_hub",
+    "explain_claims",
+    "read_claims",
+]
 
 _NAMES = {
     "gpulab-oidc": "jupyterhub_gpulab.auth.oidc.GPULabOAuthenticator",
@@ -89,6 +99,31 @@ def auth_warnings(config: Config, lab: Lab) -> list[str]:
         for g, where in sorted(named.items())
         if owner.can_produce(g) is False
     ]
+
+
+def claims_from_hub(auth, api_url: str, token: str, user: str) -> dict:
+    """The claims of ``user``'s last login, from the hub's stored ``auth_state`` (``GET
+    <api_url>/users/<user>`` with a token holding ``admin:auth_state``); :class:`ValueError`
+    saying what is missing otherwise."""
+    import requests
+
+    url = f"{api_url.rstrip('/')}/users/{requests.utils.quote(user, safe='')}"
+    try:
+        r = requests.get(url, headers={"Authorization": f"token {token}"}, timeout=10)
+    except requests.RequestException as e:
+        raise ValueError(f"the hub at {api_url} did not answer: {e}") from None
+    if r.status_code in (401, 403):
+        raise ValueError(f"the hub refused the token ({r.status_code}); it needs admin:auth_state")
+    if r.status_code == 404:
+        raise ValueError(f"the hub has no user {user!r} (or the token may not see them)")
+    r.raise_for_status()
+    state = r.json().get("auth_state")
+    if not state:
+        raise ValueError(
+            f"the hub returned no auth_state for {user!r}: the token needs admin:auth_state, "
+            "c.Authenticator.enable_auth_state must be on, and the user must have logged in"
+        )
+    return auth.claims_in(state)
 
 
 def read_claims(text: str) -> dict:
@@ -169,3 +204,38 @@ def format_report(r: dict) -> str:
         lines.append(f"budget:   {r['budget'] or 'none'}")
         lines.append(f"profiles: {', '.join(r['profiles']) or '(none)'}")
     return "\n".join(lines)
+
+
+def check_auth_command(args, config: Config) -> int:
+    """``gpulab check-auth`` (``args``: ``claims``, ``hub_user``, ``hub_url``, ``json``) under
+    ``config``; prints the report; returns the exit status (0 allowed, 1 refused, 2 usage)."""
+    auth = authenticator(config)
+    if auth is None:
+        print(
+            "gpulab: c.JupyterHub.authenticator_class is not a gpulab authenticator "
+            "(gpulab-oidc, gpulab-lti13); there is no group mapping to check",
+            file=sys.stderr,
+        )
+        return 2
+    if (args.claims is None) == (args.hub_user is None):
+        print("gpulab: check-auth takes CLAIMS or --hub-user NAME (one of them)", file=sys.stderr)
+        return 2
+    try:
+        if args.hub_user is not None:
+            token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+            if not token:
+                raise ValueError("--hub-user needs JUPYTERHUB_API_TOKEN (with admin:auth_state)")
+            claims = claims_from_hub(auth, args.hub_url, token, args.hub_user)
+        else:
+            text = sys.stdin.read() if args.claims == "-" else None
+            if text is None:
+                path = Path(args.claims)
+                text = path.read_text() if path.is_file() else args.claims
+            claims = read_claims(text)
+    except ValueError as e:
+        print(f"gpulab: claims: {e}", file=sys.stderr)
+        return 2
+    lab = GPULab(config=config).load()
+    report = explain_claims(auth, claims, lab)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 1 if report["error"] or not report["allowed"] else 0

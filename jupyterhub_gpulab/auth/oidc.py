@@ -124,6 +124,11 @@ class MappingTraits(HasTraits):
             return [f"c.{cls}.group_patterns: {e}"]
         return [f"c.{cls}.group_*: {p}" for p in mapping.problems()]
 
+    def claims_in(self, auth_state: dict) -> dict:
+        """The claims the mapping reads, out of a user's stored ``auth_state`` (LTI: the
+        launch's id_token itself)."""
+        return auth_state
+
     def map_claims(self, username: str, claims) -> list[str]:
         """Groups for ``claims``; logs the mapping; :class:`LoginRefused` when unreadable."""
         try:
@@ -158,6 +163,9 @@ class GPULabOAuthenticator(MappingTraits, GenericOAuthenticator):
     @default("enable_auth_state")
     def _enable_auth_state_default(self):
         return True
+
+    def claims_in(self, auth_state: dict) -> dict:
+        return auth_state.get(self.user_auth_state_key) or {}
 
     async def get_user_groups(self, auth_state: dict):
         """The mapped groups of the claims in ``auth_state`` (:class:`LoginRefused` if none can
