@@ -169,3 +169,12 @@ def test_groups_owner_says_who_owns_rosters(tmp_path):
     hub = tmp_path / "hub.py"
     hub.write_text('c = get_config()  # noqa: F821\nc.JupyterHub.authenticator_class = "dummy"\n')
     assert groups_owner(load_config_file(hub)).may_edit
+
+
+def test_check_config_warns_when_the_crypt_key_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("JUPYTERHUB_CRYPT_KEY", raising=False)
+    assert main(["check-config", "-f", write(tmp_path)]) == 0
+    assert "warning: JUPYTERHUB_CRYPT_KEY is not set here" in capsys.readouterr().out
+    monkeypatch.setenv("JUPYTERHUB_CRYPT_KEY", "ab" * 32)
+    assert main(["check-config", "-f", write(tmp_path)]) == 0
+    assert "JUPYTERHUB_CRYPT_KEY" not in capsys.readouterr().out

@@ -82,18 +82,26 @@ def auth_errors(config: Config) -> list[str]:
 
 def auth_warnings(config: Config, lab: Lab) -> list[str]:
     """Group policies and profiles naming a group that no login can be in under the
-    configured mapping (e.g. an Entra ID rename that lacks it)."""
+    configured mapping (e.g. an Entra ID rename that lacks it); SSO without the
+    ``JUPYTERHUB_CRYPT_KEY`` the hub needs to start."""
     from .roster import groups_owner
 
     try:
         owner = groups_owner(config)
     except (TraitError, ImportError):
         return []  # reported by auth_errors
+    out = []
+    if owner.kind == "oidc" and not os.environ.get("JUPYTERHUB_CRYPT_KEY"):
+        out.append(
+            "JUPYTERHUB_CRYPT_KEY is not set here: the hub stores the provider's tokens "
+            "(to refresh groups) encrypted and exits at start without it in its environment "
+            "(openssl rand -hex 32)"
+        )
     named = {g: f"group policy '{g}'" for g in lab.policies}
     for p in lab.profiles:
         for g in p.groups or ():
             named.setdefault(g, f"profile '{p.slug}' (groups)")
-    return [
+    return out + [
         f"{where} names group '{g}', which the authenticator's group mapping never produces "
         "(add it to group_rename, group_patterns or context_groups)"
         for g, where in sorted(named.items())
