@@ -37,7 +37,7 @@ A claim that is simply absent means "no groups" (Keycloak omits the claim for a 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["ClaimError", "GroupMapping", "MappedGroups", "claim_value", "valid_group_name"]
@@ -268,7 +268,3 @@ def _check_template(compiled: re.Pattern, template: str) -> None:
         elif ref not in compiled.groupindex:
             raise re.error(f"the template refers to group {ref!r}, which the regex does not name")
 
-
-def merge(*groups: Iterable[str]) -> list[str]:
-    """Sorted union of several group lists."""
-    return sorted({g for gs in groups for g in gs})
