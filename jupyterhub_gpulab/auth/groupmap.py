@@ -267,4 +267,3 @@ def _check_template(compiled: re.Pattern, template: str) -> None:
                 )
         elif ref not in compiled.groupindex:
             raise re.error(f"the template refers to group {ref!r}, which the regex does not name")
-
