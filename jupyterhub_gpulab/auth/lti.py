@@ -165,6 +165,13 @@ class GPULabLTI13Authenticator(MappingTraits, LTI13Authenticator):
         model = await super().authenticate(handler, data)
         groups, course = self.launch_groups(model["name"], data or {})
         model["groups"] = groups
-        if course and self.land_on_course_server and handler is not None:
-            handler.gpulab_course_server = course
+        server = self.course_server(course) if course else None
+        if server and self.land_on_course_server and handler is not None:
+            handler.gpulab_course_server = server
         return model
+
+    def course_server(self, course_group: str) -> str | None:
+        """The named server a launch of the course whose (roster) group is ``course_group``
+        lands on: the group's name, which is the course's slug and server name when the
+        course keeps its default roster group. ``None``: land on the default page."""
+        return course_group

@@ -153,6 +153,7 @@ def configure_sso(
     a.username_claim = username_claim or p.username_claim
     a.login_service = {"oidc": "campus SSO"}.get(provider, provider.capitalize())
     a.manage_groups = True
+    c.Authenticator.manage_groups = True  # what code reading c.Authenticator looks at
     a.enable_auth_state = True
     a.group_claim = claim or p.claim
     a.group_strip_prefixes = list(
