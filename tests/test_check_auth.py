@@ -178,3 +178,16 @@ def test_check_config_warns_when_the_crypt_key_is_missing(tmp_path, capsys, monk
     monkeypatch.setenv("JUPYTERHUB_CRYPT_KEY", "ab" * 32)
     assert main(["check-config", "-f", write(tmp_path)]) == 0
     assert "JUPYTERHUB_CRYPT_KEY" not in capsys.readouterr().out
+
+
+def test_allowed_groups_refuse_everyone_else(tmp_path, capsys):
+    cfg = write(
+        tmp_path,
+        'configure_sso(c, "keycloak", issuer="https://sso.uni/realms/campus", client_id="hub",'
+        ' client_secret="s", allowed_groups=["students"])\n',
+    )
+    rui = json.dumps({"preferred_username": "rui", "groups": ["/researchers"]})
+    assert main(["check-auth", "-f", cfg, rui]) == 1
+    assert "allowed:  NO" in capsys.readouterr().out
+    ana = json.dumps({"preferred_username": "ana", "groups": ["/students"]})
+    assert main(["check-auth", "-f", cfg, ana]) == 0

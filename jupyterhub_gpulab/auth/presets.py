@@ -164,8 +164,6 @@ def configure_sso(
     a.group_keep_unmapped = p.keep_unmapped if keep_unmapped is None else keep_unmapped
     if admin_groups:
         a.admin_groups = set(admin_groups)
-    if allowed_groups:
-        a.allowed_groups = set(allowed_groups)
-    else:
-        a.allow_all = True
+    a.allowed_groups = set(allowed_groups)
+    a.allow_all = not allowed_groups
     c.Authenticator.auth_refresh_age = parse_seconds(refresh_age, "refresh_age")
