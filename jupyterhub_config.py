@@ -45,19 +45,43 @@ c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 3
 
 # --- Who logs in ---------------------------------------------------------------------------
-# ADMIN: use your campus SSO in production, e.g.
-#   c.JupyterHub.authenticator_class = "generic-oauth"   (oauthenticator)
-#   c.GenericOAuthenticator.manage_groups = True          (groups from the IdP's claims)
-# The demo accepts any username with any password; "admin" is a JupyterHub admin.
-c.JupyterHub.authenticator_class = "dummy"
-c.Authenticator.allow_all = True
+# ADMIN: use your campus SSO in production (README, "Campus single sign-on"); groups then come
+# from the provider's claims, e.g. for Keycloak:
+#   from jupyterhub_gpulab.auth.presets import configure_sso
+#   configure_sso(c, "keycloak", issuer="https://sso.example.edu/realms/campus",
+#                 client_id="jupyterhub", client_secret=os.environ["OIDC_CLIENT_SECRET"],
+#                 callback_url="https://hub.example.edu/hub/oauth_callback",
+#                 admin_groups=["gpu-admins"], refresh_age="5m")
+# and JUPYTERHUB_CRYPT_KEY in the hub's environment (openssl rand -hex 32).
 c.Authenticator.admin_users = {"admin"}
-# ADMIN: groups drive entitlement and quotas. With SSO, let the authenticator manage them.
-c.JupyterHub.load_groups = {
-    "students": {"users": ["student1", "student2", "student3"]},
-    "researchers": {"users": ["researcher1"]},
-    "instructors": {"users": ["instructor1"]},
-}
+if os.environ.get("GPULAB_DEMO_AUTH") == "oidc":
+    # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh: the local provider of scripts/demo-idp.sh, whose
+    # users carry Keycloak-shaped groups ("/students"); any password.
+    from jupyterhub_gpulab.auth.presets import configure_sso
+
+    _hub_url = f"http://{c.JupyterHub.ip}:{c.JupyterHub.port}"
+    configure_sso(
+        c,
+        "oidc",
+        issuer=os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000"),
+        client_id=os.environ.get("GPULAB_IDP_CLIENT_ID", "jupyterhub"),
+        client_secret=os.environ.get("GPULAB_IDP_CLIENT_SECRET", "gpulab-demo-secret"),
+        callback_url=f"{_hub_url}/hub/oauth_callback",
+        strip_prefixes=["/"],
+        admin_groups=["gpu-admins"],
+        refresh_age="1m",
+    )
+else:
+    # The demo accepts any username with any password; "admin" is a JupyterHub admin.
+    c.JupyterHub.authenticator_class = "dummy"
+    c.Authenticator.allow_all = True
+    # ADMIN: groups drive entitlement and quotas. With SSO the authenticator manages them (and
+    # JupyterHub refuses load_groups).
+    c.JupyterHub.load_groups = {
+        "students": {"users": ["student1", "student2", "student3"]},
+        "researchers": {"users": ["researcher1"]},
+        "instructors": {"users": ["instructor1"]},
+    }
 
 # --- The spawner -----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpulab"  # jupyterhub_gpulab.GPUDockerSpawner

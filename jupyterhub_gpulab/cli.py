@@ -4,6 +4,8 @@
     gpulab check-config -f jupyterhub_config.py   (with GPUDockerSpawner: also looks at the engine)
     gpulab allocations [--json] [-f jupyterhub_config.py]
     gpulab upgrade-db [-f jupyterhub_config.py]
+    gpulab check-auth -f jupyterhub_config.py [--json] CLAIMS   (a JSON file, a JWT, or - for stdin)
+    gpulab check-auth -f jupyterhub_config.py --hub-user NAME   (claims of NAME's last login)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
 usage.
@@ -21,6 +23,7 @@ from pathlib import Path
 from traitlets import TraitError
 from traitlets.config import Config
 
+from .auth.check import auth_errors, auth_warnings
 from .errors import ConfigError
 from .lab.config import GPULab, Lab, load_config_file
 from .units import format_bytes
@@ -276,6 +279,7 @@ def cmd_check_config(args) -> int:
     spawner, errors = _spawner(config)
     errors += _service_errors(config)
     errors += _db_url_errors(GPULab(config=config).db_url)
+    errors += auth_errors(config)
     lab = None
     try:
         gl = GPULab(config=config)
@@ -287,7 +291,7 @@ def cmd_check_config(args) -> int:
         for m in errors:
             print(f"  - {m}", file=sys.stderr)
         return 1
-    for w in [*lab.warnings, *_limit_warnings(lab, spawner)]:
+    for w in [*lab.warnings, *_limit_warnings(lab, spawner), *auth_warnings(config, lab)]:
         print(f"warning: {w}")
     kinds: dict[str, int] = {}
     for s in lab.inventory.slices:
@@ -357,6 +361,12 @@ def cmd_upgrade_db(args) -> int:
     return 0
 
 
+def cmd_check_auth(args) -> int:
+    from .auth.check import check_auth_command
+
+    return check_auth_command(args, _config(args.config))
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpulab", description="jupyterhub-gpulab administration")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -389,6 +399,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("allocations", cmd_allocations, "list open allocations", True)
     add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
+    p = add(
+        "check-auth",
+        cmd_check_auth,
+        "show the groups, policies and profiles a login with these token claims gets; exit 1 "
+        "when that login would be refused",
+        True,
+        config_required=True,
+    )
+    p.add_argument(
+        "claims", nargs="?", help="a JSON file of the claims, a JWT (not verified), or - (stdin)"
+    )
+    p.add_argument(
+        "--hub-user",
+        metavar="NAME",
+        help="read NAME's claims from their last login (the hub's auth_state; the token in "
+        "JUPYTERHUB_API_TOKEN needs admin:auth_state)",
+    )
+    p.add_argument(
+        "--hub-url",
+        default=os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8000/hub/api"),
+        help="the hub's API (default: $JUPYTERHUB_API_URL or http://127.0.0.1:8000/hub/api)",
+    )
     return ap
 
 

@@ -7,6 +7,8 @@
 # `jupyterhub -f jupyterhub_config.py`. Open http://127.0.0.1:8000 (GPULAB_PORT to change it) and
 # log in with any password: student1 (students), researcher1 (researchers), admin (admin).
 # On a host with NVIDIA GPUs the same config discovers them through NVML.
+# GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh logs in through a local OpenID Connect provider instead
+# (scripts/demo-idp.sh: the same users, Keycloak-shaped groups, any password), as with campus SSO.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -22,6 +24,25 @@ step "image (first time ~1-2 min)"
 export GPULAB_IMAGE_LAB=1
 GPULAB_IMAGE=$(images/build-singleuser.sh | tail -n 1)
 export GPULAB_IMAGE
+case "${GPULAB_DEMO_AUTH:=dummy}" in
+dummy) ;;
+oidc)
+    step "local identity provider (GPULAB_DEMO_AUTH=oidc)"
+    STATE=${GPULAB_STATE_DIR:-$REPO/.state}
+    GPULAB_IDP_ISSUER=$(scripts/demo-idp.sh | tail -n 1)
+    export GPULAB_IDP_ISSUER GPULAB_DEMO_AUTH
+    # auth_state (the provider's tokens, for refreshing groups) is stored encrypted
+    [ -s "$STATE/jupyterhub_crypt_key" ] || (umask 077; "$PYTHON" -c 'import secrets; print(secrets.token_hex(32))' >"$STATE/jupyterhub_crypt_key")
+    JUPYTERHUB_CRYPT_KEY=$(cat "$STATE/jupyterhub_crypt_key")
+    export JUPYTERHUB_CRYPT_KEY
+    trap 'kill "$(cat "$STATE/idp.pid")" 2>/dev/null || true' EXIT
+    ;;
+*) echo "demo: GPULAB_DEMO_AUTH=$GPULAB_DEMO_AUTH is unknown; use dummy (default) or oidc" >&2; exit 2 ;;
+esac
 step "config";    gpulab check-config -f jupyterhub_config.py
 step "starting JupyterHub on http://${GPULAB_IP:-127.0.0.1}:${GPULAB_PORT:-8000} (Ctrl-C to stop)"
-exec "$PYTHON" -m jupyterhub -f jupyterhub_config.py "$@"
+if [ "$GPULAB_DEMO_AUTH" = oidc ]; then
+    "$PYTHON" -m jupyterhub -f jupyterhub_config.py "$@"   # not exec: the trap stops the provider
+else
+    exec "$PYTHON" -m jupyterhub -f jupyterhub_config.py "$@"
+fi

@@ -37,7 +37,7 @@ fi
 PY=$VENV/bin/python
 
 probe='import jupyterhub_gpulab, icalendar, recurring_ical_events, os; print(os.path.dirname(os.path.dirname(jupyterhub_gpulab.__file__)))'
-[ "$EXTRAS" = test ] && probe="import pytest, pytest_asyncio, hypothesis, psycopg, selenium, requests; $probe"
+[ "$EXTRAS" = test ] && probe="import pytest, pytest_asyncio, hypothesis, psycopg, selenium, requests, ltiauthenticator; $probe"
 installed=$(cd / && "$PY" -c "$probe" 2>/dev/null || true)
 if [ "$installed" != "$REPO" ]; then
     spec=.

@@ -13,6 +13,7 @@
 #   GPULAB_TEST_LAB_IMAGE=gpulab/singleuser:<hub version>-lab   (with ipykernel: tests that run a kernel)
 #   GPULAB_GPUSIM_DOCKER_HOST=unix:///var/run/gpulab-gpusim.sock
 #   GPULAB_GPUSIM_GATEWAY=172.30.0.1
+#   GPULAB_OIDC_PROVIDER_MODULE=/var/cache/gpulab/npm/oidc-provider-<v>/node_modules/oidc-provider/lib/index.js
 # Called by scripts/test.sh and .ci/run. Stops at the first failing step, naming it on stderr.
 set -euo pipefail
 
@@ -35,6 +36,8 @@ image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
 lab_image=$(GPULAB_IMAGE_LAB=1 run_step image-lab "$REPO/images/build-singleuser.sh" | tail -n 1)
 # A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
 gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
+# npm's oidc-provider: the real identity provider of the SSO tests (marker sso)
+oidc=$(run_step oidc-provider "$REPO/scripts/ensure-oidc-provider.sh" | tail -n 1)
 
 
 echo "GPULAB_PYTHON=$PYTHON"
@@ -42,3 +45,4 @@ echo "GPULAB_TEST_POSTGRES_URL=$pg_url"
 echo "GPULAB_TEST_IMAGE=$image"
 echo "GPULAB_TEST_LAB_IMAGE=$lab_image"
 echo "$gpusim"
+echo "GPULAB_OIDC_PROVIDER_MODULE=$oidc"

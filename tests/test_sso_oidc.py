@@ -1,0 +1,243 @@
+"""Campus SSO end to end: a real browser logs in through a real OpenID Connect provider (npm's
+``oidc-provider``, started here) to a real hub whose ``GPULabOAuthenticator`` maps the provider's
+group claims, and the gpulab rules follow the mapped groups.
+
+- A Keycloak-shaped student (``/students``) lands in ``students``: the student profiles and the
+  GPU-hour budget on ``/services/gpulab/me``; a researcher sees the research profile; an admin
+  group makes a hub admin.
+- A user whose groups change at the provider gets the new groups and policy after the refresh
+  age, without logging in again.
+- The Entra ID overage marker and a malformed group claim are a clear 403 login page (never a
+  500), and such a user gets no groups at all (is not even created).
+- Every provider shape (Entra ID object ids, Okta, Auth0's namespaced claim, CILogon's
+  ``isMemberOf``) maps through its preset over the real flow.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import test_service_browser
+from service_support import PREFIX
+from sso_support import browser_login, sso_hub, wait_for
+
+from jupyterhub_gpulab.auth.presets import PRESETS
+
+pytestmark = [pytest.mark.sso, pytest.mark.browser]
+browser = test_service_browser.browser  # the real chromium fixture
+
+REFRESH_AGE = 3
+ENTRA_STUDENTS = "6a1f0b6e-3d2c-4a57-9d1e-0c7a3f1b2e4d"
+ENTRA_RESEARCHERS = "0b7c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e"
+
+USERS = {
+    "ana": {"preferred_username": "ana", "groups": ["/students", "/library"]},
+    "rui": {"preferred_username": "rui", "groups": ["/researchers"]},
+    "kim": {"preferred_username": "kim", "groups": ["/gpu-admins"]},
+    "eve": {
+        "preferred_username": "eve",
+        "_claim_names": {"groups": "src1"},
+        "_claim_sources": {"src1": {"endpoint": "https://graph.microsoft.com/v1.0/users/eve"}},
+    },
+    "mal": {"preferred_username": "mal", "groups": {"students": True}},
+}
+
+
+@pytest.fixture(scope="module")
+def sso(tmp_path_factory):
+    hub, idp = sso_hub(
+        tmp_path_factory.mktemp("sso-hub"),
+        USERS,
+        refresh_age=REFRESH_AGE,
+        strip_prefixes=["/"],
+        keep_unmapped=True,
+    )
+    try:
+        yield hub, idp
+    finally:
+        hub.stop()
+        idp.stop()
+
+
+def groups_of(hub, name: str) -> list[str]:
+    return sorted(hub.user_model(name)["groups"])
+
+
+def me_page(browser, hub) -> str:
+    from selenium.webdriver.common.by import By
+
+    browser.get(hub.url + PREFIX + "me")
+    wait_for(lambda: browser.find_elements(By.ID, "my-budget"), 30, "the user page")
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+def test_student_logs_in_and_gets_student_profiles_and_budget(sso, browser):
+    hub, _ = sso
+    browser_login(browser, hub, "ana")
+    assert groups_of(hub, "ana") == ["library", "students"]
+    assert hub.user_model("ana")["admin"] is False
+    page = me_page(browser, hub)
+    assert "of 5 GPU-hours used this week (students)" in page
+    assert "PyTorch (1g.5gb MIG slice)" in page and "PyTorch (full A40)" not in page
+
+
+def test_researcher_gets_the_research_profile_and_admin_group_makes_an_admin(sso, browser):
+    hub, _ = sso
+    browser_login(browser, hub, "rui")
+    assert groups_of(hub, "rui") == ["researchers"]
+    page = me_page(browser, hub)
+    assert "PyTorch (full A40)" in page and "No GPU-hour budget applies to you" in page
+    browser_login(browser, hub, "kim")
+    assert hub.user_model("kim")["admin"] is True
+
+
+def test_group_change_at_the_provider_applies_after_the_refresh_age(sso, browser):
+    hub, idp = sso
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/students"]})
+    browser_login(browser, hub, "ana")
+    assert groups_of(hub, "ana") == ["students"]
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/researchers"]})
+    time.sleep(REFRESH_AGE + 0.5)
+    browser.get(hub.url + "/hub/home")  # her next request, no new login
+    wait_for(lambda: groups_of(hub, "ana") == ["researchers"], 15, "ana's refreshed groups")
+    assert "No GPU-hour budget applies to you" in me_page(browser, hub)
+    assert "/hub/login" not in browser.current_url
+
+
+@pytest.mark.parametrize(
+    "user, says",
+    [
+        pytest.param("eve", "more groups than your identity provider", id="entra-overage"),
+        pytest.param("mal", "in a form this hub cannot read", id="malformed-claim"),
+    ],
+)
+def test_unreadable_groups_are_a_clear_login_error(sso, browser, user, says):
+    from selenium.webdriver.common.by import By
+
+    hub, _ = sso
+    browser_login(browser, hub, user)
+    text = wait_for(lambda: browser.find_element(By.TAG_NAME, "body").text, 10, "the error page")
+    assert "403" in text and says in text, text
+    assert "500" not in text
+    assert hub.api("GET", f"/users/{user}").status_code == 404  # no user, no groups
+
+
+@pytest.mark.parametrize(
+    "shape, claims, kw, expected",
+    [
+        pytest.param(
+            "entra",
+            {"preferred_username": "sam", "groups": [ENTRA_STUDENTS, "0000-unknown"]},
+            {"rename": {ENTRA_STUDENTS: "students"}},
+            ["students"],
+            id="entra-object-ids",
+        ),
+        pytest.param(
+            "okta", {"preferred_username": "sam", "groups": ["students", "Everyone"]}, {},
+            ["Everyone", "students"], id="okta",
+        ),
+        pytest.param(
+            "auth0",
+            {"preferred_username": "sam", "https://uni.example/groups": ["researchers"]},
+            {"claim": "https://uni.example/groups"},
+            ["researchers"],
+            id="auth0-namespaced",
+        ),
+        pytest.param(
+            "cilogon",
+            {"preferred_username": "sam", "isMemberOf": ["CO:COU:students:members:all", "CO:x"]},
+            {},
+            ["students"],
+            id="cilogon-ismemberof",
+        ),
+    ],
+)  # fmt: skip
+def test_each_provider_shape_maps_over_the_real_flow(
+    tmp_path,
+    browser,
+    shape,
+    claims,
+    kw,
+    expected,
+):
+    p = PRESETS[shape]
+    mapping = {
+        "claim": p.claim,
+        "strip_prefixes": list(p.strip_prefixes),
+        "patterns": dict(p.patterns),
+        "keep_unmapped": p.keep_unmapped,
+        **kw,
+    }
+    hub, idp = sso_hub(tmp_path / shape, {"sam": claims}, **mapping)
+    try:
+        browser_login(browser, hub, "sam")
+        assert groups_of(hub, "sam") == expected
+    finally:
+        hub.stop()
+        idp.stop()
+
+
+def test_a_group_edited_in_the_hub_is_overwritten_by_the_provider(sso, browser):
+    """Why gpulab never edits groups the provider owns: JupyterHub 6 accepts the edit (its
+    check of managed groups in the group API is deprecated since 5.3), and the next refresh puts
+    the provider's groups back."""
+    hub, idp = sso
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/students"]})
+    browser_login(browser, hub, "ana")
+    hub.api("POST", "/groups", json={"groups": ["ml101"]})
+    r = hub.api("POST", "/groups/ml101/users", json={"users": ["ana"]})
+    assert r.status_code == 200 and groups_of(hub, "ana") == ["ml101", "students"]
+    time.sleep(REFRESH_AGE + 0.5)
+    browser.get(hub.url + "/hub/home")
+    wait_for(lambda: groups_of(hub, "ana") == ["students"], 15, "the provider's groups back")
+
+
+def test_entra_groups_from_the_id_token_refresh_through_the_refresh_token(tmp_path, browser):
+    """Entra ID's shape end to end: object ids in the ID token (not userinfo), renamed; a
+    change at the provider arrives with the ID token the refresh token buys; the overage
+    marker in the ID token is the login error."""
+    users = {
+        "sam": {"preferred_username": "sam", "groups": [ENTRA_STUDENTS]},
+        "big": {"preferred_username": "big", **USERS["eve"]},
+    }
+    p = PRESETS["entra"]
+    hub, idp = sso_hub(
+        tmp_path / "entra",
+        users,
+        refresh_age=REFRESH_AGE,
+        id_token=True,
+        claim=p.claim,
+        keep_unmapped=p.keep_unmapped,
+        rename={ENTRA_STUDENTS: "students", ENTRA_RESEARCHERS: "researchers"},
+    )
+    try:
+        browser_login(browser, hub, "sam")
+        assert groups_of(hub, "sam") == ["students"]
+        idp.set_claims("sam", {"preferred_username": "sam", "groups": [ENTRA_RESEARCHERS]})
+        time.sleep(REFRESH_AGE + 0.5)
+        browser.get(hub.url + "/hub/home")
+        wait_for(lambda: groups_of(hub, "sam") == ["researchers"], 15, "sam's refreshed groups")
+        browser_login(browser, hub, "big")
+        assert "more groups than your identity provider" in browser.page_source
+        assert hub.api("GET", "/users/big").status_code == 404
+    finally:
+        hub.stop()
+        idp.stop()
+
+
+def test_check_auth_reads_the_claims_of_a_test_login(sso, browser, capsys, monkeypatch):
+    """An admin logs in as a test user, then asks what that login gave and why."""
+    from jupyterhub_gpulab.cli import main
+
+    hub, idp = sso
+    idp.set_claims("ana", {"preferred_username": "ana", "groups": ["/students", "/a/b"]})
+    browser_login(browser, hub, "ana")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.token)
+    args = ["check-auth", "-f", str(hub.config_path), "--hub-url", hub.url + "/hub/api"]
+    assert main([*args, "--hub-user", "ana"]) == 0
+    out = capsys.readouterr().out
+    assert "groups:   students" in out and "dropped '/a/b'" in out
+    assert "budget:   5 GPU-hours per week (students)" in out
+    assert main([*args, "--hub-user", "nobody"]) == 2
+    assert "no user 'nobody'" in capsys.readouterr().err
