@@ -178,7 +178,7 @@ class CourseManager:
         from .collect import collect
 
         students = await roster_of(self.hub, course)
-        report = await asyncio.to_thread(
+        report = await aio.call(
             collect,
             self._files(course),
             assignment=assignment,
@@ -200,7 +200,7 @@ class CourseManager:
         from .collect import give_back
 
         students = await roster_of(self.hub, course)
-        report = await asyncio.to_thread(
+        report = await aio.call(
             give_back,
             self._files(course),
             assignment=assignment,
@@ -222,7 +222,7 @@ class CourseManager:
         """Pull the course content now into every running course server of the roster
         (``docker exec`` of the same pull as at start, as the container's user)."""
         students = await roster_of(self.hub, course)
-        report = await asyncio.to_thread(self._distribute, course, students)
+        report = await aio.call(self._distribute, course, students)
         await aio.call(self.store.record, course.slug, by, "distribute", {"report": report})
         return report
 
