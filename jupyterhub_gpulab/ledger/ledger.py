@@ -62,7 +62,13 @@ CANDIDATES = 4
 
 
 class Ledger(
-    LedgerEvents, InventorySync, LabRecords, LedgerQueries, Reservations, Waitlist, PreemptionRecords
+    LedgerEvents,
+    InventorySync,
+    LabRecords,
+    LedgerQueries,
+    Reservations,
+    Waitlist,
+    PreemptionRecords,
 ):
     """The allocation ledger over one database URL.
 
