@@ -177,31 +177,20 @@ class CourseManager:
         """Collect ``assignment`` from every roster member (:func:`.collect.collect`)."""
         from .collect import collect
 
-        students = await roster_of(self.hub, course)
-        report = await aio.call(
-            collect,
-            self._files(course),
-            assignment=assignment,
-            students=students,
-            home_volume=self.settings.home_volume,
-            course_volume=self.settings.course_volume.format(slug=course.slug),
-            max_bytes=course.collect_max_bytes,
-        )
-        await aio.call(
-            self.store.record,
-            course.slug,
-            by,
-            "collect",
-            {"assignment": assignment, "report": report},
-        )
-        return report
+        return await self._copy_assignment(collect, "collect", course, assignment, by)
 
     async def give_back(self, course: Course, assignment: str, *, by: str) -> dict:
+        """Return feedback on ``assignment`` to every roster member (:func:`.collect.give_back`)."""
         from .collect import give_back
 
+        return await self._copy_assignment(give_back, "return", course, assignment, by)
+
+    async def _copy_assignment(self, copy, action: str, course: Course, assignment: str, by: str):
+        """Run ``copy`` (collect or give_back) for the roster, audit it as ``action``; the
+        per-student report."""
         students = await roster_of(self.hub, course)
         report = await aio.call(
-            give_back,
+            copy,
             self._files(course),
             assignment=assignment,
             students=students,
@@ -209,13 +198,8 @@ class CourseManager:
             course_volume=self.settings.course_volume.format(slug=course.slug),
             max_bytes=course.collect_max_bytes,
         )
-        await aio.call(
-            self.store.record,
-            course.slug,
-            by,
-            "return",
-            {"assignment": assignment, "report": report},
-        )
+        detail = {"assignment": assignment, "report": report}
+        await aio.call(self.store.record, course.slug, by, action, detail)
         return report
 
     async def distribute(self, course: Course, *, by: str) -> dict[str, str]:
