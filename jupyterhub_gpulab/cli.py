@@ -6,6 +6,9 @@
     gpulab upgrade-db [-f jupyterhub_config.py]
     gpulab check-auth -f jupyterhub_config.py [--json] CLAIMS   (a JSON file, a JWT, or - for stdin)
     gpulab check-auth -f jupyterhub_config.py --hub-user NAME   (claims of NAME's last login)
+    gpulab nodes [--json] [-f jupyterhub_config.py]            (the lab's nodes; clinodes.py)
+    gpulab node-token NODE [--revoke] [-f jupyterhub_config.py]
+    gpulab node-agent --url … --node … --token-file …          (on each GPU node; agent/app.py)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
 usage.
@@ -24,6 +27,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from .auth.check import auth_errors, auth_warnings
+from .clinodes import add_node_commands
 from .errors import ConfigError
 from .lab.config import GPULab, Lab, load_config_file
 from .units import format_bytes
@@ -339,12 +343,16 @@ def cmd_allocations(args) -> int:
     if not rows:
         print("no open allocations")
         return 0
-    print(f"{'id':>5}  {'user':<16} {'server':<10} {'profile':<16} {'since (UTC)':<20} slice")
+    print(
+        f"{'id':>5}  {'user':<16} {'server':<10} {'profile':<16} {'node':<16} "
+        f"{'since (UTC)':<20} slice"
+    )
     for a in rows:
         s = slices.get(a.slice_id, {})
         print(
             f"{a.id:>5}  {a.user:<16} {a.server_name or 'default':<10} {a.profile:<16} "
-            f"{a.started_at:%Y-%m-%d %H:%M:%S}  {a.slice_id} ({s.get('device_name', '?')})"
+            f"{a.node:<16} {a.started_at:%Y-%m-%d %H:%M:%S}  {a.slice_id} "
+            f"({s.get('device_name', '?')})"
         )
     return 0
 
@@ -399,6 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("allocations", cmd_allocations, "list open allocations", True)
     add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
+    add_node_commands(add)
+    sub.add_parser(
+        "node-agent",
+        help="run the node agent on a GPU node (`gpulab node-agent --help-all` for its settings)",
+        add_help=False,
+    )
     p = add(
         "check-auth",
         cmd_check_auth,
@@ -425,6 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["node-agent"]:
+        # a traitlets Application of its own: its flags, --help-all, config file
+        from .agent.app import main as agent_main
+
+        agent_main(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -4,7 +4,8 @@
 # Why: sessions and CI start with no Docker engine, PostgreSQL stopped, a proxy command that does
 # not run as installed, and no single-user image (there is no registry to pull one from).
 # What, in order (the image needs the installed JupyterHub's version): scripts/ensure-packages.sh, scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
-# images/build-singleuser.sh (skipped when the image is current), then scripts/ensure-venv.sh test
+# images/build-singleuser.sh (skipped when the image is current), the gpusim engine and the test
+# Swarm (scripts/ensure-gpusim-docker.sh, scripts/ensure-swarm.sh), then scripts/ensure-venv.sh test
 # (this checkout, editable, in <repo>/.venv). Idempotent; ~1 s when everything is already up.
 # It cannot export into its caller; on success it prints lines a caller may eval:
 #   GPULAB_PYTHON=<repo>/.venv/bin/python
@@ -13,6 +14,8 @@
 #   GPULAB_TEST_LAB_IMAGE=gpulab/singleuser:<hub version>-lab   (with ipykernel: tests that run a kernel)
 #   GPULAB_GPUSIM_DOCKER_HOST=unix:///var/run/gpulab-gpusim.sock
 #   GPULAB_GPUSIM_GATEWAY=172.30.0.1
+#   GPULAB_SWARM_MANAGER=… GPULAB_SWARM_HOST_IP=… GPULAB_SWARM_NODES=… GPULAB_SWARM_GPU_NODES=…
+#   GPULAB_SWARM_ENGINES=…   (scripts/ensure-swarm.sh: the test Swarm)
 #   GPULAB_OIDC_PROVIDER_MODULE=/var/cache/gpulab/npm/oidc-provider-<v>/node_modules/oidc-provider/lib/index.js
 # Called by scripts/test.sh and .ci/run. Stops at the first failing step, naming it on stderr.
 set -euo pipefail
@@ -36,6 +39,8 @@ image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
 lab_image=$(GPULAB_IMAGE_LAB=1 run_step image-lab "$REPO/images/build-singleuser.sh" | tail -n 1)
 # A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
 gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
+# A real three-node Docker Swarm in network namespaces, the test image on every node (marker swarm)
+swarm=$(GPULAB_TEST_IMAGE=$image run_step swarm "$REPO/scripts/ensure-swarm.sh" "$image")
 # npm's oidc-provider: the real identity provider of the SSO tests (marker sso)
 oidc=$(run_step oidc-provider "$REPO/scripts/ensure-oidc-provider.sh" | tail -n 1)
 
@@ -45,4 +50,5 @@ echo "GPULAB_TEST_POSTGRES_URL=$pg_url"
 echo "GPULAB_TEST_IMAGE=$image"
 echo "GPULAB_TEST_LAB_IMAGE=$lab_image"
 echo "$gpusim"
+echo "$swarm"
 echo "GPULAB_OIDC_PROVIDER_MODULE=$oidc"

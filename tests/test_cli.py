@@ -285,9 +285,12 @@ def test_allocations_lists_open_ones(capsys, lab_config, held):
     rc, out, _ = run(capsys, "allocations", "-f", str(lab_config))
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["id", "user", "server", "profile", "since", "(UTC)", "slice"]
+    assert lines[0].split() == [
+        "id", "user", "server", "profile", "node", "since", "(UTC)", "slice"
+    ]  # fmt: skip
     alice = next(line for line in lines if " alice " in line)
     assert " lab " in alice
+    assert " gpu01 " in alice  # the node it runs on
     assert "mig-small" in alice
     assert f"{mig.slice.id} (NVIDIA A100-SXM4-40GB)" in alice
     bob = next(line for line in lines if " bob " in line)

@@ -9,13 +9,14 @@ import sqlalchemy as sa
 from .. import clock
 from ..inventory.model import Inventory
 from .models import Allocation, SyncReport
-from .schema import allocations, devices, slices
+from .schema import allocations, devices, nodes, slices
 
 log = logging.getLogger(__name__)
 
 
 class InventorySync:
-    """Mixed into :class:`~.ledger.Ledger` (uses its ``_write``)."""
+    """Mixed into :class:`~.ledger.Ledger` (uses its ``_write``, and :class:`~.nodes.NodeRecords`'
+    ``_ensure_nodes`` and ``_refresh_available``)."""
 
     def sync_inventory(self, inventory: Inventory, node: str = "local") -> SyncReport:
         """Make the slice table match ``inventory`` for ``node``.
@@ -52,6 +53,10 @@ class InventorySync:
         incoming = [r["uuid"] for r in dev_rows]
         added, updated = [], []
         with self._write() as conn:
+            self._ensure_nodes(conn, [node], now)
+            node_ok = conn.execute(
+                sa.select(nodes.c.available).where(nodes.c.name == node)
+            ).scalar_one()
             # this node's devices, and any of the incoming ones the ledger knows under another
             # node name (a renamed c.GPULab.node_name): the same hardware, moved here
             known = list(
@@ -117,7 +122,8 @@ class InventorySync:
                     "seats": s.seats,
                     "rank": s.rank,
                     "present": True,
-                    "available": s.device_uuid not in drained,
+                    # the rule of NodeRecords._refresh_available, for this node's new rows
+                    "available": bool(node_ok) and s.device_uuid not in drained,
                 }
                 old = existing.get(sid)
                 if old is None:
@@ -168,7 +174,8 @@ class InventorySync:
         """Drain (``True``) or return to service a device. A drained device's free slices are
         never handed out; held ones stay with their holders. Returning to service makes available
         only the slices still in the inventory (a MIG instance that vanished after a layout
-        change stays out). Returns whether the device exists."""
+        change stays out) on a node in service (:mod:`.nodes`). Returns whether the device
+        exists."""
         with self._write() as conn:
             res = conn.execute(
                 devices.update()
@@ -181,9 +188,5 @@ class InventorySync:
             )
             if res.rowcount == 0:
                 return False
-            conn.execute(
-                slices.update()
-                .where(slices.c.device_uuid == device_uuid)
-                .values(available=sa.and_(slices.c.present, sa.literal(not drained)))
-            )
+            self._refresh_available(conn, device=device_uuid)
         return True

@@ -32,20 +32,20 @@ listing and removal of this lab's labelled containers. Only containers: a Swarm 
 
 from __future__ import annotations
 
+from docker.errors import APIError
 from dockerspawner import DockerSpawner
-from tornado.log import app_log
-from traitlets import Bool, default, validate
+from traitlets import Bool, validate
 
 from ..errors import SpawnRefused
 from ..lab.profile import Profile
 from ..lab.traits import ChoiceEnum
+from ..ledger import aio
 from . import container as ct
 from .core import SliceSpawnerCore
-from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
+from .formmixin import ProfileFormMixin
 from .hardenmixin import HardeningMixin
 from .labguard import LabGuardMixin
-from .logs import install_refusal_filter
-from .names import check_prefix, container_name
+from .labobject import LabObject
 from .recovery import RecoveryMixin
 from .runtime import LabRuntime
 
@@ -82,36 +82,7 @@ class GPUDockerSpawner(
         """,
     )
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        install_refusal_filter(self.log, app_log)  # app_log: JupyterHub's User.spawn
-
-    # -- form; options and the saved choice are in formmixin.py ------------------------------
-
-    @default("options_form")
-    def _default_options_form(self):
-        return self._render_options_form
-
-    @default("options_from_form")
-    def _default_options_from_form(self):
-        return self._options_from_form
-
-    @default("progress_ready_hook")
-    def _default_progress_ready_hook(self):
-        return ready_with_notice
-
-    @validate("progress_ready_hook")
-    def _check_progress_ready_hook(self, proposal):
-        # an admin's own hook is kept, and the user still hears about their saved choice
-        return chain_ready_hook(proposal.value)
-
-    @default("apply_user_options")
-    def _default_apply_user_options(self):
-        # user_options ({"profile": slug}) are validated and applied in start(), where a refusal
-        # keeps its own HTTP status and is recorded for the admin page.
-        return lambda spawner, user_options: None
-
-    # -- state: in core.py; the container's name ------------------------------------------
+    # -- state: in core.py; the name, the form and the choice: objectspec.py, formmixin.py --
 
     remove = Bool(
         True,
@@ -137,22 +108,6 @@ class GPUDockerSpawner(
             )
         return True
 
-    @default("prefix")
-    def _default_prefix(self):
-        return "jupyter"
-
-    @validate("prefix")
-    def _check_prefix(self, proposal):
-        return check_prefix(proposal.value)
-
-    def _object_name_default(self):
-        """Deterministic, DNS-safe, <= 63 characters, unique per (user, server): see names.py."""
-        return container_name(self.prefix, self.user.name, self.name or "")
-
-    @default("object_name")
-    def _default_object_name(self):
-        return self._object_name_default()
-
     # -- the backend (core.py) ----------------------------------------------------------------
 
     async def _start_object(self, rt: LabRuntime, profile: Profile):
@@ -161,10 +116,7 @@ class GPUDockerSpawner(
                 f"{type(self).__name__} attaches GPU slices to Docker containers only, not to "
                 f"{self.object_type}s"
             )
-        self.image = profile.image
-        base = self._base_limits()
-        self.mem_limit = profile.mem_limit if profile.mem_limit is not None else base["mem_limit"]
-        self.cpu_limit = profile.cpu_limit if profile.cpu_limit is not None else base["cpu_limit"]
+        self._apply_profile(profile)
         self._emit(50, f"Creating container {self.object_name}")
         return await super(SliceSpawnerCore, self).start()  # DockerSpawner's, which the core wraps
 
@@ -191,17 +143,28 @@ class GPUDockerSpawner(
             ),
         )
 
-    def _base_limits(self) -> dict:
-        if not hasattr(self, "_base"):
-            self._base = {"mem_limit": self.mem_limit, "cpu_limit": self.cpu_limit}
-        return self._base
+    # -- its objects: containers (recovery.py, labguard.py and the reconcile read them) ----------
 
-    def get_env(self):
-        env = super().get_env()
-        profile_env = dict(self._current_profile.env) if self._current_profile else {}
-        return ct.merge_env(
-            env, profile_env, protected=ct.slice_env(self._current_slice, mps=self.mps)
-        )
+    def _lab_object(self, obj) -> LabObject:
+        return LabObject.from_inspect(obj)
+
+    def _labels_of(self, obj) -> dict:
+        return (obj.get("Config") or {}).get("Labels") or {}
+
+    async def _list_lab_objects(self) -> list[LabObject]:
+        """This lab's containers on the engine, in any state (``docker ps -a``, sorted by
+        :meth:`~.runtime.LabRuntime.our_containers`), for the reconcile."""
+        rows = await self.docker("containers", all=True)
+        ours = await aio.call(self.runtime().our_containers, self.client, rows)
+        return [LabObject.from_ps(r) for r in ours]
+
+    async def _remove_object(self, object_id: str) -> None:
+        """Remove a container and its anonymous volumes, running or not (gone already: done)."""
+        try:
+            await self.docker("remove_container", object_id, force=True, v=True)
+        except APIError as e:
+            if e.status_code not in (404, 409):
+                raise
 
     def docker(self, method, *args, **kwargs):
         # The one seam where gpulab's device request and labels join the container, after
