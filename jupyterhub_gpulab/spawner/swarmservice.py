@@ -184,6 +184,8 @@ class SwarmService(HasTraits):
         the core: ``node-lost`` and ``task-failed`` tell the user."""
         service = await self.get_object()
         if service is None:
+            if not self._removed_foreign:
+                self._gone = ("service-gone", None)
             return 0
         await self._nodes()  # Swarm's node states reach the ledger before any slice is freed
         tasks = await self._tasks()
