@@ -39,8 +39,15 @@ def a40() -> FakeGpu:
     return FakeGpu("GPU-e2e-a40", "NVIDIA A40", 49152 * MiB, (8, 6))
 
 
+def bench(node: str) -> list[FakeGpu]:
+    """benchmarks/swarm.py's boards: two T4s per GPU node (the lab splits each in 5 seats)."""
+    return [FakeGpu(f"GPU-bench-{node}-{i}", "Tesla T4", 16384 * MiB, (7, 5)) for i in range(2)]
+
+
 BOARDS = {
     "a100": lambda: [a100()],
+    "bench-n2": lambda: bench("n2"),
+    "bench-n3": lambda: bench("n3"),
     "t4+a40": lambda: [t4(), a40()],  # this host's GPU 0 and 1
     "none": lambda: [],
 }

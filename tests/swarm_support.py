@@ -136,8 +136,9 @@ class SwarmHub(Hub):
 
     backend = "swarm"
 
-    def __init__(self, workdir: Path, extra: str = ""):
+    def __init__(self, workdir: Path, extra: str = "", boards: dict[str, str] | None = None):
         self.prefix = "sw" + secrets.token_hex(3)
+        self.boards = {**BOARDS, **(boards or {})}
         self.service_port = free_port()
         workdir = Path(workdir) / self.prefix
         super().__init__(
@@ -189,7 +190,7 @@ class SwarmHub(Hub):
         proc = subprocess.Popen(
             [
                 "nsenter", f"--net=/run/netns/{node}",
-                sys.executable, str(TESTS / "agent_fakes.py"), boards or BOARDS[node], "--",
+                sys.executable, str(TESTS / "agent_fakes.py"), boards or self.boards[node], "--",
                 "--url", f"{self.url}/services/gpulab/", "--node", node,
                 "--token-file", str(self.token_file(node)), "--interval", "1",
             ],

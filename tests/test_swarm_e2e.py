@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 
 import pytest
 import requests
@@ -33,12 +34,23 @@ from swarm_support import (
     sdocker,
 )
 
+EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+FAR = datetime(3000, 1, 1, tzinfo=timezone.utc)
+
 pytestmark = [pytest.mark.docker, pytest.mark.swarm, pytest.mark.usefixtures("api_contract")]
+
+
+#: a profile whose image no node has: Swarm rejects its task
+NO_IMAGE = {"slug": "noimage", "display_name": "No image", "image": "gpulab/no-such-image:1",
+            "slice": {"kind": "shared"}}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    h = new_swarm_hub(tmp_path_factory.mktemp("swarm"))
+    h = new_swarm_hub(
+        tmp_path_factory.mktemp("swarm"),
+        extra=f"c.GPULab.profiles = c.GPULab.profiles + [{NO_IMAGE!r}]\n",
+    )
     try:
         h.start()
         for name, groups in (
@@ -320,3 +332,41 @@ def test_every_node_shows_in_the_api_the_metrics_and_the_cli(hub):
     rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
     assert rows["gpulab-swn3"].split()[1:5] == ["in-service", "6", "0", "6"]  # 5 seats, the A40
     assert "swarm ready/active" in rows["gpulab-swn1"]
+
+
+def test_a_task_swarm_cannot_run_is_released_and_the_user_told_why(hub):
+    t0 = time.monotonic()
+    r = hub.spawn("rex", {"profile": "noimage"})
+    assert r.status_code == 503, r.text
+    assert "could not start on GPU server 'gpulab-swn3' (task-failed)" in r.json()["message"]
+    assert time.monotonic() - t0 < 15
+    led = hub.ledger()
+    assert led.open_allocations(user="rex") == []  # the seat was released
+    assert not [i for i in hub.object_ids() if i]  # and the service removed
+    assert "No such image" in hub.log_path.read_text()  # Swarm's words, for the admin
+    led.close()
+
+
+def test_a_task_swarm_cannot_place_is_released_and_the_user_told_why(tmp_path):
+    hub = new_swarm_hub(
+        tmp_path,
+        # a constraint no node meets: every task of this hub stays pending, "no suitable node"
+        extra='c.GPUSwarmSpawner.extra_placement_spec = {"constraints": ["node.labels.gpulab-test==nowhere"]}\n',
+    )
+    try:
+        hub.start()
+        hub.create_user("rex", ["researchers"])
+        t0 = time.monotonic()
+        r = hub.spawn("rex", {"profile": "a40"})
+        assert r.status_code == 503, r.text
+        assert "takes no new servers right now" in r.json()["message"]
+        assert time.monotonic() - t0 < 10
+        led = hub.ledger()
+        assert led.open_allocations() == []  # released
+        [a] = led.allocations_between(EPOCH, FAR)
+        assert a.end_reason == "failed"
+        assert hub.object_ids() == []  # the service was removed
+        assert led.refusals_since(EPOCH) == {"unplaceable": 1}
+        led.close()
+    finally:
+        hub.close()

@@ -11,6 +11,7 @@ import asyncio
 import time
 from datetime import datetime, timezone
 
+from docker.errors import NotFound
 from traitlets import HasTraits
 
 from ..ledger import aio
@@ -117,7 +118,7 @@ class SwarmService(HasTraits):
             name=self.object_name,
             image=self.image,
             env=self.get_env(),
-            args=await self.get_command(),
+            args=await self._command(),
             labels={},
             port=self.port,
             constraints=[],
@@ -143,13 +144,27 @@ class SwarmService(HasTraits):
         self._attach_slice(kwargs, s)
         return await self.docker("create_service", **kwargs)
 
+    async def _command(self) -> list[str]:
+        """DockerSpawner's command (the image's own CMD, read on the manager, unless
+        ``c.Spawner.cmd`` says); where the manager lacks the image (GPU nodes hold it, a manager
+        need not), JupyterHub's ``jupyterhub-singleuser``."""
+        try:
+            return await self.get_command()
+        except NotFound:
+            self.log.info(
+                "gpulab: image %s is not on the Swarm manager, so its CMD is unknown: running "
+                "jupyterhub-singleuser (set c.Spawner.cmd to choose)",
+                self.image,
+            )
+            return ["jupyterhub-singleuser", *self.get_args()]
+
     async def _tasks(self) -> list[dict]:
         return await self.docker("tasks", filters={"service": self.object_id or self.object_name})
 
     async def start_object(self):
         """Wait until Swarm runs the task (raising :class:`SwarmTaskError` at once when it
         cannot place it or it fails)."""
-        delay = 0.1
+        delay = 0.25
         while True:
             tasks = await self._tasks()
             verdict = swarmtasks.service_state(tasks)
