@@ -1,6 +1,7 @@
 """A node agent process over a fake NVML: the GPUs a test Swarm node declares.
 
     python tests/agent_fakes.py BOARDS -- <gpulab node-agent arguments>
+    python tests/agent_fakes.py by-node -- …   (the boards of $GPULAB_NODE_NAME)
 
 runs :func:`jupyterhub_gpulab.agent.app.main` (the real agent: its reports, its HTTP, its token)
 with ``fake_nvml.FakeNVML`` of ``BOARDS`` in place of ``pynvml``, the one part a machine without
@@ -53,8 +54,17 @@ BOARDS = {
 }
 
 
+#: ``by-node``: the boards of the node named by ``$GPULAB_NODE_NAME`` (an agent run as a Swarm
+#: global service, whose environment names its node: ``{{.Node.Hostname}}``)
+BY_NODE = {"gpulab-swn2": "a100", "gpulab-swn3": "t4+a40"}
+
+
 def main() -> None:
     boards, _, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if boards == "by-node":
+        import os
+
+        boards = BY_NODE.get(os.environ.get("GPULAB_NODE_NAME", ""), "none")
     from jupyterhub_gpulab.agent.app import main as agent_main
 
     agent_main(rest, nvml=FakeNVML(BOARDS[boards]()))

@@ -26,7 +26,9 @@ from service_support import PREFIX, login, user_token
 from swarm_support import (
     ENGINES,
     GPU_NODE,
+    IMAGE,
     NODES,
+    TESTS,
     hook_records,
     new_swarm_hub,
     process_env,
@@ -370,3 +372,55 @@ def test_a_task_swarm_cannot_place_is_released_and_the_user_told_why(tmp_path):
         led.close()
     finally:
         hub.close()
+
+
+def test_the_agent_runs_as_a_swarm_global_service_on_every_gpu_node(hub, tmp_path):
+    """As the README's global service: one task per GPU node, its name from Swarm's template,
+    its token from a file on the host; here its NVML is the fake one (mounted checkout)."""
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    tokens.chmod(0o755)
+    for node in GPU_NODE.values():
+        (tokens / f"{node}.token").write_text(hub.token_file(node).read_text())
+        (tokens / f"{node}.token").chmod(0o644)  # the image runs as jovyan
+    for node in set(GPU_NODE.values()):
+        hub.stop_agent(node)
+    repo = str(TESTS.parent)
+    started = time.time()
+    sdocker(
+        "service", "create", "-d", "--no-resolve-image", "--name", f"{hub.prefix}-agents",
+        "--mode", "global", "--constraint", "node.role==worker", "--restart-condition", "on-failure",
+        "--env", "GPULAB_NODE_NAME={{.Node.Hostname}}",
+        "--env", f"GPULAB_SERVICE_URL={hub.url}/services/gpulab/",
+        "--env", "GPULAB_NODE_TOKEN_FILE=/run/secrets/gpulab-node-token",
+        "--mount", f"type=bind,src={tokens}/{{{{.Node.Hostname}}}}.token,dst=/run/secrets/gpulab-node-token,ro",
+        "--mount", f"type=bind,src={repo},dst={repo},ro",
+        IMAGE, f"{repo}/.venv/bin/python", f"{repo}/tests/agent_fakes.py", "by-node", "--",
+        "--interval", "1",
+    )  # fmt: skip
+    led = hub.ledger()
+    try:
+        wait_for(
+            "both GPU nodes reporting from the global service",
+            lambda: all(
+                (n := led.node(node)).agent_seen_at
+                and n.agent_seen_at.timestamp() > started + 1
+                and n.available
+                for node in set(GPU_NODE.values())
+            ),
+            60,
+            hub,
+        )
+        tasks = sdocker(
+            "service", "ps", "--format", "{{.Node}} {{.CurrentState}}", f"{hub.prefix}-agents"
+        ).stdout
+        assert sorted(line.split()[0] for line in tasks.splitlines() if "Running" in line) == [
+            "gpulab-swn2", "gpulab-swn3"
+        ]  # fmt: skip
+        assert spawn_ready(hub, "rex", "a40")["gpulab_slice"] == "GPU-e2e-a40"
+    finally:
+        sdocker("service", "rm", f"{hub.prefix}-agents", check=False)
+        for node in set(GPU_NODE.values()):
+            hub.start_agent(node)
+        led.close()
+    hub.wait_reported(list(set(GPU_NODE.values())))
