@@ -69,7 +69,9 @@ def cmd_inventory(args) -> int:
     print(f"source: {inv.source}   node: {node}")
     for w in inv.warnings:
         print(f"warning: {w}")
-    if not inv.devices:
+    if inv.source == "agents":
+        print("every node's GPUs come from its node agent: `gpulab nodes` lists them")
+    elif not inv.devices:
         print("no GPUs: only CPU-only profiles can be spawned")
     by_device: dict[str, list] = {}
     for s in inv.slices:
@@ -181,8 +183,16 @@ def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
     return lines
 
 
+def _uses_swarm_spawner(config: Config) -> bool:
+    cls = config.JupyterHub.get("spawner_class") if "JupyterHub" in config else None
+    if isinstance(cls, str):
+        return cls == "gpulab-swarm" or cls.endswith("GPUSwarmSpawner")
+    return any(b.__name__ == "GPUSwarmSpawner" for b in getattr(cls, "__mro__", ()))
+
+
 def _spawner(config: Config):
-    """``(GPUDockerSpawner built from config, [every problem])``; the spawner is ``None`` when it
+    """``(the gpulab spawner built from config, [every problem])``: GPUSwarmSpawner when the
+    config names it, else GPUDockerSpawner; the spawner is ``None`` when it
     cannot be built. Building it runs the spawner's own validators (``remove``, ``attach_mode``,
     ``prefix``, ``pids_limit``, ``cap_add``, …), the same that refuse the value when the hub loads
     its configuration. traitlets stops at the first bad value, so each setting of the spawner's
@@ -192,11 +202,19 @@ def _spawner(config: Config):
 
     from traitlets import TraitError
 
-    from .spawner import GPUDockerSpawner
+    from .spawner import GPUDockerSpawner, GPUSwarmSpawner
+
+    swarm = _uses_swarm_spawner(config)
+    spawner_class = GPUSwarmSpawner if swarm else GPUDockerSpawner
+    sections = (
+        ("Spawner", "DockerSpawner", "SwarmSpawner", "GPUSwarmSpawner")
+        if swarm
+        else ("Spawner", "DockerSpawner", "GPUDockerSpawner")
+    )
 
     def build(cfg: Config):
         # a stand-in user: DockerSpawner names the container when c.DockerSpawner.image is set
-        return GPUDockerSpawner(config=cfg, user=SimpleNamespace(name="check-config"))
+        return spawner_class(config=cfg, user=SimpleNamespace(name="check-config"))
 
     try:
         return build(config), []
@@ -204,7 +222,7 @@ def _spawner(config: Config):
         first_error = str(first)
     errors: list[str] = []
     good = copy.deepcopy(config)
-    for section in ("Spawner", "DockerSpawner", "GPUDockerSpawner"):
+    for section in sections:
         if section not in config:
             continue
         for key, value in list(config[section].items()):
@@ -301,10 +319,12 @@ def cmd_check_config(args) -> int:
     for s in lab.inventory.slices:
         kinds[s.kind.value] = kinds.get(s.kind.value, 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no GPU slices"
-    print(
-        f"OK: {len(lab.inventory.devices)} GPU(s) ({summary}) from {lab.inventory.source}, "
-        f"{len(lab.profiles)} profile(s), {len(lab.policies)} group policy(ies)"
+    gpus = (
+        "every node's GPUs from its node agent (`gpulab nodes` lists them)"
+        if lab.inventory.source == "agents"
+        else f"{len(lab.inventory.devices)} GPU(s) ({summary}) from {lab.inventory.source}"
     )
+    print(f"OK: {gpus}, {len(lab.profiles)} profile(s), {len(lab.policies)} group policy(ies)")
     if _uses_gpulab_spawner(config):
         for line in _engine_report(config, gl, lab):
             print(line)

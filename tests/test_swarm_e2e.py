@@ -174,6 +174,8 @@ def test_spawns_land_on_the_node_holding_their_slice_and_its_runtime_gets_the_uu
     )
     ann_row = page.find("tr", cls="allocation", data_user="ann")
     assert ann_row.find("td", cls="node").text() == "gpulab-swn2"
+    mine = parse_html(login(hub, "ann").get(f"{hub.url}{PREFIX}me", timeout=30).text)
+    assert mine.find("div", cls="slice").find("dd", cls="node").text() == "gpulab-swn2"
     led.close()
 
 
