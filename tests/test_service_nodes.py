@@ -156,30 +156,31 @@ def run_agent(
 
 
 def test_the_agent_command_reports_with_its_token_and_says_what_is_wrong(hub, ledger, tmp_path):
+    # gpu8 (above) holds the A100; its agent gets a new token from the command line
     token_file = tmp_path / "token"
     cli = subprocess.run(
-        [sys.executable, "-m", "jupyterhub_gpulab.cli", "node-token", "gpu4",
+        [sys.executable, "-m", "jupyterhub_gpulab.cli", "node-token", "gpu8",
          "-f", str(hub.config_path)],
         capture_output=True, text=True, cwd=hub.workdir,
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     token_file.write_text(cli.stdout)
-    r = run_agent(hub, "gpu4", token_file)
+    r = run_agent(hub, "gpu8", token_file)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["node"] == "gpu4"
-    assert {s["id"] for s in ledger.slices() if s["node"] == "gpu4"} == {
+    assert json.loads(r.stdout)["node"] == "gpu8"
+    assert {s["id"] for s in ledger.slices() if s["node"] == "gpu8"} == {
         "MIG-e2e-1g-0",
         "MIG-e2e-1g-1",
         "MIG-e2e-3g-0",
     }
     # another node's name with this token: refused, and the agent says so
     r = run_agent(hub, "gpu3", token_file)
-    assert r.returncode == 1 and "HTTP 403" in r.stderr and "gpu4's" in r.stderr
+    assert r.returncode == 1 and "HTTP 403" in r.stderr and "gpu8's" in r.stderr
     # no token at all: the agent says how to make one
     empty = tmp_path / "empty"
     empty.write_text("")
-    r = run_agent(hub, "gpu4", empty)
-    assert r.returncode != 0 and "gpulab node-token gpu4" in r.stderr
+    r = run_agent(hub, "gpu8", empty)
+    assert r.returncode != 0 and "gpulab node-token gpu8" in r.stderr
 
 
 def test_an_admin_drains_a_node_and_mints_tokens_a_reader_may_not(hub, ledger):
@@ -200,3 +201,48 @@ def test_an_admin_drains_a_node_and_mints_tokens_a_reader_may_not(hub, ledger):
     r = requests.post(f"{url}/gpu2/token", headers=admin, timeout=30)
     assert r.status_code == 201
     assert ledger.node_for_token(r.json()["token"]) == "gpu2"
+
+
+def test_a_node_cannot_take_another_nodes_gpus(hub, ledger):
+    """gpu7 reported the T4 and the A40 (above): another node's token reporting them is refused,
+    and the ledger keeps them on gpu7, with their holders."""
+    if ledger.node("gpu7") is None:
+        post(hub, "gpu7", report_of("t4+a40", "gpu7"), ledger.issue_node_token("gpu7"))
+    token = ledger.issue_node_token("gpu1")
+    r = post(hub, "gpu1", report_of("t4+a40", "gpu1"), token)
+    assert r.status_code == 400, r.text
+    assert "GPU-e2e-a40 is node gpu7's in the ledger" in r.json()["message"]
+    assert {d["uuid"]: d["node"] for d in ledger.devices()}["GPU-e2e-a40"] == "gpu7"
+    assert not [s for s in ledger.slices() if s["node"] == "gpu1"]
+
+
+def test_a_restarted_service_gives_its_agents_one_timeout_before_judging_them(tmp_path, at):
+    """The agents could not report while the service was down: a node is not marked
+    unreachable for that, only when it stays silent for a whole timeout after the start."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpulab.lab.config import GPULab
+    from jupyterhub_gpulab.ledger import Ledger
+    from jupyterhub_gpulab.service.nodes import NodeReports
+    from jupyterhub_gpulab.service.state import LabState
+
+    c = Config()
+    c.GPULab.inventory_source = "agents"
+    c.GPULab.profiles = [{"slug": "cpu", "display_name": "CPU", "image": "i"}]
+    led = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    state = LabState(GPULab(config=c), led)
+    NodeReports(state, timeout_s=60).receive("gpu1", report_of("a100", "gpu1"))
+    at.move(600)  # the service was down ten minutes
+    restarted = NodeReports(state, timeout_s=60)
+    assert restarted.expire() == []
+    at.move(30)
+    assert restarted.expire() == []
+    at.move(31)
+    assert restarted.expire() == ["gpu1"]
+    assert not [s for s in led.slices() if s["available"]]
+    # its next report brings it back, and its figures join the lab's latest sample
+    restarted.receive("gpu1", report_of("a100", "gpu1"))
+    assert all(s["available"] for s in led.slices())
+    assert set(state.sample.by_slice) == {"MIG-e2e-1g-0", "MIG-e2e-1g-1", "MIG-e2e-3g-0"}
+    assert state.history("MIG-e2e-1g-0")[-1].at == at.now
+    led.close()

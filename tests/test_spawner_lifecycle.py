@@ -165,6 +165,8 @@ def test_progress_reports_the_real_steps(hub_factory):
     assert creating in joined
     if hub.backend == "swarm":  # and the node it is pinned to
         assert f"{creating} {hub.prefix}-ann on node gpulab-swn2" in joined
+    started = "Service started" if hub.backend == "swarm" else "Container started"
+    assert f"{started}; waiting for the server to answer" in joined
     assert messages.index(next(m for m in messages if m.startswith("Reserved"))) < messages.index(
         next(m for m in messages if m.startswith(creating))
     )

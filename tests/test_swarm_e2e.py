@@ -426,3 +426,47 @@ def test_the_agent_runs_as_a_swarm_global_service_on_every_gpu_node(hub, tmp_pat
             hub.start_agent(node)
         led.close()
     hub.wait_reported(list(set(GPU_NODE.values())))
+
+
+SILENT = """
+def _silent(spawner):
+    if spawner.user.name == "sil":  # a server that never answers: the hub waits on it
+        spawner.cmd = ["sh", "-c", "sleep 3600"]
+c.Spawner.pre_spawn_hook = _silent
+c.Spawner.http_timeout = 3600
+c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
+"""
+
+
+def test_a_hub_killed_while_a_server_starts_leaves_no_allocation_or_service(tmp_path):
+    hub = new_swarm_hub(tmp_path, extra=SILENT)
+    try:
+        hub.start()
+        hub.create_user("sil", ["students"])
+        assert hub.spawn("sil", {"profile": "mig"}).status_code == 202
+        led = hub.ledger()
+        [held] = wait_for("sil's allocation", lambda: led.open_allocations(user="sil"), 30, hub)
+        wait_for(
+            "sil's task running",
+            lambda: (
+                hub.object_ids() and hub.task(f"{hub.prefix}-sil")["Status"]["State"] == "running"
+            ),
+            60,
+            hub,
+        )
+        hub.kill()  # mid-spawn: JupyterHub never saved sil's state
+        hub.extra_config += "c.Spawner.http_timeout = 3\nc.GPUSwarmSpawner.reconcile_interval = 2\n"
+        hub.start()
+        wait_for(
+            "no allocation and no service left",
+            lambda: not led.open_allocations() and not hub.object_ids(),
+            90,
+            hub,
+        )
+        assert led.get(held.id).end_reason in (
+            "stopped", "failed", "reconciled:no-server", "reconciled:not-held"
+        )  # fmt: skip
+        assert hub.server("sil") is None
+        led.close()
+    finally:
+        hub.close()

@@ -251,6 +251,34 @@ class NodeRecords:
 
     # -- node agents (the service) ----------------------------------------------------------
 
+    def held_elsewhere(self, node: str, ids) -> dict[str, str]:
+        """``{id: other node}`` for the device UUIDs and slice ids among ``ids`` that the ledger
+        holds, present, under another node than ``node``: a node agent may not report them
+        (a GPU moved to another host is reported gone by its old node's agent first)."""
+        ids = list(set(ids))
+        if not ids:
+            return {}
+        with self._read() as conn:
+            found = {
+                r.uuid: r.node
+                for r in conn.execute(
+                    sa.select(devices.c.uuid, devices.c.node).where(
+                        devices.c.uuid.in_(ids), devices.c.node != node, devices.c.present
+                    )
+                )
+            }
+            found.update(
+                {
+                    r.id: r.node
+                    for r in conn.execute(
+                        sa.select(slices.c.id, slices.c.node).where(
+                            slices.c.id.in_(ids), slices.c.node != node, slices.c.present
+                        )
+                    )
+                }
+            )
+        return found
+
     def record_report(
         self,
         name: str,

@@ -5,7 +5,8 @@ A report (``POST api/nodes/<node>/report``, :mod:`.web.nodeapi`; its body: :mod:
 is checked against its schema there, then :meth:`NodeReports.receive`:
 
 1. rebuilds the node's inventory with the lab's own seat settings
-   (:func:`~..inventory.wire.inventory_from_report`);
+   (:func:`~..inventory.wire.inventory_from_report`), and refuses it when it names a GPU or MIG
+   device the ledger holds under another node (a node's token must not take another's GPUs);
 2. syncs the ledger for that node when its hardware changed (or at the first report since the
    service started): new slices added, vanished ones out of service, as for a host's own
    NVML read;
@@ -81,6 +82,8 @@ class NodeReports:
         self.timeout_s = timeout_s
         self._seen: dict[str, str] = {}
         self._lock = threading.Lock()
+        #: a service that was down got no reports: its agents get one timeout to report again
+        self._started = clock.utcnow()
 
     def receive(self, node: str, report: Mapping) -> dict:
         """Take node ``node``'s report (its shape checked already); returns the answer for the
@@ -89,6 +92,17 @@ class NodeReports:
         report (nothing is recorded then)."""
         state = self.state
         inventory = inventory_from_report(report, node=node, shared=state.shared)
+        ids = [d.uuid for d in inventory.devices] + [s.id for s in inventory.slices]
+        taken = state.ledger.held_elsewhere(node, ids)
+        if taken:
+            raise InventoryError(
+                [
+                    f"{i} is node {other}'s in the ledger (a GPU that moved is reported gone by "
+                    "its old node's agent first)"
+                    for i, other in sorted(taken.items())
+                ],
+                header=f"node {node} reports another node's GPUs",
+            )
         now = clock.utcnow()
         fingerprint = _fingerprint(inventory)
         with self._lock:
@@ -142,7 +156,11 @@ class NodeReports:
         }
 
     def expire(self) -> list[str]:
-        """Mark nodes silent for ``timeout_s`` unreachable (blocking); returns their names."""
+        """Mark nodes silent for ``timeout_s`` unreachable (blocking); returns their names.
+        Nothing during the first ``timeout_s`` after the service started: its agents could not
+        report while it was down."""
+        if (clock.utcnow() - self._started).total_seconds() < self.timeout_s:
+            return []
         late = self.state.ledger.expire_agents(self.timeout_s)
         for node in late:
             log.warning(

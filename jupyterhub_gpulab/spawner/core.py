@@ -315,7 +315,8 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ObjectSpecMixin, HasTrai
                 await aio.call(
                     rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
                 )
-            self._emit(90, "Container started; waiting for the server to answer")
+            kind = getattr(self, "object_type", "container").title()
+            self._emit(90, f"{kind} started; waiting for the server to answer")
             return result
         except BaseException as e:
             await self._release(rt, "failed")
