@@ -101,5 +101,8 @@ def hub_factory(tmp_path, hub_maker):
     for h in hubs:
         if hasattr(h, "close"):
             h.close()
-        else:
+        else:  # a module's own kind of hub (hubtools.Hub) on this host's engine
+            from e2e_support import remove_node_containers
+
             h.stop()
+            remove_node_containers(h.workdir.name)

@@ -127,7 +127,7 @@ class NodeAgent(Application):
 
     once = Bool(False, config=True, help="Send one report and exit (``--once``).")
 
-    #: the pynvml module to read (tests hand in a fake); None: import pynvml
+    #: the NVML module to read (tests hand in a fake); None: the installed nvidia-ml-py
     nvml: Any = None
 
     def initialize(self, argv: list[str] | None = None) -> None:

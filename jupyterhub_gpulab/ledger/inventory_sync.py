@@ -132,6 +132,8 @@ class InventorySync:
                 elif any(getattr(old, k) != v for k, v in values.items()):
                     conn.execute(slices.update().where(slices.c.id == sid).values(**values))
                     updated.append(sid)
+            if moved:
+                self._forget_empty_nodes(conn, {former for _, former in moved})
             vanished = sorted(set(existing) - set(wanted))
             vanished_held: list[Allocation] = []
             if vanished:

@@ -165,6 +165,23 @@ class NodeRecords:
                 )
             )
 
+    def _forget_empty_nodes(self, conn, names: Iterable[str]) -> None:
+        """Delete the rows of ``names`` left with no device, no agent, no orchestrator and no
+        token (the old name of a renamed ``c.GPULab.node_name``)."""
+        for name in names:
+            has_devices = conn.execute(
+                sa.select(devices.c.uuid).where(devices.c.node == name).limit(1)
+            ).first()
+            if has_devices is None:
+                conn.execute(
+                    nodes.delete().where(
+                        nodes.c.name == name,
+                        nodes.c.agent_seen_at.is_(None),
+                        nodes.c.engine.is_(None),
+                        nodes.c.token_hash.is_(None),
+                    )
+                )
+
     def _refresh_available(
         self, conn, *, node: str | None = None, device: str | None = None
     ) -> None:

@@ -98,9 +98,8 @@ class SwarmService(HasTraits):
             row = next((r for r in rows if r["ID"] == node_id), None)
         if row is None:
             raise RuntimeError(f"Swarm lists no node {node_id}")
-        seen = {n.id: name for name, n in engine_nodes([row]).items()}
-        name = seen.get(node_id)
-        return self.node_addresses.get(name) or engine_nodes([row])[name].address
+        [(name, node)] = engine_nodes([row]).items()
+        return self.node_addresses.get(name) or node.address
 
     def _node_name(self, node_id: str | None) -> str | None:
         read = type(self)._nodes_read
