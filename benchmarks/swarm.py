@@ -18,6 +18,12 @@ as the other left it. A storm's wall time runs from the first request to the las
 slices held twice (``double_allocations``, always 0: the database forbids it) and every GPU
 server's task is checked against its slice's node (``misplaced``: tasks not on it).
 
+Measured on the 2-core development machine, shared with other runs (two ABBA rounds)::
+
+    {"nodes": 3, "nodes_with_servers": 3, "users": 30, "gpu_users": 20, "storm_wall_s_ours": 37.97,
+     "storm_wall_s_plain": 37.25, "storm_ratio": 1.019, "double_allocations": 0, "misplaced": 0,
+     "walls_ours": [30.7, 40.6, 38.52, 37.41], "walls_plain": [37.91, 36.6, 38.98, 35.77]}
+
 Usage: ``python benchmarks/swarm.py [--rounds 2] [--users 30] [--gpu 20]``; needs the test Swarm
 (``scripts/ensure-swarm.sh``, which ``scripts/test-setup.sh`` runs). About 5 minutes on the 2-core
 development machine. The last line is one JSON object: ``nodes``, ``storm_wall_s_ours``,
