@@ -54,7 +54,7 @@ for n in $NODES; do
 done
 # containerd and shims started from the engines' exec roots (by their command line)
 for p in /proc/[0-9]*; do
-    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null || true)
+    cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)
     case $cmd in
         *containerd*"$RUN/n"[123]/*) kill -KILL "${p#/proc/}" 2>/dev/null || true ;;
     esac
