@@ -233,6 +233,46 @@ def unservable(
     )
 
 
+def check_profiles(
+    profiles: Iterable, slices: Iterable[Slice], labels_of
+) -> tuple[list[str], list[str]]:
+    """``(errors, warnings)`` of ``gpulab check-config`` about the GPU profiles' images:
+    an error for a profile no slice of which can run its image (or a mislabelled image), a
+    warning for one some of whose slices cannot (they are skipped at claim time), and for an
+    image the engine does not have. ``labels_of(image)`` gives its labels or raises
+    ``LookupError`` when the image is not there."""
+    slices = list(slices)
+    errors: list[str] = []
+    warnings: list[str] = []
+    for p in profiles:
+        if not p.wants_gpu:
+            continue
+        try:
+            need = requirements_from_labels(p.image, labels_of(p.image))
+        except LookupError:
+            warnings.append(
+                f"profile {p.slug!r}: image {p.image} is not on this host's Docker engine, so "
+                "what it needs of a GPU is not checked (build it: images/build-image.sh)"
+            )
+            continue
+        except ValueError as e:
+            errors.append(f"profile {p.slug!r}: {e}")
+            continue
+        servable, matching, problems = gate_report(need, p.slice, slices)
+        if matching and not servable and problems:
+            errors.append(
+                f"profile {p.slug!r}: none of its {matching} slice(s) can run its image: "
+                + "; ".join(problems)
+                + ". Give it an image for these GPUs (a CUDA 12 build) or other GPUs."
+            )
+        elif problems:
+            warnings.append(
+                f"profile {p.slug!r}: {servable} of its {matching} slices can run its image, "
+                "the others are skipped: " + "; ".join(problems)
+            )
+    return errors, warnings
+
+
 # -- writing the labels (images/build-image.sh) -----------------------------------------------
 
 
