@@ -139,8 +139,14 @@ else:
                 {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000004", "profile": "1g.10gb"},
             ],
         },
-        {"uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-a40000000001", "index": 1, "name": "NVIDIA A40", "memory": "48GiB",
-         "compute_capability": "8.6", "driver_version": "580.95.05"},
+        {
+            "uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-a40000000001",
+            "index": 1,
+            "name": "NVIDIA A40",
+            "memory": "48GiB",
+            "compute_capability": "8.6",
+            "driver_version": "580.95.05",
+        },
         {
             "uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-740000000002",
             "index": 2,

@@ -36,6 +36,7 @@ ENV = "GPULAB_SEAT_MEMORY_BYTES"
 #: What was applied, for people and tests: ``{"torch": "queued" | [fractions], ...}``.
 applied: dict[str, object] = {}
 _MIB = 2**20
+_installed = False
 
 
 def seat_bytes(environ=os.environ) -> int | None:
@@ -141,10 +142,15 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 def install(environ=os.environ) -> bool:
     """Install the caps for this process if ``GPULAB_SEAT_MEMORY_BYTES`` is set; returns
-    whether it was. Called by ``gpulab-seatcap.pth`` at interpreter start."""
+    whether it was. Called by ``gpulab-seatcap.pth`` at interpreter start, possibly twice (a
+    venv's ``lib64`` links to ``lib``, so site reads the ``.pth`` from both); once is enough."""
+    global _installed
     seat = seat_bytes(environ)
     if seat is None:
         return False
+    if _installed:
+        return True
+    _installed = True
     try:
         if importlib.util.find_spec("jax") is not None:
             cap_jax(seat, environ)

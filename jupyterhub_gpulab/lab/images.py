@@ -345,9 +345,33 @@ def lowest_arch(arch_flags: Iterable[str]) -> tuple[int, int] | None:
     return min(found) if found else None
 
 
+def facts_labels(framework: str, cuda_major: int) -> dict[str, str]:
+    """The CUDA labels of an image whose ``framework`` (``torch``, ``tensorflow``) uses CUDA
+    ``cuda_major``, from the facts alone (images built on another base, e.g. docker-stacks).
+    Raises ``ValueError`` for a CUDA major without facts."""
+    facts = CUDA_FACTS.get(cuda_major)
+    if facts is None:
+        raise ValueError(
+            f"no driver facts for CUDA {cuda_major}: add them to CUDA_FACTS ({__name__})"
+        )
+    cc = max([facts.min_compute_capability] + [
+        c for (f, m), (c, _s) in FRAMEWORK_MIN_CC.items() if f == framework and m == cuda_major
+    ])  # fmt: skip
+    return {
+        LABEL_CUDA: str(cuda_major),
+        LABEL_MIN_DRIVER: facts.min_driver,
+        LABEL_MIN_CC: format_version(cc),
+    }
+
+
 def _main(argv: list[str]) -> int:
-    """``python -m jupyterhub_gpulab.lab.images labels IMAGE VARIANT LOCK [ARCH_FLAG…]``:
-    print ``key=value`` lines, one label each (for ``docker import --change``)."""
+    """``python -m jupyterhub_gpulab.lab.images labels IMAGE VARIANT LOCK [ARCH_FLAG…]`` or
+    ``… facts FRAMEWORK CUDA_MAJOR``: print ``key=value`` lines, one label each (for ``docker
+    import --change`` / ``docker build --label``)."""
+    if len(argv) == 3 and argv[0] == "facts":
+        for key, value in sorted(facts_labels(argv[1], int(argv[2])).items()):
+            print(f"{key}={value}")
+        return 0
     if len(argv) < 4 or argv[0] != "labels":
         print(_main.__doc__)
         return 2
