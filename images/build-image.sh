@@ -86,7 +86,7 @@ ext_dir="$HERE/jupyterlab-gpulab"
 ext_hash=$(cd "$ext_dir" && find . -path ./node_modules -prune -o -type f ! -path './lib/labextension/*' -print0 \
     | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 base_key=$( { echo "$INCLUDE $hub_version $ext_hash"; cat "$HERE/locks/base.txt" "$0" \
-    "$HERE/site/"* "$HERE/rootfs/etc/profile.d/"*; } | sha256sum | cut -c1-16)
+    "$HERE/site/"*; (cd "$HERE/rootfs" && find . -type f | sort | xargs cat); } | sha256sum | cut -c1-16)
 recipe_of() { { echo "$base_key $variant"; cat "$(lockfile "$1")"; } | sha256sum | cut -c1-16; }
 label() { docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
 current() { [ "$force" = 0 ] && [ "$(label "$(tag_of "$1")" org.jupyter.gpulab.recipe)" = "$(recipe_of "$1")" ]; }
@@ -184,7 +184,9 @@ build_base_layer() {
     rm -f "$ROOT/tmp/$(basename "$ext_wheel")"
     site=$(in_chroot /opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
     install -m 0644 "$HERE/site/gpulab_seatcap.py" "$HERE/site/gpulab-seatcap.pth" "$ROOT$site/"
-    install -m 0644 "$HERE/rootfs/etc/profile.d/gpulab-venv.sh" "$ROOT/etc/profile.d/"
+    # /etc/profile.d (login-shell PATH) and JupyterLab's page config (no "news" prompt that
+    # would fetch from the internet)
+    cp -r --no-preserve=ownership "$HERE/rootfs/." "$ROOT/"
     slim
     in_chroot /opt/venv/bin/python -c 'import jupyterhub.singleuser, jupyterlab, numpy, pandas, matplotlib, sklearn, nbgitpuller, jupyterlab_nvdashboard, jupyterlab_gpulab, gpulab_seatcap' >&3 2>&3
     step "cache $BASE_LAYER"
