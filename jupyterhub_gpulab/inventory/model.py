@@ -30,7 +30,10 @@ class SliceKind(str, enum.Enum):
 _SEAT_CAPS = {
     True: "memory and compute are capped by MPS",
     False: "memory and compute caps are only advisory (the host runs no MPS)",
-    None: "memory and compute are capped where the host runs MPS, only advisory elsewhere",
+    None: (
+        "memory and compute are capped where the host runs MPS; elsewhere memory is capped by "
+        "the framework in gpulab's images, only advisory in others"
+    ),
 }
 
 

@@ -245,6 +245,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
         self.choice_notice = None
         self._forget_saved_options()
         self._no_container = True
+        self._current_need = None
         claim: Claim | None = None
         slug, outcome = None, "failure"
         try:
