@@ -41,6 +41,8 @@ devices = sa.Table(
     sa.Column("compute_capability", sa.String(16), nullable=True),
     sa.Column("mig_enabled", sa.Boolean, nullable=False, default=False),
     sa.Column("vgpu_type", sa.String(64), nullable=True),
+    # the host's NVIDIA driver, "580.65.06" (0006); None: unknown
+    sa.Column("driver_version", sa.String(32), nullable=True),
     # present: seen in the latest inventory read; drained: an admin took it out of service.
     sa.Column("present", sa.Boolean, nullable=False, default=True),
     sa.Column("drained", sa.Boolean, nullable=False, default=False),
@@ -70,6 +72,10 @@ slices = sa.Table(
     sa.Column("available", sa.Boolean, nullable=False, default=True),
     # The open allocation holding this slice (mirror of allocations; see module docstring).
     sa.Column("held_by", sa.Integer, nullable=True),
+    # Its device's compute capability and driver as sortable keys (inventory.model.cc_key,
+    # driver_key; 0006), compared with an image's needs at claim time; None: unknown.
+    sa.Column("cc_key", sa.Integer, nullable=True),
+    sa.Column("driver_key", sa.BigInteger, nullable=True),
 )
 
 sa.Index(
