@@ -15,7 +15,7 @@ ledger on the hub's database, for 400 users in 10 groups. Then:
 collector reading the ledger and the exposition text, what the handler runs in its thread) on a
 larger lab of its own: 10,000 slices (1,000 A100s in 7 MIG instances, 200 T4s in 15 seats), 5,000
 open allocations and 5,000 closed ones (a third culled), the hub's list of 5,000 running servers,
-and a utilisation sample for every slice. Rounds alternate with the admin API's server work on
+a utilisation sample for every slice, and two course reservations keeping 40 slices each. Rounds alternate with the admin API's server work on
 the same ledger (``state.snapshot()``), the alternative read an admin already pays for.
 
 Each is requested ``--rounds`` times after ``--warmup`` requests; latencies are wall-clock times
@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
@@ -176,6 +177,15 @@ def metrics_lab(tmp: Path):
             ledger.set_container(claim.allocation.id, f"c{n}", f"jupyter-{user}-s{n}")
             users.append({"name": user, "servers": {f"s{n}": {"name": f"s{n}", "ready": True}}})
     now = clock.utcnow()
+    # two course sessions keeping seats now (one in its lead time, one started): the scrape
+    # reads the reservations too
+    for holder, start in (
+        ("dl101", now + timedelta(minutes=20)),
+        ("ml201", now - timedelta(minutes=5)),
+    ):
+        ledger.book(holder=holder, groups=[holder], profile="mig" if holder == "dl101" else "seat",
+                    request=mig if holder == "dl101" else seat, count=40, starts_at=start,
+                    ends_at=start + timedelta(hours=2), lead_s=3600, grace_s=900)  # fmt: skip
     state.sample = Sample(
         {s.id: Utilization(gpu_percent=float(i % 100), memory_used_bytes=i * 1024, at=now)
          for i, s in enumerate(state.inventory.slices)},

@@ -114,11 +114,18 @@ class LocalIdP:
 
 
 def sso_hub(
-    workdir: Path, users: dict, provider: str = "keycloak", *, refresh_age: int = 300, **mapping
+    workdir: Path,
+    users: dict,
+    provider: str = "keycloak",
+    *,
+    refresh_age: int = 300,
+    extra: str = "",
+    **mapping,
 ):
     """``(hub, idp)``: a started hub (gpulab service included) logging in through a new
     :class:`LocalIdP` of ``provider``'s shape serving ``users``, configured by
-    ``configure_sso(c, provider, …)``; ``mapping``: its mapping keywords (``rename=`` …)."""
+    ``configure_sso(c, provider, …)``; ``mapping``: its mapping keywords (``rename=`` …);
+    ``extra``: more config, after those lines."""
     workdir.mkdir(parents=True, exist_ok=True)
     hub = make_hub(workdir, extra="")  # not started: its URL is the provider's redirect URI
     idp = LocalIdP(workdir, users, f"{hub.url}/hub/oauth_callback", shape=provider)
@@ -129,6 +136,7 @@ from jupyterhub_gpulab.auth.presets import configure_sso
 configure_sso(c, {provider!r}, client_id="{CLIENT_ID}", client_secret="{CLIENT_SECRET}",
               callback_url="{hub.url}/hub/oauth_callback", admin_groups=["gpu-admins"],
               refresh_age={refresh_age}{kw})
+{extra}
 """
     hub.env = {"JUPYTERHUB_CRYPT_KEY": Fernet.generate_key().decode()}
     try:

@@ -22,8 +22,9 @@ import re
 import time
 
 import pytest
+import requests
 import test_service_browser
-from service_support import PREFIX
+from service_support import PREFIX, user_token
 from sso_support import browser_login, sso_hub, wait_for
 
 pytestmark = [pytest.mark.sso, pytest.mark.browser]
@@ -46,13 +47,22 @@ USERS = {
     "big": {"preferred_username": "big", "groups": [f"/g{i}" for i in range(6000)]},
     "nou": {"name": "No Username", "groups": ["/students"]},
     "lst": {"preferred_username": ["lst", "kim"], "groups": ["/gpu-admins"]},
+    "lea": {"preferred_username": "lea", "groups": ["/students", "/ml101"]},
+    "ian": {"preferred_username": "ian", "groups": ["/ml101-staff"]},
 }
+#: a course whose roster and staff are groups of the identity provider
+COURSE = """
+c.GPULabCourses.courses = [{"slug": "ml101", "title": "Machine learning", "roster_group": "ml101",
+                            "staff_group": "ml101-staff", "profiles": ["cpu"]}]
+from jupyterhub_gpulab.courses.hubhook import configure_courses
+configure_courses(c)
+"""
 
 
 @pytest.fixture(scope="module")
 def sso(tmp_path_factory):
     hub, idp = sso_hub(tmp_path_factory.mktemp("sso-hub"), USERS, "keycloak",
-                       refresh_age=REFRESH_AGE)  # fmt: skip
+                       refresh_age=REFRESH_AGE, extra=COURSE)  # fmt: skip
     try:
         yield hub, idp
     finally:
@@ -225,3 +235,34 @@ def test_check_auth_reads_the_claims_of_a_test_login(sso, browser, capsys, monke
     assert "budget:   5 GPU-hours per week (students)" in out
     assert main([*args, "--hub-user", "nobody"]) == 2
     assert "no user 'nobody'" in capsys.readouterr().err
+
+
+def test_a_course_roster_from_the_provider_is_shown_and_never_edited(sso, browser):
+    """The course's roster group comes from the provider: the course page says so and offers
+    no roster edits, and the API refuses them (409) without touching the group."""
+    from selenium.webdriver.common.by import By
+
+    hub, _ = sso
+    browser_login(browser, hub, "lea")
+    browser_login(browser, hub, "ian", PREFIX + "courses/ml101")
+    browser.get(hub.url + PREFIX + "courses/ml101")
+    wait_for(lambda: browser.find_elements(By.ID, "roster-source"), 30, "the course page")
+    source = browser.find_element(By.ID, "roster-source").text
+    assert "come from the identity provider" in source and "change them there" in source
+    assert "lea" in browser.find_element(By.ID, "roster").text
+    assert not browser.find_elements(By.ID, "add") and not browser.find_elements(By.ID, "csv-file")
+    browser.get(hub.url + "/hub/token")  # the hub's cookies (path /hub/) are visible here
+    wait_for(lambda: browser.get_cookie("_xsrf"), 30, "the hub's token page")
+    session = requests.Session()  # ian's browser login, for a token of his own
+    for c in browser.get_cookies():
+        session.cookies.set(c["name"], c["value"], path=c.get("path", "/"))
+    token = user_token(hub, session, "ian")
+    r = requests.post(hub.url + PREFIX + "api/courses/ml101/roster",
+                      headers={"Authorization": f"token {token}"},
+                      json={"add": ["kim"], "remove": ["lea"]}, timeout=30)  # fmt: skip
+    assert r.status_code == 409 and "identity provider" in r.json()["message"], r.text
+    view = requests.get(hub.url + PREFIX + "api/courses/ml101",
+                        headers={"Authorization": f"token {token}"}, timeout=30).json()  # fmt: skip
+    assert view["roster_source"]["editable"] is False
+    assert [row["user"] for row in view["roster"]] == ["lea"]
+    assert groups_of(hub, "lea") == ["ml101", "students"]

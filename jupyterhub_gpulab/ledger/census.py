@@ -25,7 +25,7 @@ class Census:
     - ``slices``: ``{(node, kind, mig_profile or "", holder's profile or "", present, available,
       held): count}``;
     - ``devices``: device rows (``uuid``, ``node``, ``index``, ``name``, ``memory_bytes``,
-      ``present``, ``drained``);
+      ``present``, ``drained``), by node and index;
     - ``culls``: ``{(rule, charge group or ""): allocations closed as culled:<rule>}``;
     - ``warnings``: ``{rule: pending cull warnings}``;
     - ``without_container``: ``{node: open allocations older than the grace with no container}``;
@@ -100,7 +100,11 @@ def census(ledger, now: datetime, *, container_grace_s: float = 120) -> Census:
     )
     with ledger._read() as conn:
         slice_counts = {tuple(r[:-1]): r[-1] for r in conn.execute(q_slices)}
-        device_rows = [dict(r._mapping) for r in conn.execute(sa.select(devices))]
+        cols = ("uuid", "node", "index", "name", "memory_bytes", "present", "drained")
+        q_devices = sa.select(*(devices.c[k] for k in cols)).order_by(
+            devices.c.node, devices.c["index"]
+        )
+        device_rows = [dict(zip(cols, r)) for r in conn.execute(q_devices)]
         culls: dict[tuple[str, str], int] = {}
         for reason, group, n in conn.execute(q_culls):
             key = (reason[len(CULLED) :], group)
@@ -192,7 +196,7 @@ def _epoch(column, dialect: str):
     objects are built in Python for it)."""
     if dialect == "sqlite":
         return (sa.func.julianday(column) - 2440587.5) * 86400.0
-    return sa.extract("epoch", column)
+    return sa.cast(sa.extract("epoch", column), sa.Float)
 
 
 def gpu_seconds_by_group(
@@ -208,30 +212,37 @@ def gpu_seconds_by_group(
 def gpu_seconds_per_period(
     ledger, periods: list[tuple[datetime, datetime]], now: datetime, *, by: str = "charge_group"
 ) -> list[dict[str, float]]:
-    """:func:`gpu_seconds_by_group` for each ``(start, end)`` of ``periods``, from one query
-    over their whole span (the admin page's weeks); ``by``: ``"charge_group"`` or ``"user"``."""
+    """:func:`gpu_seconds_by_group` for each ``(start, end)`` of ``periods`` (the admin page's
+    weeks); ``by``: ``"charge_group"`` or ``"user"``. The database sums each period (one
+    aggregate query per period, one read transaction): a scrape's cost does not grow with the
+    week's allocations in Python. A group whose allocations overlap the period for no time is
+    listed at 0."""
     d = ledger.dialect
-    first, last = min(p[0] for p in periods), max(p[1] for p in periods)
     key = {"charge_group": allocations.c.charge_group, "user": allocations.c.user}[by]
-    q = sa.select(
-        sa.func.coalesce(key, ""),
-        allocations.c.share,
-        _epoch(allocations.c.started_at, d),
-        _epoch(allocations.c.ended_at, d),
-    ).where(
-        allocations.c.started_at < last,
-        sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= first),
+    greatest, least = (
+        (sa.func.max, sa.func.min) if d == "sqlite" else (sa.func.greatest, sa.func.least)
     )
-    bounds = [(start.timestamp(), min(end, now).timestamp()) for start, end in periods]
-    out: list[dict[str, float]] = [{} for _ in periods]
+    out: list[dict[str, float]] = []
     with ledger._read() as conn:
-        rows = [(g, s, float(a), None if b is None else float(b)) for g, s, a, b in conn.execute(q)]
-    for found, (lo_bound, hi_bound) in zip(out, bounds):
-        for group, share, started, ended in rows:
-            lo = max(started, lo_bound)
-            hi = min(ended if ended is not None else hi_bound, hi_bound)
-            if hi > lo:
-                found[group] = found.get(group, 0.0) + (hi - lo) * share
-            elif started < hi_bound and (ended is None or ended >= lo_bound):
-                found.setdefault(group, 0.0)
+        for start, end in periods:
+            hi_t = min(end, now)
+            lo, hi = start.timestamp(), hi_t.timestamp()
+            started = _epoch(allocations.c.started_at, d)
+            ended = sa.func.coalesce(_epoch(allocations.c.ended_at, d), hi)
+            span = least(ended, hi) - greatest(started, lo)
+            q = (
+                sa.select(
+                    sa.func.coalesce(key, ""),
+                    sa.func.sum(sa.case((span > 0, span * allocations.c.share), else_=0.0)),
+                )
+                .where(
+                    allocations.c.started_at < hi_t,
+                    sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= start),
+                )
+                .group_by(key)
+            )
+            found: dict[str, float] = {}
+            for g, v in conn.execute(q):  # NULL and "" are one group
+                found[g] = found.get(g, 0.0) + float(v or 0.0)
+            out.append(found)
     return out

@@ -173,7 +173,7 @@ class LedgerCollector:
             labels=["node", "uuid", "index", "name"],
         )
         counts = {(self.state.node, st): 0 for st in DEVICE_STATES}
-        for d in sorted(c.devices, key=lambda d: (d["node"], d["index"])):
+        for d in c.devices:
             for st in DEVICE_STATES:
                 counts.setdefault((d["node"], st), 0)
             counts[(d["node"], device_state(d))] += 1
