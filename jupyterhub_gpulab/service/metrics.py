@@ -51,6 +51,7 @@ a scrape appends that text.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -123,6 +124,8 @@ class LedgerCollector:
     def __init__(self, state: LabState, hub: HubClient | None = None):
         self.state = state
         self.hub = hub
+        #: what this thread's latest collect() read that Exposition renders itself
+        self.read = threading.local()
 
     def collect(self) -> Iterator[Metric]:
         state, now = self.state, clock.utcnow()
@@ -167,21 +170,18 @@ class LedgerCollector:
         by_state = GaugeMetricFamily(
             "gpulab_devices", "Devices by node and state", labels=["node", "state"]
         )
-        memory = GaugeMetricFamily(
-            "gpulab_device_memory_bytes",
-            "Each device's memory in bytes",
-            labels=["node", "uuid", "index", "name"],
-        )
         counts = {(self.state.node, st): 0 for st in DEVICE_STATES}
         for d in c.devices:
             for st in DEVICE_STATES:
                 counts.setdefault((d["node"], st), 0)
             counts[(d["node"], device_state(d))] += 1
-            memory.add_metric([d["node"], d["uuid"], str(d["index"]), d["name"]], d["memory_bytes"])
         for (node, st), n in sorted(counts.items()):
             by_state.add_metric([node, st], n)
         yield by_state
-        yield memory
+        # gpulab_device_memory_bytes: rendered by Exposition from these rows
+        self.read.devices = tuple(
+            (d["node"], d["uuid"], str(d["index"]), d["name"], d["memory_bytes"]) for d in c.devices
+        )
 
     def _gpu_seconds(self, now) -> Metric:
         lab = self.state.lab
@@ -301,15 +301,44 @@ class UserCollector:
         yield used
 
 
+class _Families:
+    """A collector yielding fixed families (to render them with ``generate_latest``)."""
+
+    def __init__(self, *families: Metric):
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
+def _memory_text(devices: tuple) -> bytes:
+    memory = GaugeMetricFamily(
+        "gpulab_device_memory_bytes",
+        "Each device's memory in bytes",
+        labels=["node", "uuid", "index", "name"],
+    )
+    for node, uuid, index, name, size in devices:
+        memory.add_metric([node, uuid, index, name], size)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(memory))
+    return generate_latest(registry)
+
+
 class Exposition:
     """The service's metrics text: the ledger's, read at each :meth:`render`, then the latest
     sample's, rendered by :meth:`sampled` (call it after each sample) or on first need. Both
-    block: call them in a thread. ``user_labels``: add :class:`UserCollector`'s series."""
+    block: call them in a thread. ``user_labels``: add :class:`UserCollector`'s series.
+
+    ``gpulab_device_memory_bytes`` (a series per device, read from the ledger at each scrape
+    with the device counts) is formatted again only when the devices read differ from the
+    previous scrape's: its text is most of a large lab's formatting time."""
 
     def __init__(self, state: LabState, hub: HubClient | None = None, *, user_labels=False):
         self.state = state
         self.ledger = CollectorRegistry(auto_describe=False)
-        self.ledger.register(LedgerCollector(state, hub))
+        self.collector = LedgerCollector(state, hub)
+        self.ledger.register(self.collector)
+        self._memory: tuple[tuple, bytes] = ((), _memory_text(()))
         if user_labels:
             self.ledger.register(UserCollector(state))
         self.samples = CollectorRegistry(auto_describe=False)
@@ -326,4 +355,9 @@ class Exposition:
 
     def render(self) -> bytes:
         """The whole exposition text (Prometheus text format)."""
-        return generate_latest(self.ledger) + self.sampled()
+        ledger = generate_latest(self.ledger)
+        devices = getattr(self.collector.read, "devices", ())
+        memory = self._memory
+        if memory[0] != devices:
+            memory = self._memory = (devices, _memory_text(devices))
+        return ledger + memory[1] + self.sampled()

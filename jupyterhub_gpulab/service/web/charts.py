@@ -4,8 +4,8 @@ Pure builders: data in, :class:`markupsafe.Markup` out (every text escaped). Rea
 colour: each line has its own dash pattern and end marker and is labelled at its end; each bar
 has its own fill pattern and carries its value and name as text. Each chart is an ``<svg
 role="img">`` with a ``<title>``; pages put the same figures in a table next to it. Elements carry
-their figures in ``data-*`` attributes (``data-label``, ``data-value``, ``data-last``) so a test
-reads what is plotted.
+their figures in ``data-*`` attributes (``data-label``, ``data-value``, ``data-last``, a line's
+``data-values``: its points' y in order, empty where unknown) so a test reads what is plotted.
 """
 
 from __future__ import annotations
@@ -95,7 +95,11 @@ def line_chart(
     for i, s in enumerate(series):
         dash, marker = DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)]
         last = s.last
-        attrs = f'data-label="{escape(s.label)}" data-last="{"" if last is None else last}"'
+        values = " ".join("" if y is None else _fmt(y) for _, y in s.points)
+        attrs = (
+            f'data-label="{escape(s.label)}" data-last="{"" if last is None else last}" '
+            f'data-values="{values}"'
+        )
         out.append(f'<g class="series" {attrs} fill="currentColor">')
         segment: list[str] = []
         segments: list[list[str]] = []
