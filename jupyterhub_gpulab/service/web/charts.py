@@ -40,6 +40,14 @@ def _fmt(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".") if v != int(v) else str(int(v))
 
 
+def _label(v: float) -> str:
+    """A bar's or axis's figure: one decimal, two below 1 so a small non-zero value (a few
+    minutes of GPU time) never reads as 0."""
+    if 0 < abs(v) < 1:
+        return f"{v:.2f}".rstrip("0").rstrip(".") if round(v, 2) else f"{v:.1g}"
+    return _fmt(round(v, 1))
+
+
 def _marker(kind: str, x: float, y: float) -> str:
     if kind == "circle":
         return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5"/>'
@@ -191,7 +199,7 @@ def bar_chart(
         f'<line x1="{left}" x2="{left + pw}" y1="{py(0):.1f}" y2="{py(0):.1f}"/>'
         f'<text x="{left - 4}" y="{py(0) + 4:.1f}" text-anchor="end" stroke="none">0 {escape(unit)}</text>'
         f'<text x="{left - 4}" y="{py(y_max / 1.15) + 4:.1f}" text-anchor="end" stroke="none">'
-        f"{_fmt(round(y_max / 1.15, 1))} {escape(unit)}</text></g>",
+        f"{_label(y_max / 1.15)} {escape(unit)}</text></g>",
     ]
     n_cat = max(len(categories), 1)
     slot = pw / n_cat
@@ -210,7 +218,7 @@ def bar_chart(
                 f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" '
                 f'height="{py(0) - y:.1f}" fill="{paint}" stroke="currentColor"/>'
                 f'<text x="{x + bar_w / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle" '
-                f'font-size="10">{_fmt(round(v, 1))}</text>'
+                f'font-size="10">{_label(v)}</text>'
                 f'<text x="{x + bar_w / 2:.1f}" y="{py(0) + 12:.1f}" text-anchor="middle" '
                 f'font-size="9">{escape(group[:10])}</text></g>'
             )
