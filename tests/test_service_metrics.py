@@ -60,6 +60,13 @@ def test_metrics_need_the_metrics_scope(hub):
     r = scrape(hub, None)
     assert r.status_code == 403
     assert "custom:gpulab:metrics" in r.json()["message"]
+    # a token fit for the hub's /hub/metrics only is told what else it needs
+    admin = login(hub, "admin")
+    r = admin.post(f"{hub.url}/hub/api/users/admin/tokens", json={"scopes": ["read:metrics"]},
+                   headers={"X-XSRFToken": admin.cookies.get("_xsrf", path="/hub/")})  # fmt: skip
+    assert r.status_code == 201, r.text
+    r = scrape(hub, r.json()["token"])
+    assert r.status_code == 403 and "access:services!service=gpulab" in r.json()["message"]
     student = user_token(hub, login(hub, "student"), "student")
     r = scrape(hub, student)
     assert r.status_code == 403, r.text
