@@ -132,6 +132,7 @@ def test_unreadable_claims_are_a_clear_login_error(sso, browser, user, says):
     browser_login(browser, hub, user)
     text = wait_for(lambda: browser.find_element(By.TAG_NAME, "body").text, 10, "the error page")
     assert "403" in text and says in text, text
+    assert "Login refused" in text and "login refused:" not in text  # the log's detail stays there
     assert not re.search(r"\b500\b", text) and "Internal Server Error" not in text
     assert hub.api("GET", f"/users/{user}").status_code == 404  # no user, no groups
 

@@ -37,7 +37,8 @@ class LoginRefused(web.HTTPError):
     shows; ``reason`` is the :class:`ClaimError`'s (``group-overage``, ``malformed-claim``)."""
 
     def __init__(self, error: ClaimError):
-        super().__init__(403, "login refused: %s", error.log_message)
+        # reason: the page's heading ("403 : Login refused"); the detail is for the hub's log
+        super().__init__(403, "login refused: %s", error.log_message, reason="Login refused")
         self.jupyterhub_message = error.message
         self.claim_reason = error.reason
 
