@@ -55,19 +55,19 @@ c.JupyterHub.named_server_limit_per_user = 3
 # and JUPYTERHUB_CRYPT_KEY in the hub's environment (openssl rand -hex 32).
 c.Authenticator.admin_users = {"admin"}
 if os.environ.get("GPULAB_DEMO_AUTH") == "oidc":
-    # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh: the local provider of scripts/demo-idp.sh, whose
-    # users carry Keycloak-shaped groups ("/students"); any password.
+    # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh: the local provider of scripts/demo-idp.sh plays a
+    # Keycloak realm (its endpoints, "/students"-style group paths); any password. The same call
+    # as for a campus Keycloak, only the issuer differs.
     from jupyterhub_gpulab.auth.presets import configure_sso
 
     _hub_url = f"http://{c.JupyterHub.ip}:{c.JupyterHub.port}"
     configure_sso(
         c,
-        "oidc",
-        issuer=os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000"),
+        "keycloak",
+        issuer=os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000/realms/campus"),
         client_id=os.environ.get("GPULAB_IDP_CLIENT_ID", "jupyterhub"),
         client_secret=os.environ.get("GPULAB_IDP_CLIENT_SECRET", "gpulab-demo-secret"),
         callback_url=f"{_hub_url}/hub/oauth_callback",
-        strip_prefixes=["/"],
         admin_groups=["gpu-admins"],
         refresh_age="1m",
     )
