@@ -300,16 +300,12 @@ def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_pr
 @pytest.mark.browser
 def test_the_course_page_in_a_browser_start_all_progress_collect(lab, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
-    from test_service_browser import ARTIFACTS, save_screenshot, wait_until
+    from test_service_browser import ARTIFACTS, log_in, save_screenshot, wait_until
 
     hub, repo, tokens = lab
     b = browser
     page = f"{PREFIX}courses/ml101"
-    b.get(f"{hub.url}/hub/login?next={page}")
-    b.find_element(By.ID, "username_input").send_keys("ta1")
-    b.find_element(By.ID, "password_input").send_keys("any password")
-    b.find_element(By.ID, "login_submit").click()
-    wait_until(lambda: b.current_url.endswith(page), 30, "the course page after login")
+    log_in(b, hub, "ta1", page, heading="Machine learning 101")
     assert "Machine learning 101" in b.find_element(By.CSS_SELECTOR, "h1").text
     assert len(b.find_elements(By.CSS_SELECTOR, "tr.student")) == 8
     b.find_element(By.ID, "start-all").click()

@@ -161,6 +161,33 @@ def wait_until(check, timeout: float, what: str, refresh=None):
             refresh()
 
 
+def log_in(browser, hub, name: str, path: str, heading: str | None = None) -> None:
+    """Log ``name`` in through the hub's login form, asking for ``path``, and wait until the
+    browser shows that page's final document (its ``h1`` holding ``heading``, when given; a
+    ``path`` ending in ``spawn`` also matches the user's own ``spawn/<user>``).
+
+    A login goes through redirects (the hub, the service's OAuth dance); the URL can name the
+    page while the document is still being replaced, so a test that read an element right after
+    the URL check could get a stale element. This reads the document in one script call instead
+    and waits until it is complete and at the page."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{hub.url}/hub/login?next={path}")
+    browser.find_element(By.ID, "username_input").send_keys(name)
+    browser.find_element(By.ID, "password_input").send_keys("any password")
+    browser.find_element(By.ID, "login_submit").click()
+
+    def at_page():
+        where, state, h1 = browser.execute_script(
+            "const h = document.querySelector('h1');"
+            "return [location.pathname, document.readyState, h ? h.textContent : ''];"
+        )
+        there = where.startswith(path) if path.endswith("spawn") else where == path
+        return there and state == "complete" and (heading is None or heading in h1)
+
+    wait_until(at_page, 30, f"{name}'s {path} after login")
+
+
 def save_screenshot(driver, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     height = driver.execute_script("return document.body.scrollHeight")
@@ -183,11 +210,7 @@ def test_admin_drains_a_device_and_stops_a_server_in_the_browser(hub, ledger, br
     ledger.record_refusal("student", "mig-small", "quota", "You already hold 1 GPU slice")
 
     # log in through the hub's own login form, asking for the gpulab page
-    browser.get(f"{hub.url}/hub/login?next={PREFIX}")
-    browser.find_element(By.ID, "username_input").send_keys("admin")
-    browser.find_element(By.ID, "password_input").send_keys("any password")
-    browser.find_element(By.ID, "login_submit").click()
-    wait_until(lambda: browser.current_url.endswith(PREFIX), 30, "the admin page after login")
+    log_in(browser, hub, "admin", PREFIX, heading="GPU lab")
     assert browser.find_element(By.CSS_SELECTOR, "h1").text.startswith("GPU lab")
     # it is a hub page: the hub's nav bar, logged in as admin
     assert browser.find_element(By.ID, "login_widget").text.startswith("admin")
@@ -250,11 +273,7 @@ def test_student_finds_their_gpu_page_from_the_hub_home_page(hub, ledger, browse
 
     spawn_ready(hub, "student", "shared-seat")
     [seat] = ledger.open_allocations("student")
-    browser.get(f"{hub.url}/hub/login?next=/hub/home")
-    browser.find_element(By.ID, "username_input").send_keys("student")
-    browser.find_element(By.ID, "password_input").send_keys("any password")
-    browser.find_element(By.ID, "login_submit").click()
-    wait_until(lambda: browser.current_url.endswith("/hub/home"), 30, "the hub's home page")
+    log_in(browser, hub, "student", "/hub/home")
 
     # the hub's own Services menu lists the service
     browser.find_element(By.LINK_TEXT, "Services").click()
@@ -282,11 +301,7 @@ def test_a_student_sees_reserved_seats_then_is_offered_a_freed_slice(hub, ledger
         ref="browser-dl101",
     )  # fmt: skip
     try:
-        browser.get(f"{hub.url}/hub/login?next=/hub/spawn")
-        browser.find_element(By.ID, "username_input").send_keys("student")
-        browser.find_element(By.ID, "password_input").send_keys("any password")
-        browser.find_element(By.ID, "login_submit").click()
-        wait_until(lambda: "/hub/spawn" in browser.current_url, 30, "the spawn form")
+        log_in(browser, hub, "student", "/hub/spawn")
         badge = browser.find_element(By.CSS_SELECTOR, ".gpulab-reserved")
         assert "2 of 2 reserved for DL101 until" in badge.text
         radio = browser.find_element(By.ID, "profile-mig-small")

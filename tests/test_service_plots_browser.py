@@ -25,7 +25,13 @@ from service_support import (
     require_or_skip,
     start_hub,
 )
-from test_service_browser import browser, browser_problem, save_screenshot, wait_until  # noqa: F401
+from test_service_browser import (  # noqa: F401
+    browser,
+    browser_problem,
+    log_in,
+    save_screenshot,
+    wait_until,
+)
 
 from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -74,15 +80,9 @@ def hub(tmp_path_factory, token, fake):
         hub.stop()
 
 
-def log_in(browser, hub, name: str, page: str) -> None:  # noqa: F811
-    from selenium.webdriver.common.by import By
-
+def log_in_to(browser, hub, name: str, page: str) -> None:  # noqa: F811
     browser.get(f"{hub.url}/hub/logout")
-    browser.get(f"{hub.url}/hub/login?next={PREFIX}{page}")
-    browser.find_element(By.ID, "username_input").send_keys(name)
-    browser.find_element(By.ID, "password_input").send_keys("any password")
-    browser.find_element(By.ID, "login_submit").click()
-    wait_until(lambda: browser.current_url.endswith(PREFIX + page), 30, f"{name}'s page")
+    log_in(browser, hub, name, PREFIX + page)
 
 
 def series_last(figure) -> dict[str, float]:
@@ -122,7 +122,7 @@ def test_admin_and_user_plots_show_the_apis_figures(hub, fake, browser):  # noqa
             svc.call(svc.service.sample)
 
         # -- the admin page ------------------------------------------------------------------
-        log_in(browser, hub, "admin", "")
+        log_in_to(browser, hub, "admin", "")
         save_screenshot(browser, ARTIFACTS / "admin-plots.png")
         admin = login(hub, "admin")
         inventory = admin.get(hub.url + PREFIX + "api/inventory", timeout=30).json()
@@ -137,6 +137,23 @@ def test_admin_and_user_plots_show_the_apis_figures(hub, fake, browser):  # noqa
         )
         assert series_last(fig) == {"whole GPU": util[A40_UUID]} == {"whole GPU": 70.0}
         assert "whole GPU: 70 %" in fig.find_element(By.TAG_NAME, "svg").text
+        # the line is the sampler's readings (the service's own periodic samples too), one
+        # vertex each, drawn higher for more; its table fallback says the same
+        line = fig.find_element(By.CSS_SELECTOR, "g.series")
+        values = [float(v) for v in line.get_attribute("data-values").split()]
+        taken = iter(values)
+        assert all(v in taken for v in (20, 40, 70)) and values[-1] == 70, values
+        points = line.find_element(By.TAG_NAME, "polyline").get_attribute("points").split()
+        assert len(points) == len(values)
+        ys = {v: float(p.split(",")[1]) for v, p in zip(values, points)}
+        assert ys[20] > ys[40] > ys[70]  # SVG y grows downwards
+        row = browser.execute_script(
+            "return [...arguments[0].querySelectorAll('table.chart-table tr[data-label] td')]"
+            ".map(td => td.textContent.trim())",
+            fig,
+        )
+        mean = sum(values) / len(values)
+        assert row == ["whole GPU", "70.0 %", f"{mean:.1f} %", "70.0 %", str(len(values))]
         fig = browser.find_element(
             By.CSS_SELECTOR, f'figure.device-chart[data-device="{P40_UUID}"]'
         )
@@ -166,7 +183,7 @@ def test_admin_and_user_plots_show_the_apis_figures(hub, fake, browser):  # noqa
         assert nonzero >= 3  # last week's students; this week's students and researchers
 
         # -- the user page -------------------------------------------------------------------
-        log_in(browser, hub, "student", "me")
+        log_in_to(browser, hub, "student", "me")
         save_screenshot(browser, ARTIFACTS / "user-plots.png")
         me = login(hub, "student").get(hub.url + PREFIX + "api/me", timeout=30).json()
         fig = browser.find_element(By.CSS_SELECTOR, "figure.budget-chart")

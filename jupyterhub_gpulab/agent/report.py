@@ -7,7 +7,7 @@ service's OpenAPI document, :mod:`jupyterhub_gpulab.service.web.apischemas`)::
      "memory_bytes": 540000000000, "source": "nvml", "warnings": [],
      "devices": [{"uuid": "GPU-…", "index": 0, "name": "NVIDIA A100-SXM4-80GB",
                   "memory_bytes": 85899345920, "compute_capability": [8, 0],
-                  "mig_enabled": true, "vgpu_type": null}],
+                  "mig_enabled": true, "vgpu_type": null, "driver_version": [580, 65, 6]}],
      "mig": [{"uuid": "MIG-…", "device_uuid": "GPU-…", "profile": "1g.10gb",
               "memory_bytes": 10334765056, "share": 0.1428, "rank": 0}],
      "utilization": {"GPU-…": {"gpu_percent": 35.0, "memory_used_bytes": 1073741824}}}

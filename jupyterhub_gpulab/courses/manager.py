@@ -13,6 +13,7 @@ from datetime import timedelta
 from tornado.escape import url_escape
 
 from .. import clock
+from ..auth.roster import GroupsOwner
 from ..ledger import aio
 from ..service.hubclient import HubClient, HubError
 from .config import GPULabCourses
@@ -39,8 +40,11 @@ class CourseManager:
         profiles: set[str] | None = None,
         images: dict[str, str] | None = None,
         lab_id: str = "",
+        groups_owner: GroupsOwner | None = None,
     ):
         self.store, self.settings, self.hub, self.tz = store, settings, hub, tz
+        #: who fills the roster and staff groups (the hub, the identity provider, the LMS)
+        self.groups_owner = groups_owner or GroupsOwner("hub")
         #: profile slug -> image, for the helper containers of collect / return
         self.images = images or {}
         self.lab_id = lab_id
@@ -51,6 +55,16 @@ class CourseManager:
         #: the latest start-all (or stop-all) of each course, by slug
         self.runs: dict[str, PrestartRun] = {}
         self._tasks: set[asyncio.Task] = set()
+
+    def roster_source(self, course) -> dict:
+        """Where ``course``'s roster comes from: ``{"owner": kind, "editable": bool,
+        "description": one sentence}`` (:class:`~jupyterhub_gpulab.auth.roster.GroupsOwner`)."""
+        owner = self.groups_owner
+        return {
+            "owner": owner.kind,
+            "editable": owner.may_edit,
+            "description": owner.describe(course.roster_group),
+        }
 
     async def declare(self) -> None:
         changed = await aio.call(self.store.declare, self.settings.declared(self.profiles))

@@ -34,6 +34,7 @@ def hardware(inventory: Inventory) -> dict:
                 "compute_capability": list(d.compute_capability) if d.compute_capability else None,
                 "mig_enabled": d.mig_enabled,
                 "vgpu_type": d.vgpu_type,
+                "driver_version": list(d.driver_version) if d.driver_version else None,
             }
             for d in inventory.devices
         ],
@@ -65,6 +66,7 @@ def inventory_from_report(
             errors.append(f"GPU {d['uuid']} is reported twice")
             continue
         cc = d.get("compute_capability")
+        driver = d.get("driver_version")
         devices[d["uuid"]] = Device(
             uuid=d["uuid"],
             index=int(d["index"]),
@@ -74,6 +76,7 @@ def inventory_from_report(
             mig_enabled=bool(d["mig_enabled"]),
             node=node,
             vgpu_type=d.get("vgpu_type"),
+            driver_version=tuple(int(v) for v in driver) if driver else None,
         )
     migs: dict[str, list[Slice]] = {}
     seen: set[str] = set(devices)
@@ -102,6 +105,9 @@ def inventory_from_report(
                 node=node,
                 mig_profile=m["profile"],
                 rank=int(m["rank"]),
+                # what the image gate compares (the parent's, as slices.py gives every slice)
+                compute_capability=parent.compute_capability,
+                driver_version=parent.driver_version,
             )
         )
     if errors:

@@ -7,7 +7,7 @@ import logging
 import sqlalchemy as sa
 
 from .. import clock
-from ..inventory.model import Inventory
+from ..inventory.model import Inventory, cc_key, driver_key, format_version
 from .models import Allocation, SyncReport
 from .schema import allocations, devices, nodes, slices
 
@@ -44,6 +44,7 @@ class InventorySync:
                 ),
                 "mig_enabled": d.mig_enabled,
                 "vgpu_type": d.vgpu_type,
+                "driver_version": format_version(d.driver_version) if d.driver_version else None,
                 "present": True,
                 "updated_at": now,
             }
@@ -121,6 +122,8 @@ class InventorySync:
                     "seat": s.seat,
                     "seats": s.seats,
                     "rank": s.rank,
+                    "cc_key": cc_key(s.compute_capability),
+                    "driver_key": driver_key(s.driver_version),
                     "present": True,
                     # the rule of NodeRecords._refresh_available, for this node's new rows
                     "available": bool(node_ok) and s.device_uuid not in drained,

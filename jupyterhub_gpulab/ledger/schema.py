@@ -10,7 +10,7 @@ The ``lab`` table holds the lab's identity: one row, written once by migration 0
 ``uuid`` every container of this lab carries as a label. Two labs (two ledgers) may share one
 Docker engine; each touches only containers labelled with its own id.
 
-The ``nodes`` table (0006) holds each host's service state; a node out of service makes its
+The ``nodes`` table (0007) holds each host's service state; a node out of service makes its
 slices unavailable (``slices.available``), so the claim's index of free slices never offers them.
 
 Migrations live in ``migrations/`` (Alembic); change a table there and here together.
@@ -44,6 +44,8 @@ devices = sa.Table(
     sa.Column("compute_capability", sa.String(16), nullable=True),
     sa.Column("mig_enabled", sa.Boolean, nullable=False, default=False),
     sa.Column("vgpu_type", sa.String(64), nullable=True),
+    # the host's NVIDIA driver, "580.65.06" (0006); None: unknown
+    sa.Column("driver_version", sa.String(32), nullable=True),
     # present: seen in the latest inventory read; drained: an admin took it out of service.
     sa.Column("present", sa.Boolean, nullable=False, default=True),
     sa.Column("drained", sa.Boolean, nullable=False, default=False),
@@ -51,7 +53,7 @@ devices = sa.Table(
     sa.Column("updated_at", UTC_DATETIME, nullable=False),
 )
 
-# The hosts the ledger's devices are on (migration 0006): one row per node name, made when a hub
+# The hosts the ledger's devices are on (migration 0007): one row per node name, made when a hub
 # syncs its own inventory or a node agent first reports. ``available`` is the one summary the
 # slices follow (``slices.available`` is false on a node that is not): not ``drained`` by an admin,
 # not ``unreachable`` (its agent stopped reporting: the service judges, :mod:`..service.nodes`),
@@ -104,6 +106,10 @@ slices = sa.Table(
     sa.Column("available", sa.Boolean, nullable=False, default=True),
     # The open allocation holding this slice (mirror of allocations; see module docstring).
     sa.Column("held_by", sa.Integer, nullable=True),
+    # Its device's compute capability and driver as sortable keys (inventory.model.cc_key,
+    # driver_key; 0006), compared with an image's needs at claim time; None: unknown.
+    sa.Column("cc_key", sa.Integer, nullable=True),
+    sa.Column("driver_key", sa.BigInteger, nullable=True),
 )
 
 sa.Index(

@@ -23,7 +23,7 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth
 from tornado import web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Integer, Unicode
+from traitlets import Bool, Integer, Unicode
 
 from ..errors import ConfigError
 from ..inventory import gpu_instance_ids
@@ -100,6 +100,19 @@ class GPULabService(CullerTraits, WaitlistTraits, NodeTraits):
         crash-looping on "Address already in use". ``c.GPULabService.listen_timeout = 30``""",
     )
 
+    metrics_user_labels = Bool(
+        False,
+        config=True,
+        help="""Add per-user series to ``/services/gpulab/metrics``: who holds each slice
+        (``gpulab_slice_holder_info``) and each user's GPU-seconds this week
+        (``gpulab_user_used_gpu_seconds``).
+
+        Off by default, as JupyterHub's own metrics: user names become label values (one
+        series per open allocation and per active user), and every holder of
+        ``custom:gpulab:metrics`` (Prometheus, whoever reads its dashboards) sees who uses what.
+        ``c.GPULabService.metrics_user_labels = True``""",
+    )
+
     sample_interval = Duration(
         10,
         positive=True,
@@ -137,9 +150,11 @@ def make_app(
     grants: RoleGrants | None = None,
     courses=None,
     nodes: NodeReports | None = None,
+    metrics_user_labels: bool = False,
 ) -> web.Application:
     """The Tornado application under ``prefix`` (``/services/gpulab/``); ``grants``: the gpulab
-    scopes the hub's roles give each user, asked for at page logins (none by default)."""
+    scopes the hub's roles give each user, asked for at page logins (none by default);
+    ``metrics_user_labels``: ``c.GPULabService.metrics_user_labels``."""
     handlers = [
         (prefix, AdminPage),
         (prefix + "me", UserPage),
@@ -164,7 +179,7 @@ def make_app(
         gpulab_jinja=jinja_env(),
         gpulab_courses=courses,
         gpulab_nodes=nodes or NodeReports(state, timeout_s=60),
-        gpulab_metrics=Exposition(state, hub),
+        gpulab_metrics=Exposition(state, hub, user_labels=metrics_user_labels),
         log_function=_log_request,
     )
 
@@ -208,6 +223,7 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
     """The courses of this lab (:mod:`jupyterhub_gpulab.courses`), on the service's hub client;
     ``secret``: the service's cookie secret, from which each course's pre-start token is derived
     (:func:`jupyterhub_gpulab.courses.hubhook.prestart_token`)."""
+    from ..auth.roster import groups_owner
     from ..courses.config import GPULabCourses
     from ..courses.manager import CourseManager
     from ..courses.store import CourseStore
@@ -226,6 +242,7 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
         profiles={p.slug for p in lab.profiles},
         images={p.slug: p.image for p in lab.profiles if p.image},
         lab_id=ledger.identity().uuid,
+        groups_owner=groups_owner(config),
     )
 
 
@@ -283,6 +300,7 @@ class Service:
             grants=grants or RoleGrants.from_config(gpulab.config),
             courses=self.courses,
             nodes=self.nodes,
+            metrics_user_labels=settings.metrics_user_labels,
         )
         self._periodic: list[PeriodicCallback] = []
         self.server = None

@@ -18,6 +18,8 @@ A backend implements (the core calls them, in this order for a start):
   lab's labelled objects, in any state, and their removal, for the process's reconcile
   (:class:`~.reconcile.Reconciler`, started here);
 - optionally :meth:`_start_refusal` ``(exc)``: a failed start's refusal for the user;
+- optionally :meth:`_image_labels` ``(image) -> dict | None``: an image's labels, so a slice
+  whose GPU cannot run the profile's image is never claimed (:mod:`..lab.images`);
 - optionally :meth:`_claim_node` ``(rt)``: the node claims are made for (default this hub's;
   ``None``: every node, the allocation on its slice's node, as the Swarm backend runs them);
 - in its ``poll()``, optionally ``self._gone = (reason, message)``: why the object is gone (the
@@ -38,12 +40,14 @@ from traitlets import Bool, HasTraits, Integer, Unicode
 from ..errors import ConfigError, SpawnRefused
 from ..hub import metrics
 from ..lab.config import GPULab
+from ..lab.images import ImageRequirements
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..lab.profiles import entitled_in
 from ..lab.traits import Duration
 from ..ledger import Claim, aio
 from .adoption import AdoptionMixin
+from .imagegate import ImageMixin
 from .labobject import LabObject
 from .objectspec import ObjectSpecMixin
 from .reserve import ReservationMixin
@@ -59,7 +63,7 @@ BACKEND_METHODS = (
 )
 
 
-class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ObjectSpecMixin, HasTraits):
+class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, ObjectSpecMixin, HasTraits):
     """Mixed in before the backend's Spawner class (e.g. DockerSpawner) in the MRO."""
 
     def __init_subclass__(cls, **kwargs):
@@ -138,6 +142,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ObjectSpecMixin, HasTrai
     _gone: tuple[str, str | None] | None = None
     _current_profile: Profile | None = None
     _current_slice = None
+    _current_need: ImageRequirements | None = None
 
     _runtime: LabRuntime | None = None
 
@@ -255,6 +260,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ObjectSpecMixin, HasTrai
         self.choice_notice = None
         self._forget_saved_options()
         self._no_container = True
+        self._current_need = None
         claim: Claim | None = None
         slug, outcome = None, "failure"
         try:
@@ -274,10 +280,11 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ObjectSpecMixin, HasTrai
             if profile.wants_gpu:
                 # One trip to a thread for the budget, the claim and a refusal's record: under a
                 # burst every extra await queues behind the hub's own work for the other spawns.
-                claim = await aio.call(self._reserve, rt, profile, ctx, ent, self._asker())
+                need = self._current_need = await self.image_requirements(profile)
+                claim = await aio.call(self._reserve, rt, profile, ctx, ent, self._asker(), need)
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id
-                self._emit(30, f"Reserved {claim.slice.explain(self.mps)}")
+                self._emit(30, f"Reserved {claim.slice.explain(self.mps, need.seat_cap)}")
             else:
                 self._emit(30, "No GPU for this profile (CPU only)")
             result = await self._launch(rt, profile, claim)

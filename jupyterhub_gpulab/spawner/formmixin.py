@@ -22,6 +22,7 @@ from jinja2 import TemplateError, TemplateSyntaxError
 from tornado.log import app_log
 from traitlets import HasTraits, TraitError, Unicode, default, validate
 
+from ..errors import SpawnRefused
 from ..lab.choice import (
     choose,
     options_from_form,
@@ -29,6 +30,7 @@ from ..lab.choice import (
     saved_choice_notice,
     saved_or_default,
 )
+from ..lab.images import unservable
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..ledger import aio
@@ -178,6 +180,20 @@ class ProfileFormMixin(HasTraits):
         rt = self.runtime()
         ctx = self.policy_context(rt)
         entitled = self.entitled(rt, ctx)
+        needs = {}
+        for p in entitled:
+            if p.wants_gpu:
+                try:
+                    needs[p.slug] = await self.image_requirements(p)
+                except SpawnRefused as e:  # mislabelled image: the start will say so
+                    self.log.error("%s: %s", p.slug, e.log_message)
+
+        def gate(p):
+            need = needs.get(p.slug)
+            if need is None:
+                return p.slice, None, False
+            why = unservable(need, p.slice, rt.lab.inventory.slices)
+            return need.restrict(p.slice), why, need.seat_cap
 
         def build():
             use = self._slice_use(rt, ctx, entitled)
@@ -196,6 +212,7 @@ class ProfileFormMixin(HasTraits):
                 out_of_service=rt.ledger.out_of_service,
                 mps=self.mps,
                 reserved=lambda p: rt.ledger.reserved_for_others(p.slice, ctx.groups, p.slug),
+                image_gate=gate,
             )
             return render_form(
                 rows,

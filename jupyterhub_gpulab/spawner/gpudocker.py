@@ -44,6 +44,7 @@ from . import container as ct
 from .core import SliceSpawnerCore
 from .formmixin import ProfileFormMixin
 from .hardenmixin import HardeningMixin
+from .imagegate import EngineImageLabels
 from .labguard import LabGuardMixin
 from .labobject import LabObject
 from .recovery import RecoveryMixin
@@ -51,7 +52,13 @@ from .runtime import LabRuntime
 
 
 class GPUDockerSpawner(
-    ProfileFormMixin, RecoveryMixin, LabGuardMixin, HardeningMixin, SliceSpawnerCore, DockerSpawner
+    ProfileFormMixin,
+    RecoveryMixin,
+    LabGuardMixin,
+    HardeningMixin,
+    EngineImageLabels,
+    SliceSpawnerCore,
+    DockerSpawner,
 ):
     """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
     CPU profile), confined (:mod:`..lab.hardening`). Profiles, inventory, policies and the ledger
@@ -82,7 +89,8 @@ class GPUDockerSpawner(
         """,
     )
 
-    # -- state: in core.py; the name, the form and the choice: objectspec.py, formmixin.py --
+    # -- state: in core.py; the name, the form and the choice: objectspec.py, formmixin.py;
+    # -- the image's labels and /dev/shm's size: imagegate.py, objectspec.py ----------------
 
     remove = Bool(
         True,
@@ -185,6 +193,10 @@ class GPUDockerSpawner(
         host_config.update(
             self.hardening_for(self._current_profile, host_config.get("SecurityOpt") or ())
         )
+        profile = self._current_profile
+        if (profile is not None and profile.shm_size) or not host_config.get("ShmSize"):
+            # a profile's size, else the lab's; an admin's extra_host_config shm_size stays
+            host_config["ShmSize"] = self._shm_bytes()
         kwargs["labels"] = {
             **(kwargs.get("labels") or {}),
             **ct.labels(

@@ -41,6 +41,7 @@ from . import swarmspec, swarmtasks
 from .core import SliceSpawnerCore
 from .formmixin import ProfileFormMixin
 from .hardenmixin import HardeningMixin
+from .imagegate import EngineImageLabels
 from .labguard import LabGuardMixin
 from .labobject import LabObject
 from .recovery import RecoveryMixin
@@ -157,6 +158,7 @@ class GPUSwarmSpawner(
     RecoveryMixin,
     LabGuardMixin,
     HardeningMixin,
+    EngineImageLabels,
     SliceSpawnerCore,
     SwarmService,
     SwarmSpawner,

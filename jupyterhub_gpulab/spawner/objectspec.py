@@ -5,6 +5,7 @@ told when it is gone (part of :class:`~.core.SliceSpawnerCore`).
 - :meth:`ObjectSpecMixin._apply_profile`: the profile's image and CPU and memory limits, on
   DockerSpawner's traits, which the backend's create reads (a container's HostConfig, a Swarm
   service's resources);
+- ``shm_size``: ``/dev/shm``'s size (a profile's, else the lab's);
 - :meth:`ObjectSpecMixin.get_env`: the environment, with the slice's variables last
   (:func:`~.container.slice_env`: ``NVIDIA_VISIBLE_DEVICES`` is the slice's UUID, ``void`` for a
   CPU profile), which neither a profile, the admin's ``environment`` nor a user can change;
@@ -14,18 +15,20 @@ told when it is gone (part of :class:`~.core.SliceSpawnerCore`).
 
 from __future__ import annotations
 
-from traitlets import HasTraits, default, validate
+from traitlets import HasTraits, Unicode, default, validate
 
 from .. import clock
 from ..hub.announce import STOPPED_PREFIX
 from ..lab.profile import Profile
 from ..ledger import aio
+from ..units import UnitError, parse_bytes
 from . import container as ct
 from .names import check_prefix, container_name
 
 
 class ObjectSpecMixin(HasTraits):
-    """Needs the core's ``_current_profile``, ``_current_slice`` and ``mps``."""
+    """Needs the core's ``_current_profile``, ``_current_slice``, ``_current_need``, ``mps``
+    and ``gpulab_env()`` (:mod:`.imagegate`)."""
 
     @default("prefix")
     def _default_prefix(self):
@@ -54,14 +57,45 @@ class ObjectSpecMixin(HasTraits):
         self.mem_limit = profile.mem_limit if profile.mem_limit is not None else base["mem_limit"]
         self.cpu_limit = profile.cpu_limit if profile.cpu_limit is not None else base["cpu_limit"]
 
+    shm_size = Unicode(
+        "1GiB",
+        config=True,
+        help="""Size of every server's ``/dev/shm`` (Docker's default is 64 MiB): PyTorch's
+        DataLoader workers pass batches through shared memory and fail with "bus error" in 64
+        MiB. Bytes or ``"1GiB"``, ``"2G"``; a profile's ``shm_size`` overrides it. Shared memory
+        that is used counts against the container's ``mem_limit``. Default ``"1GiB"``. (A
+        container's ``ShmSize``; a Swarm service's ``tmpfs`` mount on ``/dev/shm``.)
+
+        ``c.GPUDockerSpawner.shm_size = "2GiB"``
+        """,
+    )
+
+    @validate("shm_size")
+    def _check_shm_size(self, proposal):
+        try:
+            parse_bytes(proposal.value, "shm_size")
+        except UnitError as e:
+            raise ValueError(f"c.{type(self).__name__}.shm_size: {e}; write e.g. '1GiB'") from None
+        return proposal.value
+
+    def _shm_bytes(self) -> int:
+        """``/dev/shm``'s size for the current profile (bytes)."""
+        profile = self._current_profile
+        if profile is not None and profile.shm_size:
+            return int(profile.shm_size)
+        return parse_bytes(self.shm_size, "shm_size")
+
     def get_env(self):
-        """DockerSpawner's environment and the profile's, without any variable only gpulab may
-        set, then the slice's, which nothing can change."""
+        """DockerSpawner's environment, the profile's and gpulab's own (``GPULAB_API_URL``),
+        without any variable only gpulab may set, then the slice's, which nothing can change
+        (with the frameworks' seat caps where the image enforces them)."""
         env = super().get_env()
         profile_env = dict(self._current_profile.env) if self._current_profile else {}
-        return ct.merge_env(
-            env, profile_env, protected=ct.slice_env(self._current_slice, mps=self.mps)
+        need = self._current_need
+        protected = ct.slice_env(
+            self._current_slice, mps=self.mps, framework_cap=bool(need and need.seat_cap)
         )
+        return ct.merge_env(env, profile_env, self.gpulab_env(), protected=protected)
 
     async def _notify_gone(self, rt, reason: str, message: str) -> None:
         """Tell the user their server stopped without them: rule ``stopped:<reason>``, kept until

@@ -123,6 +123,7 @@ class SwarmService(HasTraits):
             constraints=[],
             hardening=self.hardening_for(self._current_profile),
             mounts=swarmspec.mounts_from_binds(self.volume_binds, self.volume_driver),
+            shm_size=self._shm_bytes(),
             mem_limit=self.mem_limit,
             cpu_limit=self.cpu_limit,
             mem_guarantee=self.mem_guarantee,

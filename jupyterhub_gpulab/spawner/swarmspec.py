@@ -19,6 +19,8 @@ What every gpulab service gets, whatever the admin's ``extra_*`` settings say:
 - **reachable without IPVS**: the server's port published in ``host`` mode on its node (no
   ingress routing mesh, no virtual IP: endpoint mode ``dnsrr``); the hub connects to the node's
   address and that port (:mod:`.swarmtasks`);
+- ``/dev/shm`` of the profile's (or the lab's) ``shm_size``: a ``tmpfs`` mount, services having
+  no ``ShmSize``;
 - **labelled** with the lab, user, server, profile, node, allocation and slice, on the service
   and its containers (:func:`~.container.labels`), which the reconcile and a restarted hub read.
 """
@@ -94,6 +96,7 @@ def service_spec(
     constraints: list[str],
     hardening: Mapping,
     mounts: list | None = None,
+    shm_size: int | None = None,
     mem_limit: int | None = None,
     cpu_limit: float | None = None,
     mem_guarantee: int | None = None,
@@ -106,11 +109,14 @@ def service_spec(
     ``extra_task_spec``, ``extra_endpoint_spec`` and ``extra_create_kwargs`` to their values
     (docker-py's keyword arguments; :data:`EXTRA_REFUSED` keys are refused when configured)."""
     extra = extra or {}
+    mounts = list(mounts or [])
+    if shm_size:  # a service has no ShmSize: a tmpfs on /dev/shm of that size (bytes)
+        mounts.append(Mount(target="/dev/shm", source=None, type="tmpfs", tmpfs_size=int(shm_size)))
     container = ContainerSpec(
         **{
             "image": image,
             "args": args,
-            "mounts": mounts or [],
+            "mounts": mounts,
             **dict(extra.get("extra_container_spec") or {}),
             "env": [f"{k}={v}" for k, v in env.items()],
             "labels": dict(labels),

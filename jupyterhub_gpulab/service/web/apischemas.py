@@ -405,6 +405,13 @@ NODE_REPORT = {
                     },
                     "mig_enabled": BOOL,
                     "vgpu_type": {"type": ["string", "null"], "maxLength": 64},
+                    "driver_version": {
+                        "type": ["array", "null"],
+                        "description": "the host's NVIDIA driver, [580, 65, 6]",
+                        "items": {"type": "integer", "minimum": 0, "maximum": 99999},
+                        "minItems": 1,
+                        "maxItems": 4,
+                    },
                 },
             },
         },

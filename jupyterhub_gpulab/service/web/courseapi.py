@@ -85,6 +85,7 @@ async def course_view(state, hub, courses, course) -> dict:
         "course": course.to_dict(),
         "server_name": course.server_name,
         "roster": rows,
+        "roster_source": courses.roster_source(course),
         "sessions": [
             {
                 "start": s.isoformat(),
@@ -122,6 +123,12 @@ class CourseHandler(JSONHandler):
             f"Only the staff of course {course.slug} (group {course.staff_group}) and admins may do this.",
         )
 
+    def require_editable_roster(self, course) -> None:
+        """A 409 when the roster's group is not the hub's to edit (campus SSO, LTI)."""
+        source = self.courses.roster_source(course)
+        if not source["editable"]:
+            raise refuse(409, source["description"] + " Nothing changed.")
+
     def parse(self, record: dict):
         try:
             course = parse_course(record, profiles=self.courses.profiles)
@@ -157,8 +164,9 @@ class CoursesAPI(CourseHandler):
                 409, f"Course {course.slug} exists; PUT courses/{course.slug} to change it."
             )
         await aio.call(self.courses.store.put, course, by=self.who, origin="admin")
-        await set_members(self.hub, course.roster_group, set(), set())
-        await set_members(self.hub, course.staff_group, set(), set())
+        if self.courses.groups_owner.may_edit:  # else the provider creates them at logins
+            await set_members(self.hub, course.roster_group, set(), set())
+            await set_members(self.hub, course.staff_group, set(), set())
         self.write_json(
             {
                 "status": 201,
@@ -202,6 +210,7 @@ class CourseAPI(CourseHandler):
 class RosterAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
+        self.require_editable_roster(course)
         body = self.json_body({"add", "remove"})
         add, remove = (set(_names(body.get(k, []), k)) for k in ("add", "remove"))
         known = await known_users(self.hub, add)
@@ -225,6 +234,7 @@ class RosterAPI(CourseHandler):
 class RosterCSVAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
+        self.require_editable_roster(course)
         text = self.request.body.decode("utf-8", "replace")
         if self.request.files.get("csv"):
             text = self.request.files["csv"][0]["body"].decode("utf-8", "replace")

@@ -71,8 +71,9 @@ class CoursesPage(CoursePageBase):
             self.redirect(self.prefix + "courses")
             return
         await aio.call(self.courses.store.put, course, by=self.who, origin="admin")
-        await set_members(self.hub, course.roster_group, set(), set())
-        await set_members(self.hub, course.staff_group, set(), set())
+        if self.courses.groups_owner.may_edit:  # else the provider creates them at logins
+            await set_members(self.hub, course.roster_group, set(), set())
+            await set_members(self.hub, course.staff_group, set(), set())
         self.back(course.slug, "success", f"Course {course.slug} created.")
 
 
@@ -129,6 +130,10 @@ class CourseActionPage(CoursePageBase):
                 n = sum(1 for r in report.values() if r["state"] == "returned")
                 msg = f"Feedback on {name} returned to {n} of {len(report)} students."
             return self.back(slug, "success", msg + ".")
+        if action in ("add", "remove", "csv"):
+            source = self.courses.roster_source(course)
+            if not source["editable"]:
+                return self.back(slug, "danger", source["description"] + " Nothing changed.")
         if action in ("add", "remove"):
             user = inputs.name(arg("user", "").strip(), "user name")
             if action == "add" and not await known_users(self.hub, {user}):
