@@ -68,6 +68,10 @@ def test_a_report_puts_the_nodes_gpus_in_the_ledger_split_as_the_lab_says(hub, l
     assert set(mine) == {"GPU-e2e-a40"} | {f"GPU-e2e-t4/seat-{i}" for i in range(5)}
     assert all(s["available"] for s in mine.values())
     assert ledger.node("gpu7").agent_seen_at is not None
+    # the host's driver reaches the ledger, for the image gate (fake_nvml's 580.95.05)
+    a40 = next(d for d in ledger.devices() if d["uuid"] == "GPU-e2e-a40")
+    assert a40["driver_version"] == "580.95.05"
+    assert mine["GPU-e2e-a40"]["cc_key"] == 86 and mine["GPU-e2e-t4/seat-0"]["cc_key"] == 75
     # and a claim may take one (the slice's node is the allocation's)
     got = ledger.claim(
         SliceRequest(kind=SliceKind.GPU), user="zed", profile="a40", only_slice="GPU-e2e-a40"
@@ -173,6 +177,8 @@ def test_the_agent_command_reports_with_its_token_and_says_what_is_wrong(hub, le
         "MIG-e2e-1g-1",
         "MIG-e2e-3g-0",
     }
+    # a MIG instance carries its GPU's compute capability (the image gate compares it)
+    assert {s["cc_key"] for s in ledger.slices() if s["node"] == "gpu8"} == {80}
     # another node's name with this token: refused, and the agent says so
     r = run_agent(hub, "gpu3", token_file)
     assert r.returncode == 1 and "HTTP 403" in r.stderr and "gpu8's" in r.stderr

@@ -207,3 +207,12 @@ def test_a_managers_address_falls_back_to_its_advertised_address():
     row = node_row("m", "mgr", addr="0.0.0.0", ManagerStatus={"Addr": "10.1.2.3:2377"})
     assert address_of(row) == "10.1.2.3"
     assert address_of(node_row("w", "w", addr="10.9.9.9")) == "10.9.9.9"
+
+
+def test_a_service_gets_dev_shm_as_a_sized_tmpfs():
+    mounts = spec(shm_size=2 * 2**30)["task_template"]["ContainerSpec"]["Mounts"]
+    [shm] = [m for m in mounts if m["Target"] == "/dev/shm"]
+    assert shm["Type"] == "tmpfs" and shm["TmpfsOptions"]["SizeBytes"] == 2 * 2**30
+    assert not [
+        m for m in spec()["task_template"]["ContainerSpec"]["Mounts"] if m["Target"] == "/dev/shm"
+    ]
