@@ -6,6 +6,9 @@
     gpulab upgrade-db [-f jupyterhub_config.py]
     gpulab check-auth -f jupyterhub_config.py [--json] CLAIMS   (a JSON file, a JWT, or - for stdin)
     gpulab check-auth -f jupyterhub_config.py --hub-user NAME   (claims of NAME's last login)
+    gpulab nodes [--json] [-f jupyterhub_config.py]            (the lab's nodes; clinodes.py)
+    gpulab node-token NODE [--revoke] [-f jupyterhub_config.py]
+    gpulab node-agent --url … --node … --token-file …          (on each GPU node; agent/app.py)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
 usage.
@@ -24,6 +27,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from .auth.check import auth_errors, auth_warnings
+from .clinodes import add_node_commands
 from .errors import ConfigError
 from .lab.config import GPULab, Lab, load_config_file
 from .units import format_bytes
@@ -65,7 +69,9 @@ def cmd_inventory(args) -> int:
     print(f"source: {inv.source}   node: {node}")
     for w in inv.warnings:
         print(f"warning: {w}")
-    if not inv.devices:
+    if inv.source == "agents":
+        print("every node's GPUs come from its node agent: `gpulab nodes` lists them")
+    elif not inv.devices:
         print("no GPUs: only CPU-only profiles can be spawned")
     by_device: dict[str, list] = {}
     for s in inv.slices:
@@ -206,8 +212,16 @@ def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
     return lines
 
 
+def _uses_swarm_spawner(config: Config) -> bool:
+    cls = config.JupyterHub.get("spawner_class") if "JupyterHub" in config else None
+    if isinstance(cls, str):
+        return cls == "gpulab-swarm" or cls.endswith("GPUSwarmSpawner")
+    return any(b.__name__ == "GPUSwarmSpawner" for b in getattr(cls, "__mro__", ()))
+
+
 def _spawner(config: Config):
-    """``(GPUDockerSpawner built from config, [every problem])``; the spawner is ``None`` when it
+    """``(the gpulab spawner built from config, [every problem])``: GPUSwarmSpawner when the
+    config names it, else GPUDockerSpawner; the spawner is ``None`` when it
     cannot be built. Building it runs the spawner's own validators (``remove``, ``attach_mode``,
     ``prefix``, ``pids_limit``, ``cap_add``, …), the same that refuse the value when the hub loads
     its configuration. traitlets stops at the first bad value, so each setting of the spawner's
@@ -217,11 +231,19 @@ def _spawner(config: Config):
 
     from traitlets import TraitError
 
-    from .spawner import GPUDockerSpawner
+    from .spawner import GPUDockerSpawner, GPUSwarmSpawner
+
+    swarm = _uses_swarm_spawner(config)
+    spawner_class = GPUSwarmSpawner if swarm else GPUDockerSpawner
+    sections = (
+        ("Spawner", "DockerSpawner", "SwarmSpawner", "GPUSwarmSpawner")
+        if swarm
+        else ("Spawner", "DockerSpawner", "GPUDockerSpawner")
+    )
 
     def build(cfg: Config):
         # a stand-in user: DockerSpawner names the container when c.DockerSpawner.image is set
-        return GPUDockerSpawner(config=cfg, user=SimpleNamespace(name="check-config"))
+        return spawner_class(config=cfg, user=SimpleNamespace(name="check-config"))
 
     try:
         return build(config), []
@@ -229,7 +251,7 @@ def _spawner(config: Config):
         first_error = str(first)
     errors: list[str] = []
     good = copy.deepcopy(config)
-    for section in ("Spawner", "DockerSpawner", "GPUDockerSpawner"):
+    for section in sections:
         if section not in config:
             continue
         for key, value in list(config[section].items()):
@@ -331,10 +353,12 @@ def cmd_check_config(args) -> int:
     for s in lab.inventory.slices:
         kinds[s.kind.value] = kinds.get(s.kind.value, 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no GPU slices"
-    print(
-        f"OK: {len(lab.inventory.devices)} GPU(s) ({summary}) from {lab.inventory.source}, "
-        f"{len(lab.profiles)} profile(s), {len(lab.policies)} group policy(ies)"
+    gpus = (
+        "every node's GPUs from its node agent (`gpulab nodes` lists them)"
+        if lab.inventory.source == "agents"
+        else f"{len(lab.inventory.devices)} GPU(s) ({summary}) from {lab.inventory.source}"
     )
+    print(f"OK: {gpus}, {len(lab.profiles)} profile(s), {len(lab.policies)} group policy(ies)")
     if _uses_gpulab_spawner(config):
         for line in _engine_report(config, gl, lab):
             print(line)
@@ -373,12 +397,16 @@ def cmd_allocations(args) -> int:
     if not rows:
         print("no open allocations")
         return 0
-    print(f"{'id':>5}  {'user':<16} {'server':<10} {'profile':<16} {'since (UTC)':<20} slice")
+    print(
+        f"{'id':>5}  {'user':<16} {'server':<10} {'profile':<16} {'node':<16} "
+        f"{'since (UTC)':<20} slice"
+    )
     for a in rows:
         s = slices.get(a.slice_id, {})
         print(
             f"{a.id:>5}  {a.user:<16} {a.server_name or 'default':<10} {a.profile:<16} "
-            f"{a.started_at:%Y-%m-%d %H:%M:%S}  {a.slice_id} ({s.get('device_name', '?')})"
+            f"{a.node:<16} {a.started_at:%Y-%m-%d %H:%M:%S}  {a.slice_id} "
+            f"({s.get('device_name', '?')})"
         )
     return 0
 
@@ -433,6 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("allocations", cmd_allocations, "list open allocations", True)
     add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
+    add_node_commands(add)
+    sub.add_parser(
+        "node-agent",
+        help="run the node agent on a GPU node (`gpulab node-agent --help-all` for its settings)",
+        add_help=False,
+    )
     p = add(
         "check-auth",
         cmd_check_auth,
@@ -459,6 +493,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["node-agent"]:
+        # a traitlets Application of its own: its flags, --help-all, config file
+        from .agent.app import main as agent_main
+
+        agent_main(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

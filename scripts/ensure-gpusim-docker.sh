@@ -14,9 +14,9 @@
 # handling, the environment it injects, the OCI hook invocation by runc — is the real thing.
 #
 # What:
-#   * installs the stub hook in /usr/local/lib/gpulab-gpusim/bin/nvidia-container-runtime-hook:
-#     for `prestart` it reads the OCI state on stdin, reads the bundle's config.json and appends
-#     {"container_id", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"} as one JSON line to
+#   * installs the stub hook in /usr/local/lib/gpulab-gpusim/bin/nvidia-container-runtime-hook
+#     (scripts/install-nvidia-standin.sh): for `prestart` it appends {"container_id", "hostname",
+#     "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"} as one JSON line to
 #     /var/log/gpulab-gpusim-hook.jsonl. It attaches no device (there is none) and always exits 0,
 #     so it can never fail a container start (its own errors go to /var/log/gpulab-gpusim-hook.err);
 #   * creates the bridge gpusim0 (GPULAB_GPUSIM_CIDR, default 172.30.0.1/16) when missing;
@@ -49,11 +49,7 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 NAME=gpulab-gpusim
 LIB=/usr/local/lib/$NAME
 BIN=$LIB/bin
-HOOK=$BIN/nvidia-container-runtime-hook
-HOOK_PY=$LIB/hook.py
 CONFIG=$LIB/daemon.json
-HOOK_LOG=/var/log/$NAME-hook.jsonl
-HOOK_ERR=/var/log/$NAME-hook.err
 LOG=/var/log/$NAME-dockerd.log
 DATA_ROOT=/var/lib/$NAME
 EXEC_ROOT=/var/run/$NAME
@@ -83,7 +79,9 @@ flock -w $((WAIT + 120)) 9 || die "another ensure-gpusim-docker.sh holds /var/ru
 gpusim() { DOCKER_HOST=$HOST timeout 20 docker "$@"; }
 engine_answers() { gpusim info >/dev/null 2>&1; }
 
-# --- 1. The stub hook (rewritten every run, atomically, so edits here reach a running engine) ----
+# --- 1. The stub hook (scripts/install-nvidia-standin.sh rewrites it every run, atomically, so edits
+# there reach a running engine) --------------------------------------------------------------------
+"$REPO/scripts/install-nvidia-standin.sh" || die "installing the stand-in hook failed"
 install_file() {  # install_file MODE DEST, content on stdin
     local tmp
     tmp=$(mktemp "$2.XXXXXX")
@@ -91,55 +89,6 @@ install_file() {  # install_file MODE DEST, content on stdin
     chmod "$1" "$tmp"
     mv -f "$tmp" "$2"
 }
-mkdir -p "$BIN"
-install_file 0755 "$HOOK" <<EOF
-#!/bin/sh
-# Stand-in for the NVIDIA Container Toolkit's nvidia-container-runtime-hook, installed by
-# jupyterhub-gpulab's scripts/ensure-gpusim-docker.sh for a test engine on a machine without a GPU.
-# For "prestart" it records which devices the engine asked for; it attaches nothing.
-# It always exits 0: a test stub must never be the reason a container fails to start.
-if [ "\${1:-}" = prestart ]; then
-    timeout 10 /usr/bin/python3 $HOOK_PY $HOOK_LOG 2>>$HOOK_ERR || true
-fi
-exit 0
-EOF
-install_file 0644 "$HOOK_PY" <<'EOF'
-"""Body of the gpulab-gpusim stub nvidia-container-runtime-hook (see ensure-gpusim-docker.sh).
-
-Reads the OCI state (JSON) on stdin, then the bundle's config.json, and appends one JSON line
-{"container_id", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"} to the log named by argv[1].
-"""
-import json
-import os
-import sys
-
-
-def main():
-    state = json.load(sys.stdin)
-    bundle = state.get("bundle") or state.get("bundlePath") or os.getcwd()
-    with open(os.path.join(bundle, "config.json")) as f:
-        config = json.load(f)
-    env = {}
-    for item in (config.get("process") or {}).get("env") or []:
-        key, sep, value = item.partition("=")
-        if sep:
-            env[key] = value
-    record = {
-        "container_id": state.get("id"),
-        "NVIDIA_VISIBLE_DEVICES": env.get("NVIDIA_VISIBLE_DEVICES"),
-        "NVIDIA_DRIVER_CAPABILITIES": env.get("NVIDIA_DRIVER_CAPABILITIES"),
-    }
-    line = (json.dumps(record) + "\n").encode()
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)  # one write on an O_APPEND file: concurrent starts do not interleave
-    finally:
-        os.close(fd)
-
-
-if __name__ == "__main__":
-    main()
-EOF
 # Its own (empty) config file: an /etc/docker/daemon.json written for the main engine (hosts,
 # data-root, bridge…) would otherwise apply here too, or conflict with the flags below.
 [ -f "$CONFIG" ] || echo '{}' | install_file 0644 "$CONFIG"

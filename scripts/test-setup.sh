@@ -4,7 +4,9 @@
 # Why: sessions and CI start with no Docker engine, PostgreSQL stopped, a proxy command that does
 # not run as installed, and no single-user image (there is no registry to pull one from).
 # What, in order (the image needs the installed JupyterHub's version): scripts/ensure-packages.sh, scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
-# images/build-singleuser.sh and images/build-image.sh (skipped when current), then scripts/ensure-venv.sh test
+# images/build-singleuser.sh and images/build-image.sh (skipped when current), the gpusim engine and
+# the test Swarm (scripts/ensure-gpusim-docker.sh, scripts/ensure-swarm.sh), then
+# scripts/ensure-venv.sh test
 # (this checkout, editable, in <repo>/.venv). Idempotent; ~1 s when everything is already up.
 # It cannot export into its caller; on success it prints lines a caller may eval:
 #   GPULAB_PYTHON=<repo>/.venv/bin/python
@@ -15,6 +17,8 @@
 #   GPULAB_TEST_TENSORFLOW_IMAGE=gpulab/tensorflow:<v>-cpu  (images/build-image.sh)
 #   GPULAB_GPUSIM_DOCKER_HOST=unix:///var/run/gpulab-gpusim.sock
 #   GPULAB_GPUSIM_GATEWAY=172.30.0.1
+#   GPULAB_SWARM_MANAGER=… GPULAB_SWARM_HOST_IP=… GPULAB_SWARM_NODES=… GPULAB_SWARM_GPU_NODES=…
+#   GPULAB_SWARM_ENGINES=…   (scripts/ensure-swarm.sh: the test Swarm)
 #   GPULAB_OIDC_PROVIDER_MODULE=/var/cache/gpulab/npm/oidc-provider-<v>/node_modules/oidc-provider/lib/index.js
 # Called by scripts/test.sh and .ci/run. Stops at the first failing step, naming it on stderr.
 set -euo pipefail
@@ -41,6 +45,8 @@ framework_tags=$(run_step framework-images "$REPO/images/build-image.sh" --varia
 mapfile -t framework <<<"$framework_tags"
 # A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
 gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
+# A real three-node Docker Swarm in network namespaces, the test image on every node (marker swarm)
+swarm=$(GPULAB_TEST_IMAGE=$image run_step swarm "$REPO/scripts/ensure-swarm.sh" "$image")
 # npm's oidc-provider: the real identity provider of the SSO tests (marker sso)
 oidc=$(run_step oidc-provider "$REPO/scripts/ensure-oidc-provider.sh" | tail -n 1)
 
@@ -53,4 +59,5 @@ echo "GPULAB_TEST_BASE_IMAGE=${framework[0]}"
 echo "GPULAB_TEST_PYTORCH_IMAGE=${framework[1]}"
 echo "GPULAB_TEST_TENSORFLOW_IMAGE=${framework[2]}"
 echo "$gpusim"
+echo "$swarm"
 echo "GPULAB_OIDC_PROVIDER_MODULE=$oidc"

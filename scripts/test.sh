@@ -4,7 +4,8 @@
 # On a fresh Debian/Ubuntu machine (root) it installs the Debian packages, starts dockerd and
 # PostgreSQL, installs the proxy, builds the single-user image, installs this checkout with its
 # test extras, and runs the whole suite, Docker and browser tests included. Arguments go to pytest
-# (e.g. `scripts/test.sh -k ledger -x`).
+# (e.g. `scripts/test.sh -k ledger -x`). GPULAB_SWARM_TEARDOWN=1 (CI) takes the test Swarm down
+# after the run (scripts/stop-swarm.sh); otherwise it stays up for the next run, as dockerd does.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -15,4 +16,11 @@ done <<<"$setup"
 
 cd "$REPO"
 export PATH="$(dirname "$GPULAB_PYTHON"):$PATH"
-exec "$GPULAB_PYTHON" -m pytest "$@"
+if [ "${GPULAB_SWARM_TEARDOWN:-}" != 1 ]; then
+    exec "$GPULAB_PYTHON" -m pytest "$@"
+fi
+# CI (.ci/run): take the test Swarm down afterwards, whatever pytest's outcome
+rc=0
+"$GPULAB_PYTHON" -m pytest "$@" || rc=$?
+"$REPO/scripts/stop-swarm.sh" || echo "test.sh: stop-swarm.sh failed" >&2
+exit $rc

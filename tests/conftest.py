@@ -62,9 +62,22 @@ def at(monkeypatch, clock_start, clock_file):
 
 
 @pytest.fixture
-def hub_maker():
+def backend(request) -> str:
+    """The spawner backend a hub test runs on: ``"docker"`` (GPUDockerSpawner on this host's
+    engine) unless the test asks for both (``@e2e_support.on_both_backends``), when it runs once
+    on each: ``"swarm"`` is GPUSwarmSpawner on the test Swarm (``swarm_support``)."""
+    return getattr(request, "param", "docker")
+
+
+@pytest.fixture
+def hub_maker(backend):
     """``(tmp_path, **kw) -> Hub``: how :func:`hub_factory` makes a hub (the e2e lab's
-    :func:`e2e_support.new_hub`); a module overrides this fixture for another kind of hub."""
+    :func:`e2e_support.new_hub`, or :func:`swarm_support.new_swarm_hub` on the Swarm backend);
+    a module overrides this fixture for another kind of hub."""
+    if backend == "swarm":
+        from swarm_support import new_swarm_hub
+
+        return new_swarm_hub
     from e2e_support import new_hub
 
     return new_hub
@@ -72,9 +85,9 @@ def hub_maker():
 
 @pytest.fixture
 def hub_factory(tmp_path, hub_maker):
-    """Make real hubs (GPUDockerSpawner) on demand with ``hub_maker``; each is stopped and its
-    containers removed after the test."""
-    from e2e_support import remove_node_containers, require_docker
+    """Make real hubs on demand with ``hub_maker``; each is stopped and its containers (or
+    services) removed after the test."""
+    from e2e_support import require_docker
 
     require_docker()
     hubs = []
@@ -86,5 +99,10 @@ def hub_factory(tmp_path, hub_maker):
 
     yield make
     for h in hubs:
-        h.stop()
-        remove_node_containers(h.workdir.name)
+        if hasattr(h, "close"):
+            h.close()
+        else:  # a module's own kind of hub (hubtools.Hub) on this host's engine
+            from e2e_support import remove_node_containers
+
+            h.stop()
+            remove_node_containers(h.workdir.name)

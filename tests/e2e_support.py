@@ -66,6 +66,15 @@ PROFILES = [
 ]
 
 
+def backend_params(ids=("docker", "swarm")) -> list:
+    """The backends a hub test runs on, as pytest params (``swarm`` marked ``swarm``)."""
+    return [pytest.param(b, id=b, marks=[pytest.mark.swarm] if b == "swarm" else []) for b in ids]
+
+
+#: Run a hub test once per spawner backend (the ``backend`` fixture, conftest.py).
+on_both_backends = pytest.mark.parametrize("backend", backend_params(), indirect=True)
+
+
 def require_docker() -> None:
     """Skip (outside CI) or fail (in CI) when no engine or no image is available."""
     reason = docker_available()
@@ -102,9 +111,52 @@ c.GPULab.default_policy = {{"max_slices_per_user": 1}}
 """
 
 
-def new_hub(tmp_path: Path, **kw) -> Hub:
+class DockerHub(Hub):
+    """A hub running GPUDockerSpawner on the main engine, with what a test asks of its servers'
+    objects (containers): the same methods as ``swarm_support.SwarmHub``'s, so tests run on
+    either backend through the ``backend`` fixture (conftest.py)."""
+
+    backend = "docker"
+
+    @property
+    def node(self) -> str:
+        return self.workdir.name
+
+    def env_of(self, name: str) -> dict[str, str]:
+        return env_of(name)
+
+    def labels_of(self, name: str) -> dict[str, str]:
+        return inspect(name)["Config"]["Labels"]
+
+    def limits_of(self, name: str) -> tuple[int, int]:
+        """``(memory bytes, nano CPUs)`` the server's container is limited to."""
+        host = inspect(name)["HostConfig"]
+        return host["Memory"], host["CpuQuota"] * 10**9 // host["CpuPeriod"]
+
+    def object_ids(self) -> list[str]:
+        return containers_with_label(f"org.jupyter.gpulab.node={self.node}")
+
+    def kill_object(self, name: str) -> None:
+        subprocess.run(["docker", "kill", name], check=True, capture_output=True)
+
+    def remove_object(self, name: str) -> None:
+        subprocess.run(["docker", "rm", "-f", name], check=True, capture_output=True)
+
+    def declare_inventory(self, ledger) -> None:
+        """Put the lab's declared inventory in ``ledger`` (the hub does at start; a test that
+        writes the ledger before the hub's first spawn calls this)."""
+        from jupyterhub_gpulab.inventory import load_declared
+
+        ledger.sync_inventory(load_declared(LAB, node=self.node), node=self.node)
+
+    def close(self) -> None:
+        self.stop()
+        remove_node_containers(self.node)
+
+
+def new_hub(tmp_path: Path, **kw) -> DockerHub:
     node = "gpulabtest" + secrets.token_hex(3)
-    return Hub(tmp_path / node, gpulab_config(node, **kw))
+    return DockerHub(tmp_path / node, gpulab_config(node, **kw))
 
 
 def inspect(container: str) -> dict:

@@ -285,9 +285,12 @@ def test_allocations_lists_open_ones(capsys, lab_config, held):
     rc, out, _ = run(capsys, "allocations", "-f", str(lab_config))
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["id", "user", "server", "profile", "since", "(UTC)", "slice"]
+    assert lines[0].split() == [
+        "id", "user", "server", "profile", "node", "since", "(UTC)", "slice"
+    ]  # fmt: skip
     alice = next(line for line in lines if " alice " in line)
     assert " lab " in alice
+    assert " gpu01 " in alice  # the node it runs on
     assert "mig-small" in alice
     assert f"{mig.slice.id} (NVIDIA A100-SXM4-40GB)" in alice
     bob = next(line for line in lines if " bob " in line)
@@ -376,3 +379,27 @@ def test_check_config_lists_bad_service_settings_too(capsys, tmp_path):
     assert main(["check-config", "-f", str(config)]) == 1
     err = capsys.readouterr().err
     assert "c.GPULabService" in err and "soon" in err
+
+
+def test_a_swarm_lab_is_checked_with_the_swarm_spawners_rules(capsys, tmp_path):
+    base = (
+        'c.JupyterHub.spawner_class = "gpulab-swarm"\n'
+        'c.GPULab.inventory_source = "agents"\n'
+        f"c.GPULab.profiles = {PROFILES!r}\n"
+    )
+    config = write_config(tmp_path, base)
+    assert main(["check-config", "-f", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "every node's GPUs from its node agent" in out
+    assert "asks for" not in out  # no profile is "greyed out" before the agents report
+    assert main(["inventory", "-f", str(config)]) == 0
+    assert "`gpulab nodes` lists them" in capsys.readouterr().out
+    bad = write_config(
+        tmp_path,
+        base + 'c.GPUSwarmSpawner.extra_container_spec = {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}\n'
+        'c.GPUSwarmSpawner.extra_task_spec = {"restart_policy": {"Condition": "any"}}\n',
+    )
+    assert main(["check-config", "-f", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "extra_container_spec may not set env" in err
+    assert "extra_task_spec may not set restart_policy" in err

@@ -36,7 +36,7 @@ def test_the_alert_rules_pass_promtool_check_and_their_unit_tests():
     promtool = require("promtool")
     check = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 8 rules found" in check.stdout
+    assert "SUCCESS: 9 rules found" in check.stdout
     tests = subprocess.run(
         [promtool, "test", "rules", "gpulab-alerts.test.yml"],
         cwd=RULES.parent,
@@ -125,7 +125,7 @@ def test_prometheus_sees_a_spawn_a_refusal_and_a_slice_changing_state(tmp_path):
 
         # the shipped alert rules are loaded by a real Prometheus; none fires on a healthy lab
         rules = requests.get(prom.url + "/api/v1/rules", timeout=10).json()["data"]["groups"]
-        assert len(rules[0]["rules"]) == 8
+        assert len(rules[0]["rules"]) == 9
         firing = prom.query('ALERTS{alertstate="firing"}')
         assert firing == [], firing
 

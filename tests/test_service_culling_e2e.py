@@ -1,21 +1,16 @@
-"""The culler end to end: a real hub runs GPUDockerSpawner (real containers, attach mode "env",
-the declared lab of e2e_support) and the gpulab service as a managed service, with real time and
-short timeouts. No GPU reports a figure here, so the lab counts unknown utilisation as idle
+"""The culler end to end, on each spawner backend: a real hub runs GPUDockerSpawner (real
+containers, attach mode "env", the declared lab of e2e_support) or GPUSwarmSpawner (real services
+on the test Swarm, the same lab reported by node agents), and the gpulab service as a managed
+service, with real time and short timeouts. No GPU reports a figure for a MIG instance here (an
+A100: Ampere), so the lab counts unknown utilisation as idle
 (``c.GPULabService.unknown_utilization = "idle"``, as the demo does)."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
-from e2e_support import (
-    PROFILES,
-    containers_with_label,
-    new_hub,
-    remove_node_containers,
-    require_docker,
-)
+from e2e_support import PROFILES, backend_params, new_hub, require_docker
 from html_support import parse_html
 from hubtools import free_port
 from service_support import ledger_for, login, wait_for_service
@@ -25,14 +20,21 @@ pytestmark = pytest.mark.docker
 GPU_IDLE_S = 8
 
 
-def service_extra(port: int) -> str:
+def service_extra(port: int | None) -> str:
+    """The culler's settings; the service too (``port``), where the hub's base has none (the
+    Swarm hub runs one for its node agents)."""
     profiles = [
         {**p, "gpu_idle_timeout": f"{GPU_IDLE_S}s"} if p["slug"] == "mig" else p for p in PROFILES
     ]
+    service = (
+        "from jupyterhub_gpulab.hub.hubconfig import configure_service\n"
+        f'configure_service(c, config_file=__file__, url="http://127.0.0.1:{port}")'
+        if port
+        else ""
+    )
     return f"""
-from jupyterhub_gpulab.hub.hubconfig import configure_service
 c.GPULab.profiles = {profiles!r}
-configure_service(c, config_file=__file__, url="http://127.0.0.1:{port}")
+{service}
 import os
 c.GPULabService.cookie_secret_file = os.path.join(os.path.dirname(__file__), "gpulab_cookie")
 c.GPULabService.sample_interval = 1
@@ -43,18 +45,22 @@ c.GPULabService.unknown_utilization = "idle"
 """
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+@pytest.fixture(scope="module", params=backend_params())
+def hub(request, tmp_path_factory):
     require_docker()
-    hub = new_hub(tmp_path_factory.mktemp("culling-e2e"), extra=service_extra(free_port()))
+    if request.param == "swarm":
+        from swarm_support import new_swarm_hub
+
+        hub = new_swarm_hub(tmp_path_factory.mktemp("culling-swarm"), extra=service_extra(None))
+    else:
+        hub = new_hub(tmp_path_factory.mktemp("culling-e2e"), extra=service_extra(free_port()))
     try:
         hub.start()
         wait_for_service(hub)
         hub.create_user("student1", ["students"])
         yield hub
     finally:
-        hub.stop()
-        remove_node_containers(hub.workdir.name)
+        hub.close()
 
 
 def wait_for(what, check, timeout: float, hub) -> object:
@@ -72,7 +78,7 @@ def test_a_real_server_over_an_idle_slice_is_warned_then_culled(hub):
     try:
         r = hub.spawn("student1", {"profile": "mig"})
         assert r.status_code in (201, 202), r.text
-        container = hub.wait_ready("student1")["state"]["object_name"]
+        hub.wait_ready("student1")
         [held] = ledger.open_allocations("student1")
         session = login(hub, "student1")
 
@@ -95,9 +101,7 @@ def test_a_real_server_over_an_idle_slice_is_warned_then_culled(hub):
             hub,
         )
         assert hub.server("student1") is None
-        assert containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}") == []
-        gone = subprocess.run(["docker", "inspect", container], capture_output=True)
-        assert gone.returncode != 0  # the container was removed
+        assert hub.object_ids() == []  # the container (or service) was removed
         home = parse_html(session.get(hub.url + "/hub/home", timeout=30).text)
         assert "Your server was stopped" in home.find("div", cls="announcement").text()
     finally:

@@ -116,6 +116,9 @@ class Ctx:
     def drained(self, uuid: str = TARGET_GPU) -> bool:
         return next(d for d in self.ledger.devices() if d["uuid"] == uuid)["drained"]
 
+    def node_drained(self) -> bool:
+        return self.ledger.node(NODE).drained
+
 
 @pytest.fixture
 def ctx(hub, ledger, sessions, tokens):
@@ -125,6 +128,7 @@ def ctx(hub, ledger, sessions, tokens):
     for d in ledger.devices():
         if d["drained"]:
             ledger.set_drained(d["uuid"], False)
+    ledger.set_node_drained(NODE, False)
     for a in ledger.open_allocations():
         ledger.release(a.id, "test-cleanup")
 
@@ -166,6 +170,14 @@ EXPECTED = {
     "POST api/waitlist": expect("ok", anonymous="forbidden"),
     "DELETE api/waitlist/{profile}": expect("ok", anonymous="forbidden"),
     "GET api/bookings": expect("forbidden", **READERS),
+    "POST /actions/drainnode": expect("forbidden", admin="ok"),
+    "GET api/nodes": expect("forbidden", **READERS),
+    "POST api/nodes/{node}/drain": expect("forbidden", **ADMINS),
+    "DELETE api/nodes/{node}/drain": expect("forbidden", **ADMINS),
+    "POST api/nodes/{node}/token": expect("forbidden", **ADMINS),
+    "DELETE api/nodes/{node}/token": expect("forbidden", **ADMINS),
+    # a node agent's endpoint: no hub token may report, whoever holds it (test_service_nodes.py)
+    "POST api/nodes/{node}/report": expect("forbidden"),
 }
 
 
@@ -381,6 +393,66 @@ def cell_api_bookings(ctx: Ctx, who: str, outcome: str) -> None:
         ctx.ledger.cancel_booking(ref="matrix")
 
 
+def cell_form_drain_node(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.form(who, "actions/drainnode", {"node": NODE, f"reason:node:{NODE}": "matrix"})
+    if outcome == "ok":
+        assert r.status_code == 302 and ctx.node_drained()
+        assert ctx.ledger.node(NODE).drain_reason == "matrix"
+        page = parse_html(ctx.page(who, "").text)
+        node = page.find("div", cls="node", data_node=NODE)
+        assert node.attrs["data-state"] == "drained" and "matrix" in node.text()
+        assert node.find_all("button", cls="undrain-node")
+    else:
+        assert r.status_code == 403 and not ctx.node_drained()
+
+
+def cell_api_nodes(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "GET", "nodes")
+    check_status(r, outcome)
+    if outcome == "ok":
+        [node] = [n for n in r.json()["nodes"] if n["name"] == NODE]
+        assert node["state"] == "in-service" and node["engine"]["kind"] is None
+
+
+def cell_api_node_drain(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "POST", f"nodes/{NODE}/drain", json={"reason": "matrix"})
+    check_status(r, outcome)
+    assert ctx.node_drained() == (outcome == "ok")
+    free = [s for s in ctx.ledger.slices() if s["node"] == NODE and s["available"]]
+    assert bool(free) == (outcome != "ok")
+
+
+def cell_api_node_undrain(ctx: Ctx, who: str, outcome: str) -> None:
+    ctx.ledger.set_node_drained(NODE, True, "before")
+    r = ctx.api(who, "DELETE", f"nodes/{NODE}/drain")
+    check_status(r, outcome)
+    assert ctx.node_drained() == (outcome != "ok")
+
+
+def cell_api_node_token(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "POST", "nodes/matrix-node/token")
+    check_status(r, outcome)
+    if outcome == "ok":
+        assert (
+            r.status_code == 201 and ctx.ledger.node_for_token(r.json()["token"]) == "matrix-node"
+        )
+    else:
+        assert "token" not in r.json()
+
+
+def cell_api_node_revoke(ctx: Ctx, who: str, outcome: str) -> None:
+    token = ctx.ledger.issue_node_token("matrix-node")
+    r = ctx.api(who, "DELETE", "nodes/matrix-node/token")
+    check_status(r, outcome)
+    assert (ctx.ledger.node_for_token(token) is None) == (outcome == "ok")
+
+
+def cell_api_node_report(ctx: Ctx, who: str, outcome: str) -> None:
+    r = ctx.api(who, "POST", f"nodes/{NODE}/report", json={})
+    check_status(r, outcome)
+    assert "Not a node agent" in r.json()["message"]
+
+
 CELLS = {
     "GET /": cell_admin_page,
     "GET /me": cell_user_page,
@@ -402,6 +474,13 @@ CELLS = {
     "POST api/waitlist": cell_api_join,
     "DELETE api/waitlist/{profile}": cell_api_leave,
     "GET api/bookings": cell_api_bookings,
+    "POST /actions/drainnode": cell_form_drain_node,
+    "GET api/nodes": cell_api_nodes,
+    "POST api/nodes/{node}/drain": cell_api_node_drain,
+    "DELETE api/nodes/{node}/drain": cell_api_node_undrain,
+    "POST api/nodes/{node}/token": cell_api_node_token,
+    "DELETE api/nodes/{node}/token": cell_api_node_revoke,
+    "POST api/nodes/{node}/report": cell_api_node_report,
 }
 
 
@@ -418,7 +497,7 @@ def test_matrix_covers_every_route():
     names = {
         "(?P<allocation_id>[^/]+)": "{id}", "(?P<uuid>[^/]+)": "{uuid}",
         "(?P<user>[^/]+)": "{user}", "(?P<name>[^/]*)": "{name}", "\\.": ".",
-        "(?P<profile>[^/]+)": "{profile}",
+        "(?P<profile>[^/]+)": "{profile}", "(?P<node>[^/]+)": "{node}",
     }  # fmt: skip
     routes = set()
     for pattern, handler in api_handlers(PREFIX):

@@ -345,7 +345,7 @@ def test_openapi_documents_every_api_route():
             "(?P<uuid>[^/]+)", "{uuid}"
         )
         path = path.replace("(?P<user>[^/]+)", "{user}").replace("(?P<name>[^/]*)", "{name}")
-        path = path.replace("(?P<profile>[^/]+)", "{profile}")
+        path = path.replace("(?P<profile>[^/]+)", "{profile}").replace("(?P<node>[^/]+)", "{node}")
         path = path.replace("\\.", ".").replace("api/?", "api/")
         if path.endswith("api/.*"):  # the catch-all: a 404 for any other path
             continue

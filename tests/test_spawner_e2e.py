@@ -1,26 +1,22 @@
-"""GPUDockerSpawner end to end: a real JupyterHub, its real proxy, real containers on Docker.
+"""The spawner end to end: a real JupyterHub, its real proxy, real servers, on each backend.
 
-The engine here has no NVIDIA runtime, so these hubs attach slices in ``env`` mode (what a host
-whose default runtime is ``nvidia`` uses); the ``device_request`` path is checked against this
-engine's refusal, and in test_spawner_gpusim.py against an engine with the toolkit's hook.
+Every test runs twice (the module's ``hub`` is parametrised by backend): on GPUDockerSpawner
+with real containers on this host's Docker engine, and on GPUSwarmSpawner with real services on
+the test Swarm (``swarm_support``: the same lab, its GPUs split over two nodes, reported by node
+agents). The Docker engine here has no NVIDIA runtime, so its hubs attach slices in ``env`` mode
+(what a host whose default runtime is ``nvidia`` uses); the ``device_request`` path is checked
+against this engine's refusal, and in test_spawner_gpusim.py against an engine with the
+toolkit's hook. The Swarm's GPU nodes run the NVIDIA runtime stand-in (test_swarm_e2e.py).
 """
 
 from __future__ import annotations
 
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from e2e_support import (
-    containers_with_label,
-    env_of,
-    inspect,
-    new_hub,
-    remove_node_containers,
-    require_docker,
-)
+from e2e_support import backend_params, new_hub, require_docker
 from html_support import parse_html
 
 from jupyterhub_gpulab.ledger import Ledger
@@ -28,17 +24,23 @@ from jupyterhub_gpulab.ledger import Ledger
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+@pytest.fixture(scope="module", params=backend_params())
+def hub(request, tmp_path_factory):
     require_docker()
-    h = new_hub(tmp_path_factory.mktemp("hub"))
-    h.start()
-    for i in range(1, 25):
-        h.create_user(f"student{i}", ["students"])
-    h.create_user("researcher1", ["researchers"])
-    yield h
-    h.stop()
-    remove_node_containers(h.workdir.name)
+    if request.param == "swarm":
+        from swarm_support import new_swarm_hub
+
+        h = new_swarm_hub(tmp_path_factory.mktemp("swarm-hub"))
+    else:
+        h = new_hub(tmp_path_factory.mktemp("hub"))
+    try:
+        h.start()
+        for i in range(1, 25):
+            h.create_user(f"student{i}", ["students"])
+        h.create_user("researcher1", ["researchers"])
+        yield h
+    finally:
+        h.close()
 
 
 @pytest.fixture
@@ -75,9 +77,9 @@ def test_each_user_gets_their_own_slice_and_cpu_gets_void(hub, ledger):
     b = spawn_ready(hub, "student2", "mig")["state"]
     c = spawn_ready(hub, "student3", "cpu")["state"]
     env_a, env_b, env_c = (
-        env_of(a["object_name"]),
-        env_of(b["object_name"]),
-        env_of(c["object_name"]),
+        hub.env_of(a["object_name"]),
+        hub.env_of(b["object_name"]),
+        hub.env_of(c["object_name"]),
     )
     assert {env_a["NVIDIA_VISIBLE_DEVICES"], env_b["NVIDIA_VISIBLE_DEVICES"]} == {
         "MIG-e2e-1g-0",
@@ -89,14 +91,12 @@ def test_each_user_gets_their_own_slice_and_cpu_gets_void(hub, ledger):
     # the ledger agrees with the containers, and the labels name the allocation
     held = {x.user: x for x in ledger.open_allocations()}
     assert set(held) == {"student1", "student2"}
-    labels = inspect(a["object_name"])["Config"]["Labels"]
+    labels = hub.labels_of(a["object_name"])
     assert labels["org.jupyter.gpulab.allocation"] == str(a["gpulab_allocation"])
     assert labels["org.jupyter.gpulab.slice"] == a["gpulab_slice"]
     assert held["student1"].container_id == a["object_id"]
-    # the profile's limits are the container's
-    host = inspect(a["object_name"])["HostConfig"]
-    assert host["Memory"] == 2**30
-    assert host["CpuQuota"] == 100_000 and host["CpuPeriod"] == 100_000
+    # the profile's limits (1 GiB, 1 CPU) are the container's or the service's
+    assert hub.limits_of(a["object_name"]) == (2**30, 10**9)
 
 
 def test_a_full_lab_refuses_within_a_second_then_admits_after_a_stop(hub, ledger):
@@ -134,25 +134,26 @@ def test_twenty_concurrent_spawns_for_five_seats(hub, ledger):
     assert len(winners) == 5
     states = [hub.wait_ready(u)["state"] for u in winners]
     assert len({s["gpulab_slice"] for s in states}) == 5
-    seats = {env_of(s["object_name"])["GPULAB_SLICE"] for s in states}
+    seats = {hub.env_of(s["object_name"])["GPULAB_SLICE"] for s in states}
     assert seats == {f"GPU-e2e-t4/seat-{i}" for i in range(5)}
     assert ledger.double_allocations() == []
     # stop them all: nothing left behind
     for u in winners:
         hub.stop_server(u)
     assert ledger.open_allocations() == []
-    assert containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}") == []
+    assert hub.object_ids() == []
 
 
 def test_a_killed_container_frees_its_slice_at_the_next_poll(hub, ledger):
     state = spawn_ready(hub, "researcher1", "a40")["state"]
-    subprocess.run(["docker", "kill", state["object_name"]], check=True, capture_output=True)
+    hub.kill_object(state["object_name"])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and ledger.open_allocations():
         time.sleep(0.5)
     assert ledger.open_allocations() == []
     closed = ledger.get(state["gpulab_allocation"])
-    assert closed.end_reason in ("container-gone", "exited", "stopped")
+    # a container's exit, or a Swarm task that failed (Swarm never restarts a gpulab task)
+    assert closed.end_reason in ("container-gone", "exited", "stopped", "task-failed")
     # the hub notices too (it may still be finishing the stop), and the slice can be taken again
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and hub.server("researcher1") is not None:
@@ -179,7 +180,7 @@ def test_users_cannot_override_the_gpu_variables(hub):
     r = hub.spawn("student1", {"profile": "cpu", "image": "busybox"})
     assert r.status_code == 400
     state = spawn_ready(hub, "student1", "cpu")["state"]
-    assert env_of(state["object_name"])["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert hub.env_of(state["object_name"])["NVIDIA_VISIBLE_DEVICES"] == "void"
 
 
 def test_named_servers_count_against_the_per_user_limit(hub, ledger):
@@ -246,7 +247,7 @@ def test_the_form_shows_entitled_profiles_with_capacity_and_disables_full_ones(h
     r = s.post(action, data={"profile": "seat"})
     assert r.status_code == 200
     state = hub.wait_ready("student3")["state"]
-    assert env_of(state["object_name"])["GPULAB_SLICE_KIND"] == "shared"
+    assert hub.env_of(state["object_name"])["GPULAB_SLICE_KIND"] == "shared"
 
 
 def test_an_admin_restart_reuses_the_users_last_profile(hub):

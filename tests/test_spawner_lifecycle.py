@@ -7,7 +7,7 @@ import time
 
 import pytest
 import requests
-from e2e_support import containers_with_label, ledger_of, require_docker
+from e2e_support import containers_with_label, ledger_of, on_both_backends, require_docker
 
 pytestmark = pytest.mark.docker
 
@@ -22,6 +22,7 @@ def reach(hub, user) -> int:
     return r.status_code
 
 
+@on_both_backends
 def test_hub_restart_keeps_servers_and_allocations(hub_factory):
     hub = hub_factory(
         extra="c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False\n"
@@ -36,7 +37,7 @@ def test_hub_restart_keeps_servers_and_allocations(hub_factory):
     before = sorted((a.id, a.slice_id, a.container_id) for a in led.open_allocations())
     assert len(before) == 2
     hub.stop()  # servers and proxy keep running
-    assert len(containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}")) == 2
+    assert len(hub.object_ids()) == 2
     hub.start()
     time.sleep(3)  # a poll round
     after = sorted((a.id, a.slice_id, a.container_id) for a in led.open_allocations())
@@ -150,6 +151,7 @@ def progress_events(hub, user, timeout=60) -> list[dict]:
     return events
 
 
+@on_both_backends
 def test_progress_reports_the_real_steps(hub_factory):
     hub = hub_factory(extra=SLOW_API)
     hub.start()
@@ -159,9 +161,14 @@ def test_progress_reports_the_real_steps(hub_factory):
     joined = "\n".join(messages)
     assert "Profile: PyTorch (MIG 1g.10gb)" in joined
     assert "Reserved MIG 1g.10gb on GPU 0 (NVIDIA A100-SXM4-80GB)" in joined
-    assert "Creating container" in joined
+    creating = "Creating service" if hub.backend == "swarm" else "Creating container"
+    assert creating in joined
+    if hub.backend == "swarm":  # and the node it is pinned to
+        assert f"{creating} {hub.prefix}-ann on node gpulab-swn2" in joined
+    started = "Service started" if hub.backend == "swarm" else "Container started"
+    assert f"{started}; waiting for the server to answer" in joined
     assert messages.index(next(m for m in messages if m.startswith("Reserved"))) < messages.index(
-        next(m for m in messages if m.startswith("Creating container"))
+        next(m for m in messages if m.startswith(creating))
     )
 
 
@@ -226,6 +233,7 @@ def test_restart_removes_a_labelled_container_nobody_owns(hub_factory):
     led.close()
 
 
+@on_both_backends
 def test_a_spent_gpu_hour_budget_refuses_gpu_spawns_but_not_cpu(hub_factory):
     from datetime import timedelta
 
@@ -244,12 +252,7 @@ def test_a_spent_gpu_hour_budget_refuses_gpu_spawns_but_not_cpu(hub_factory):
     hub.create_user("ann", ["students"])
     led = ledger_of(hub)
     # ann used a whole A40 for 2 hours earlier this term
-    from e2e_support import LAB
-
-    from jupyterhub_gpulab.inventory import load_declared
-
-    node = hub.workdir.name
-    led.sync_inventory(load_declared(LAB, node=node), node=node)
+    hub.declare_inventory(led)
     used = led.claim(SliceRequest(kind=SliceKind.GPU), user="ann", profile="a40")
     led.release(used.allocation.id, "stopped")
     end = clock.utcnow()

@@ -16,7 +16,7 @@ from jupyterhub_gpulab.spawner.reconcile import (
     NO_SERVER,
     NOT_HELD,
     ActiveServer,
-    LabContainer,
+    LabObject,
     active_servers,
     foreign_reason,
     plan,
@@ -53,7 +53,7 @@ def container(
     server: str = "",
     slice_id: str | None = "MIG-1",
     name: str | None = None,
-) -> LabContainer:
+) -> LabObject:
     """A container as ``docker ps -a`` reports it, with the labels the spawner writes."""
     row = {
         "Id": f"{user}{aid}".ljust(64, "0"),
@@ -69,7 +69,7 @@ def container(
             lab=LAB_ID,
         ),
     }
-    return LabContainer.from_ps(row)
+    return LabObject.from_ps(row)
 
 
 def running(aid: int | None, user: str) -> ActiveServer:
@@ -231,7 +231,7 @@ def test_another_servers_or_nodes_container_is_never_adopted():
     assert "'bob'" in check(c, aid=5, slice_id="MIG-1")
     assert check(container("ann", 5), server="other", aid=5, slice_id="MIG-1") is not None
     row = {"Id": "x" * 64, "Names": ["/jupyter-ann"], "State": "running", "Labels": {}}
-    assert check(LabContainer.from_ps(row)) == "it has no gpulab labels"
+    assert check(LabObject.from_ps(row)) == "it has no gpulab labels"
 
 
 def test_matching_containers_are_used():
@@ -250,7 +250,7 @@ def test_inspect_and_ps_read_the_same_labels():
             lab=LAB_ID,
         )},
     }  # fmt: skip
-    assert LabContainer.from_inspect(obj) == c
+    assert LabObject.from_inspect(obj) == c
 
 
 # -- JupyterHub's view ---------------------------------------------------------------------------

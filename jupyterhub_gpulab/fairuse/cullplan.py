@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from ..hub.announce import NOTICE_PREFIX
+from ..hub.announce import NOTICE_PREFIX, NOTICE_PREFIXES
 from ..hub.servers import HubServer, servers_in
 from ..inventory.model import Utilization
 from ..lab.choice import default_profile
@@ -170,6 +170,8 @@ def to_clear(
         if w.rule in RULES:
             if w.rule not in kept.get(key, {}):
                 found.append((w.user, w.server_name, w.rule))
-        elif w.rule.startswith(NOTICE_PREFIX) and (key in again or now - w.created_at > NOTICE_TTL):
+        elif w.rule.startswith(NOTICE_PREFIXES) and (
+            key in again or now - w.created_at > NOTICE_TTL
+        ):
             found.append((w.user, w.server_name, w.rule))
     return found

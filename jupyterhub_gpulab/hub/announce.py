@@ -22,13 +22,18 @@ log = logging.getLogger("gpulab.announce")
 
 #: Rules of the notices the culler leaves after stopping a server (``culled:gpu-idle``).
 NOTICE_PREFIX = "culled:"
+#: Rules of the notices a spawner leaves when a server stopped without anyone asking
+#: (``stopped:node-lost``: its node went down).
+STOPPED_PREFIX = "stopped:"
+#: Every notice of a stopped server (``str.startswith`` takes the tuple).
+NOTICE_PREFIXES = (NOTICE_PREFIX, STOPPED_PREFIX)
 
 
 def warnings_html(warnings: Iterable[Any], page_url: str) -> str:
     """The user's warnings (``CullWarning`` rows) as an HTML fragment, every text escaped; ``""``
     when there are none. ``page_url``: the user's gpulab page, linked once."""
     items = [
-        f'<li class="gpulab-{"notice" if w.rule.startswith(NOTICE_PREFIX) else "warning"}" '
+        f'<li class="gpulab-{"notice" if w.rule.startswith(NOTICE_PREFIXES) else "warning"}" '
         f'data-server="{html.escape(w.server_name)}" data-rule="{html.escape(w.rule)}">'
         f"{html.escape(w.message)}</li>"
         for w in warnings

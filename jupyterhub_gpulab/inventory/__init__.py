@@ -27,7 +27,7 @@ __all__ = [
     "sample_utilization",
 ]
 
-SOURCES = ("auto", "nvml", "declared")
+SOURCES = ("auto", "nvml", "declared", "agents")
 
 
 def load_inventory(
@@ -42,7 +42,9 @@ def load_inventory(
     - ``"auto"``: the declared inventory when ``declared`` is non-empty, else NVML;
     - ``"nvml"``: NVML only (``declared`` is ignored); ``shared`` maps GPU UUIDs to seat settings
       (see :func:`load_shared`);
-    - ``"declared"``: ``declared`` only; an empty or missing one is an error.
+    - ``"declared"``: ``declared`` only; an empty or missing one is an error;
+    - ``"agents"``: none here: every node's inventory comes from its node agent's reports
+      (a lab of several nodes, :mod:`.wire`); an empty inventory with ``source="agents"``.
 
     Raises :class:`InventoryError` for an unknown ``source``, a missing declared inventory with
     ``"declared"``, or a bad declared inventory. A host without NVML is not an error: it gives an
@@ -53,6 +55,8 @@ def load_inventory(
             [f"inventory source {source!r} is unknown; use one of {', '.join(SOURCES)}"],
             header="invalid inventory source",
         )
+    if source == "agents":
+        return Inventory(source="agents")
     if source == "declared" or (source == "auto" and declared):
         if not declared:
             raise InventoryError(

@@ -22,10 +22,8 @@ from .slices import (
     assemble,
     mig_profile_name,
     mig_slice,
-    seat_problem,
-    seat_slices,
+    offered_slices,
     vgpu_type_from_name,
-    whole_slice,
 )
 
 __all__ = [
@@ -221,21 +219,9 @@ def _read_device(
         vgpu_type=vgpu_type_from_name(name),
         driver_version=driver,
     )
-    where = f"{device.describe()} ({uuid})"
-    if mig_enabled:
-        if settings is not None:
-            warnings.append(
-                f"{where} is in MIG mode, so its shared-seat settings are ignored and its MIG "
-                "devices are offered; disable MIG mode to share it in seats"
-            )
-        slices = _mig_slices(nvml, handle, device, warnings)
-        return device, slices, warnings
-    if settings is not None:
-        problem = seat_problem(device, settings)
-        if problem is None:
-            return device, seat_slices(device, settings), warnings
-        warnings.append(f"{where} cannot be shared as configured: {problem}; offered whole")
-    return device, [whole_slice(device)], warnings
+    mig = _mig_slices(nvml, handle, device, warnings) if mig_enabled else []
+    slices, offered = offered_slices(device, settings, mig)
+    return device, slices, warnings + offered
 
 
 def _mig_enabled(nvml: Any, handle: Any, index: int, warnings: list[str]) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
     "mig_profile_memory_bytes",
     "mig_profile_name",
     "mig_slice",
+    "offered_slices",
     "parse_mig_profile",
     "seat_problem",
     "seat_slices",
@@ -234,6 +235,30 @@ def seat_slices(device: Device, settings: SharedSettings) -> list[Slice]:
         )
         for n in range(settings.seats)
     ]
+
+
+def offered_slices(
+    device: Device, settings: SharedSettings | None, mig_slices: Iterable[Slice] = ()
+) -> tuple[list[Slice], list[str]]:
+    """The slices a device is offered as, and warnings: its MIG devices (``mig_slices``) when it is
+    in MIG mode (shared-seat ``settings`` are then ignored, with a warning), else its seats when
+    ``settings`` split it (a split that does not fit: a warning and the whole device), else the
+    whole device. The one rule for NVML (:mod:`.nvml`) and node agents' reports (:mod:`.wire`)."""
+    where = f"{device.describe()} ({device.uuid})"
+    warnings: list[str] = []
+    if device.mig_enabled:
+        if settings is not None:
+            warnings.append(
+                f"{where} is in MIG mode, so its shared-seat settings are ignored and its MIG "
+                "devices are offered; disable MIG mode to share it in seats"
+            )
+        return list(mig_slices), warnings
+    if settings is not None:
+        problem = seat_problem(device, settings)
+        if problem is None:
+            return seat_slices(device, settings), warnings
+        warnings.append(f"{where} cannot be shared as configured: {problem}; offered whole")
+    return [whole_slice(device)], warnings
 
 
 def assemble(

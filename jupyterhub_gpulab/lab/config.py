@@ -100,7 +100,10 @@ class GPULab(LoggingConfigurable):
         "auto",
         config=True,
         help="""Where devices come from: ``"auto"`` (``inventory`` if declared, else NVML),
-        ``"nvml"`` (ask the driver) or ``"declared"`` (``inventory`` only).
+        ``"nvml"`` (ask the driver), ``"declared"`` (``inventory`` only), or ``"agents"``: every
+        node's GPUs come from its node agent (``gpulab node-agent``), none from the hub's host
+        (a lab of several nodes: the Swarm backend, ``c.JupyterHub.spawner_class =
+        "gpulab-swarm"``).
         """,
     )
 
@@ -270,6 +273,8 @@ class GPULab(LoggingConfigurable):
             raise ConfigError(errors)
         warnings = list(inventory.warnings)
         for p in profiles:
+            if inventory.source == "agents":
+                break  # the nodes' GPUs are known once their agents report
             if p.wants_gpu and not any(p.slice.matches(s) for s in inventory.slices):
                 warnings.append(
                     f"profile {p.slug!r} asks for {p.slice.describe()}, which no GPU in this "

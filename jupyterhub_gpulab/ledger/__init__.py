@@ -1,7 +1,8 @@
 """The slice ledger: SQLAlchemy tables (:mod:`.schema`), Alembic migrations, atomic claim / release
 (:mod:`.ledger`), reservations kept in that claim (:mod:`.placement`, records in
 :mod:`.bookings`), the read queries and the one slice-matching SQL filter (:mod:`.queries`), the
-lab's identity and other labs' containers (:mod:`.labs`), and :mod:`.aio`, the one seam that runs
+lab's identity and other labs' containers (:mod:`.labs`), the nodes and whether each is in
+service (:mod:`.nodes`), and :mod:`.aio`, the one seam that runs
 ledger calls off the event loop (``await aio.call(fn, ...)``)."""
 
 from .bookings import Booking, BookingConflict, Reserved
@@ -19,6 +20,7 @@ from .models import (
     QuotaExceeded,
     SyncReport,
 )
+from .nodes import NODE_TOKEN_PREFIX, EngineNode, Node
 
 __all__ = [
     "Allocation",
@@ -26,10 +28,13 @@ __all__ = [
     "BookingConflict",
     "Claim",
     "CullWarning",
+    "EngineNode",
     "ForeignContainer",
     "LabIdentity",
     "Ledger",
     "LedgerRefusal",
+    "NODE_TOKEN_PREFIX",
+    "Node",
     "NoFreeSlice",
     "QuotaExceeded",
     "Reserved",

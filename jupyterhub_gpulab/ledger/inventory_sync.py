@@ -9,13 +9,14 @@ import sqlalchemy as sa
 from .. import clock
 from ..inventory.model import Inventory, cc_key, driver_key, format_version
 from .models import Allocation, SyncReport
-from .schema import allocations, devices, slices
+from .schema import allocations, devices, nodes, slices
 
 log = logging.getLogger(__name__)
 
 
 class InventorySync:
-    """Mixed into :class:`~.ledger.Ledger` (uses its ``_write``)."""
+    """Mixed into :class:`~.ledger.Ledger` (uses its ``_write``, and :class:`~.nodes.NodeRecords`'
+    ``_ensure_nodes`` and ``_refresh_available``)."""
 
     def sync_inventory(self, inventory: Inventory, node: str = "local") -> SyncReport:
         """Make the slice table match ``inventory`` for ``node``.
@@ -53,6 +54,10 @@ class InventorySync:
         incoming = [r["uuid"] for r in dev_rows]
         added, updated = [], []
         with self._write() as conn:
+            self._ensure_nodes(conn, [node], now)
+            node_ok = conn.execute(
+                sa.select(nodes.c.available).where(nodes.c.name == node)
+            ).scalar_one()
             # this node's devices, and any of the incoming ones the ledger knows under another
             # node name (a renamed c.GPULab.node_name): the same hardware, moved here
             known = list(
@@ -120,7 +125,8 @@ class InventorySync:
                     "cc_key": cc_key(s.compute_capability),
                     "driver_key": driver_key(s.driver_version),
                     "present": True,
-                    "available": s.device_uuid not in drained,
+                    # the rule of NodeRecords._refresh_available, for this node's new rows
+                    "available": bool(node_ok) and s.device_uuid not in drained,
                 }
                 old = existing.get(sid)
                 if old is None:
@@ -129,6 +135,8 @@ class InventorySync:
                 elif any(getattr(old, k) != v for k, v in values.items()):
                     conn.execute(slices.update().where(slices.c.id == sid).values(**values))
                     updated.append(sid)
+            if moved:
+                self._forget_empty_nodes(conn, {former for _, former in moved})
             vanished = sorted(set(existing) - set(wanted))
             vanished_held: list[Allocation] = []
             if vanished:
@@ -171,7 +179,8 @@ class InventorySync:
         """Drain (``True``) or return to service a device. A drained device's free slices are
         never handed out; held ones stay with their holders. Returning to service makes available
         only the slices still in the inventory (a MIG instance that vanished after a layout
-        change stays out). Returns whether the device exists."""
+        change stays out) on a node in service (:mod:`.nodes`). Returns whether the device
+        exists."""
         with self._write() as conn:
             res = conn.execute(
                 devices.update()
@@ -184,9 +193,5 @@ class InventorySync:
             )
             if res.rowcount == 0:
                 return False
-            conn.execute(
-                slices.update()
-                .where(slices.c.device_uuid == device_uuid)
-                .values(available=sa.and_(slices.c.present, sa.literal(not drained)))
-            )
+            self._refresh_available(conn, device=device_uuid)
         return True

@@ -28,6 +28,7 @@ from .models import (
     QuotaExceeded,
     slice_from_row,
 )
+from .nodes import NodeRecords
 from .placement import Reservations
 from .preemptions import PreemptionRecords
 from .queries import LedgerQueries, slice_filter
@@ -65,6 +66,7 @@ class Ledger(
     LedgerEvents,
     InventorySync,
     LabRecords,
+    NodeRecords,
     LedgerQueries,
     Reservations,
     Waitlist,

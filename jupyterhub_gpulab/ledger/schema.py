@@ -10,6 +10,9 @@ The ``lab`` table holds the lab's identity: one row, written once by migration 0
 ``uuid`` every container of this lab carries as a label. Two labs (two ledgers) may share one
 Docker engine; each touches only containers labelled with its own id.
 
+The ``nodes`` table (0007) holds each host's service state; a node out of service makes its
+slices unavailable (``slices.available``), so the claim's index of free slices never offers them.
+
 Migrations live in ``migrations/`` (Alembic); change a table there and here together.
 """
 
@@ -49,6 +52,37 @@ devices = sa.Table(
     sa.Column("drain_reason", sa.String(255), nullable=True),
     sa.Column("updated_at", UTC_DATETIME, nullable=False),
 )
+
+# The hosts the ledger's devices are on (migration 0007): one row per node name, made when a hub
+# syncs its own inventory or a node agent first reports. ``available`` is the one summary the
+# slices follow (``slices.available`` is false on a node that is not): not ``drained`` by an admin,
+# not ``unreachable`` (its agent stopped reporting: the service judges, :mod:`..service.nodes`),
+# and, where an orchestrator runs it, ``engine_state`` "ready" with ``engine_availability``
+# "active" (Docker Swarm's node status and availability, as the Swarm backend last read them).
+# ``token_hash``: SHA-256 (hex) of the node agent's token; the token itself is never stored.
+nodes = sa.Table(
+    "nodes",
+    metadata,
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("drained", sa.Boolean, nullable=False, default=False),
+    sa.Column("drain_reason", sa.String(255), nullable=True),
+    sa.Column("agent_seen_at", UTC_DATETIME, nullable=True),
+    sa.Column("agent_interval_s", sa.Float, nullable=True),
+    sa.Column("agent_version", sa.String(32), nullable=True),
+    sa.Column("unreachable", sa.Boolean, nullable=False, default=False),
+    sa.Column("engine", sa.String(16), nullable=True),
+    sa.Column("engine_id", sa.String(64), nullable=True),
+    sa.Column("engine_state", sa.String(32), nullable=True),
+    sa.Column("engine_availability", sa.String(16), nullable=True),
+    sa.Column("address", sa.String(64), nullable=True),
+    sa.Column("hostname", sa.String(255), nullable=True),
+    sa.Column("cpus", sa.Integer, nullable=True),
+    sa.Column("memory_bytes", sa.BigInteger, nullable=True),
+    sa.Column("token_hash", sa.String(64), nullable=True),
+    sa.Column("available", sa.Boolean, nullable=False, default=True),
+    sa.Column("updated_at", UTC_DATETIME, nullable=False),
+)
+sa.Index("ix_nodes_token_hash", nodes.c.token_hash, unique=True)
 
 slices = sa.Table(
     "slices",

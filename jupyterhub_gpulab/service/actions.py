@@ -58,6 +58,41 @@ async def undrain(state: LabState, uuid: str, *, by: str) -> str:
     return f"GPU {d['index']} ({d['name']}) is back in service."
 
 
+async def drain_node(state: LabState, node: str, reason: str = "", *, by: str) -> str:
+    """Take a whole node out of service: none of its slices is handed out, and the Swarm backend
+    places no CPU server there; holders keep theirs until they stop. Callers check ``reason``."""
+    reason = (reason or "").strip()[:MAX_REASON] or f"drained by {by}"
+    if not await aio.call(state.ledger.set_node_drained, node, True, reason):
+        raise ActionError(404, f"No node {shown(node)} in the ledger.")
+    log.info("%s drained node %s: %s", by, node, reason)
+    return f"Node {node} is drained: no new servers on it; running ones keep their GPUs."
+
+
+async def undrain_node(state: LabState, node: str, *, by: str) -> str:
+    if not await aio.call(state.ledger.set_node_drained, node, False):
+        raise ActionError(404, f"No node {shown(node)} in the ledger.")
+    n = await aio.call(state.ledger.node, node)
+    log.info("%s returned node %s to service", by, node)
+    still = n.why_out() if n is not None else None
+    if still:
+        return f"Node {node} is no longer drained, but still out of service: {still}."
+    return f"Node {node} is back in service."
+
+
+async def issue_node_token(state: LabState, node: str, *, by: str) -> str:
+    """A new agent token for ``node`` (made in the ledger if new), replacing any earlier one."""
+    token = await aio.call(state.ledger.issue_node_token, node)
+    log.info("%s issued a new agent token for node %s", by, node)
+    return token
+
+
+async def revoke_node_token(state: LabState, node: str, *, by: str) -> str:
+    if not await aio.call(state.ledger.revoke_node_token, node):
+        raise ActionError(404, f"No node {shown(node)} in the ledger.")
+    log.info("%s revoked node %s's agent token", by, node)
+    return f"Node {node}'s agent token is revoked: its reports are refused until it gets a new one."
+
+
 async def release(state: LabState, hub: HubClient, allocation_id: int, *, by: str) -> str:
     """Close a *stale* allocation and free its slice: its server is not running, or its slice
     left the inventory. An allocation whose server runs is refused (409): its container still
@@ -68,7 +103,7 @@ async def release(state: LabState, hub: HubClient, allocation_id: int, *, by: st
         raise ActionError(404, f"No allocation {allocation_id}.")
     if not a.open:
         raise ActionError(409, f"Allocation {allocation_id} is already closed ({a.end_reason}).")
-    if a.slice_id in state.present_slice_ids():
+    if a.slice_id in await aio.call(state.present_slice_ids):
         try:
             servers = await hub.servers_of(a.user)
         except HubError as e:
@@ -130,6 +165,11 @@ async def stop_server(
 
 async def refresh_inventory(state: LabState, *, by: str) -> str:
     """Re-read the inventory (NVML or the config) and sync the ledger with it."""
+    if state.agents_only:
+        return (
+            "Every node's inventory comes from its agent, at each report: there is nothing to "
+            "re-read here."
+        )
     try:
         report = await aio.call(state.refresh_inventory)
     except ConfigError as e:

@@ -36,6 +36,7 @@ from .culling import Culler
 from .hubclient import HubClient, HubError
 from .lifetime import listen_when_free
 from .metrics import Exposition
+from .nodes import NodeReports, NodeTraits
 from .state import LabState
 from .waitlist import WaitlistKeeper, WaitlistTraits
 from .web.api import api_handlers
@@ -54,10 +55,10 @@ log = logging.getLogger("gpulab.service")
 TEMPLATES = Path(__file__).parent / "web" / "templates"
 
 
-class GPULabService(CullerTraits, WaitlistTraits):
+class GPULabService(CullerTraits, WaitlistTraits, NodeTraits):
     """Settings of the gpulab service (``c.GPULabService.*`` in ``jupyterhub_config.py``); the
     culler's are in :class:`~.cullconfig.CullerTraits`, the waitlist's in
-    :class:`~.waitlist.WaitlistTraits`."""
+    :class:`~.waitlist.WaitlistTraits`, the node agents' in :class:`~.nodes.NodeTraits`."""
 
     cookie_secret_file = Unicode(
         "gpulab_cookie_secret",
@@ -148,6 +149,7 @@ def make_app(
     hub_base: str = "/",
     grants: RoleGrants | None = None,
     courses=None,
+    nodes: NodeReports | None = None,
     metrics_user_labels: bool = False,
 ) -> web.Application:
     """The Tornado application under ``prefix`` (``/services/gpulab/``); ``grants``: the gpulab
@@ -176,6 +178,7 @@ def make_app(
         gpulab_grants=grants or RoleGrants(),
         gpulab_jinja=jinja_env(),
         gpulab_courses=courses,
+        gpulab_nodes=nodes or NodeReports(state, timeout_s=60),
         gpulab_metrics=Exposition(state, hub, user_labels=metrics_user_labels),
         log_function=_log_request,
     )
@@ -283,6 +286,7 @@ class Service:
         self.hub_auth = hub_auth
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
         self.culler = Culler(self.state, self.hub, settings)
+        self.nodes = NodeReports(self.state, timeout_s=settings.node_timeout)
         self.waitlist = WaitlistKeeper(self.state, self.hub, settings)
         secret = cookie_secret or read_cookie_secret(settings.cookie_secret_file)
         self.courses = make_course_manager(gpulab, self.ledger, self.hub, self.state.lab, secret)
@@ -295,6 +299,7 @@ class Service:
             hub_base=hub_auth.hub_prefix.rsplit("hub/", 1)[0] or "/",
             grants=grants or RoleGrants.from_config(gpulab.config),
             courses=self.courses,
+            nodes=self.nodes,
             metrics_user_labels=settings.metrics_user_labels,
         )
         self._periodic: list[PeriodicCallback] = []
@@ -303,7 +308,7 @@ class Service:
     async def start(self, address: str, port: int) -> None:
         """Sync the inventory, take a first sample, listen, and start the periodic refreshes."""
         report = await aio.call(self.state.sync)
-        for a in report.vanished_held:
+        for a in report.vanished_held if report else ():
             log.warning(
                 "Allocation %d (%s's server %r) holds slice %s, which is no longer in the inventory",
                 a.id,
@@ -328,6 +333,7 @@ class Service:
             (self.cull, self.culler.every_s),
             (self.courses_due, self.courses.settings.check_interval),
             (self.waitlist.run_pass, self.settings.waitlist_every),
+            (self.expire_nodes, self.settings.node_check_every),
         ):
             pc = PeriodicCallback(job, 1000 * seconds)
             pc.start()
@@ -369,6 +375,12 @@ class Service:
             await aio.call(self.app.settings["gpulab_metrics"].sampled)
         except Exception:
             log.exception("NVML sampling failed")
+
+    async def expire_nodes(self) -> None:
+        try:
+            await aio.call(self.nodes.expire)
+        except Exception:
+            log.exception("Checking the node agents failed")
 
     async def courses_due(self) -> None:
         try:

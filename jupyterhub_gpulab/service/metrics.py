@@ -20,8 +20,14 @@ at ``/hub/metrics`` (:mod:`jupyterhub_gpulab.hub.metrics`).
                                               ``drained``, ``vanished``)
 ``gpulab_device_memory_bytes``                each device's memory (``node``, ``uuid``,
                                               ``index``, ``name``)
+``gpulab_nodes``                              nodes by ``node`` and ``state`` (1 for its state,
+                                              0 for the others): ``in_service``, ``drained``,
+                                              ``unreachable`` (its agent stopped reporting),
+                                              ``engine_out`` (Swarm cannot run tasks there)
+``gpulab_node_report_age_seconds``            seconds since each node's agent last reported
 ``gpulab_slice_utilization_percent``          each slice's latest sample (0-100) from the
-                                              service's sampler, where NVML gives one (``node``,
+                                              service's sampler or its node's agent, where NVML
+                                              gives one (``node``,
                                               ``slice``, ``kind``, ``device_index``)
 ``gpulab_slice_memory_used_bytes``            the same slices' memory in use
 ``gpulab_group_used_gpu_seconds``             weighted GPU-seconds charged to each ``group``
@@ -77,6 +83,16 @@ def slice_state(present: bool, available: bool, held: bool) -> str:
     return "free" if available else "drained"
 
 
+NODE_STATES = ("in_service", "drained", "unreachable", "engine_out")
+
+
+def node_state(state: str) -> str:
+    """A node's ``state`` label from :attr:`~..ledger.Node.state`."""
+    if state.startswith("engine-"):
+        return "engine_out"
+    return state.replace("-", "_")
+
+
 def device_state(row: dict) -> str:
     if not row["present"]:
         return "vanished"
@@ -101,12 +117,15 @@ class SampleCollector:
             "Each slice's GPU memory in use at the latest sample, in bytes",
             labels=labels,
         )
-        node = self.state.node
-        by_id = {s.id: s for s in self.state.inventory.slices}
+        by_id = {
+            s.id: (node, s)
+            for node, inv in self.state.node_inventories().items()
+            for s in inv.slices
+        }
         for sid, u in sorted(self.state.sample.by_slice.items()):
-            s = by_id.get(sid)
-            if s is None:
+            if sid not in by_id:
                 continue
+            node, s = by_id[sid]
             values = [node, sid, str(s.kind), str(s.device_index)]
             if u.gpu_percent is not None:
                 util.add_metric(values, u.gpu_percent)
@@ -132,9 +151,31 @@ class LedgerCollector:
         c = census(state.ledger, now)
         yield from self._slices(c)
         yield from self._devices(c)
+        yield from self._nodes(state.ledger.nodes(), now)
         yield self._gpu_seconds(now)
         yield from self._culls(c)
         yield from self._drift(c)
+
+    def _nodes(self, found, now) -> Iterator[Metric]:
+        by_state = GaugeMetricFamily(
+            "gpulab_nodes",
+            "Nodes by state: in_service, drained, unreachable (its agent stopped reporting), "
+            "engine_out (the orchestrator cannot run tasks there)",
+            labels=["node", "state"],
+        )
+        age = GaugeMetricFamily(
+            "gpulab_node_report_age_seconds",
+            "Seconds since each node's agent last reported",
+            labels=["node"],
+        )
+        for n in found:
+            here = node_state(n.state)
+            for st in NODE_STATES:
+                by_state.add_metric([n.name, st], 1 if st == here else 0)
+            if n.agent_seen_at is not None:
+                age.add_metric([n.name], max(0.0, (now - n.agent_seen_at).total_seconds()))
+        yield by_state
+        yield age
 
     def _slices(self, c) -> Iterator[Metric]:
         g = GaugeMetricFamily(

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import clock
-from ..inventory import Inventory, SliceKind, Utilization, discover
+from ..inventory import Inventory, SliceKind, Utilization, discover, load_shared
 from ..lab.config import GPULab, Lab
 from ..ledger import Allocation, Ledger, SyncReport
 from .monitor import UtilizationMonitor
@@ -40,6 +40,7 @@ class Snapshot:
     open_by_group: dict[str, int]
     refusals: dict[str, int]
     taken_at: datetime
+    nodes: list = field(default_factory=list)
 
 
 @dataclass
@@ -79,15 +80,29 @@ class LabState:
         self.lab: Lab = gpulab.load(nvml)
         self.inventory: Inventory = self.lab.inventory
         self.nvml_problem: str | None = None
-        self.sample = Sample()
+        self._local = Sample()
         self.last_sync: SyncReport | None = None
         self._lock = threading.Lock()
+        #: the lab's seat settings, applied to node agents' reports too (:mod:`.nodes`)
+        self.shared = load_shared(gpulab.shared_devices) if gpulab.shared_devices else {}
+        #: other nodes, as their agents last reported them: inventory, latest figures, history
+        self._nodes: dict[str, tuple[Inventory, dict[str, Utilization], UtilizationMonitor]] = {}
 
     # -- inventory --------------------------------------------------------------------------
 
-    def sync(self) -> SyncReport:
+    @property
+    def agents_only(self) -> bool:
+        """Every node's GPUs come from its agent (``c.GPULab.inventory_source = "agents"``):
+        this host has none of the lab's."""
+        return self.lab.inventory.source == "agents"
+
+    def sync(self) -> SyncReport | None:
         """Record the inventory read at start in the ledger (as after a reboot: slices no longer
-        present are never handed out again; allocations on them are reported)."""
+        present are never handed out again; allocations on them are reported). ``None`` where
+        the nodes' agents report every inventory."""
+        if self.agents_only:
+            self.nvml_problem = self._probe_nvml(self.inventory)
+            return None
         return self._apply(self.inventory)
 
     def refresh_inventory(self) -> SyncReport:
@@ -115,8 +130,31 @@ class LabState:
         return None
 
     def present_slice_ids(self) -> set[str]:
-        """Ids of the slices in the latest inventory read of this node."""
-        return {s.id for s in self.inventory.slices}
+        """Ids of the slices in the latest inventory read of this node, and of every other node
+        as the ledger holds them (its agent's latest report)."""
+        local = {s.id for s in self.inventory.slices}
+        others = {s["id"] for s in self.ledger.slices() if s["node"] != self.node and s["present"]}
+        return local | others
+
+    # -- other nodes (their agents' reports, :mod:`.nodes`) ---------------------------------
+
+    def record_node(self, node: str, inventory: Inventory, figures: dict[str, Utilization]) -> None:
+        """Node ``node``'s agent reported ``inventory`` and ``figures`` (by slice id): its
+        latest sample, appended to its slices' history."""
+        with self._sample_lock:
+            old = self._nodes.get(node)
+            history = old[2] if old else UtilizationMonitor(nvml=None, **self._monitor_args)
+            history.record(figures, present={s.id for s in inventory.slices})
+            self._nodes[node] = (inventory, figures, history)
+
+    def node_inventories(self) -> dict[str, Inventory]:
+        """The latest inventory of every node: this host's (when it has the lab's GPUs) and each
+        reporting node's."""
+        with self._sample_lock:
+            found = {n: inv for n, (inv, _, _) in self._nodes.items()}
+        if not self.agents_only:
+            found[self.node] = self.inventory
+        return found
 
     def undrain(self, device_uuid: str) -> bool:
         """Return a device to service, keeping slices that vanished from the inventory out."""
@@ -162,8 +200,28 @@ class LabState:
             )
         ):
             problem = "NVML answers but knows none of these devices"
-        self.sample = Sample(by_slice, clock.utcnow(), problem)
+        self._local = Sample(by_slice, clock.utcnow(), problem)
         return self.sample
+
+    @property
+    def sample(self) -> Sample:
+        """The latest figures of every slice: this host's sample and each node agent's latest
+        report. ``problem`` is this host's (why NVML gives nothing) unless agents give figures."""
+        local = self._local
+        with self._sample_lock:
+            remote = [(inv, figs) for inv, figs, _ in self._nodes.values()]
+        if not remote:
+            return local
+        by_slice: dict[str, Utilization] = {}
+        times = [local.taken_at] if local.taken_at else []
+        for _, figs in remote:
+            by_slice.update(figs)
+            times.extend(u.at for u in figs.values() if u.at is not None)
+        by_slice.update(local.by_slice)
+        known = any(
+            u.gpu_percent is not None or u.memory_used_bytes is not None for u in by_slice.values()
+        )
+        return Sample(by_slice, max(times) if times else None, None if known else local.problem)
 
     def _containers(self, inventory: Inventory) -> dict[str, str]:
         """Held seats' container ids (the monitor maps seat processes to containers)."""
@@ -174,9 +232,17 @@ class LabState:
         }
 
     def history(self, slice_id: str) -> tuple[Utilization, ...]:
-        """``slice_id``'s utilisation samples, oldest first (for the culler)."""
+        """``slice_id``'s utilisation samples, oldest first (for the culler): this host's
+        sampler's, or its node agent's reports'."""
         with self._sample_lock:
-            return self.monitor.history(slice_id)
+            found = self.monitor.history(slice_id)
+            if found:
+                return found
+            for _, _, history in self._nodes.values():
+                found = history.history(slice_id)
+                if found:
+                    return found
+        return ()
 
     def close(self) -> None:
         with self._sample_lock:
@@ -197,4 +263,5 @@ class LabState:
             open_by_group=self.ledger.open_by_group() if usage else {},
             refusals=self.ledger.refusals_since(now - window) if usage else {},
             taken_at=now,
+            nodes=self.ledger.nodes() if devices else [],
         )

@@ -21,12 +21,21 @@ class AdoptionMixin:
     """Needs the core's ``_claim``, ``stop``, state traits and the backend's ``object_id`` /
     ``object_name``."""
 
-    async def _adopt(self, rt: LabRuntime, allocation_id: int, slice_id: str | None, name: str):
+    async def _adopt(
+        self,
+        rt: LabRuntime,
+        allocation_id: int,
+        slice_id: str | None,
+        name: str,
+        node: str | None = None,
+    ):
         """This server holds no allocation but its object's labels name one: the hub was
         killed while the server started, before JupyterHub saved its state. Take the allocation
-        over when the ledger says it is open and this server's, on the object's slice."""
+        over when the ledger says it is open and this server's, on the object's slice and node
+        (``node``: the one its labels name, where the backend runs servers on several nodes;
+        else this hub's)."""
         a = await aio.call(rt.ledger.get, allocation_id)
-        mine = (self.user.name, self.name or "", rt.lab.node, slice_id)
+        mine = (self.user.name, self.name or "", node or rt.lab.node, slice_id)
         if a is None or not a.open or (a.user, a.server_name, a.node, a.slice_id) != mine:
             return False  # (another lab's container never gets here: labguard.py)
         self.allocation_id = a.id

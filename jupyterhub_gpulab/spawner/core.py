@@ -14,12 +14,16 @@ A backend implements (the core calls them, in this order for a start):
 - :meth:`_attach_slice` ``(create_kwargs, slice)``: put the slice (or none) and the lab's
   labels into the backend's create request; called by the backend's own create path;
 - :meth:`_discard_object` ``()``: remove what a failed start left;
-- :meth:`_list_lab_objects` ``() -> [LabContainer]`` and :meth:`_remove_object` ``(id)``: this
+- :meth:`_list_lab_objects` ``() -> [LabObject]`` and :meth:`_remove_object` ``(id)``: this
   lab's labelled objects, in any state, and their removal, for the process's reconcile
   (:class:`~.reconcile.Reconciler`, started here);
 - optionally :meth:`_start_refusal` ``(exc)``: a failed start's refusal for the user;
 - optionally :meth:`_image_labels` ``(image) -> dict | None``: an image's labels, so a slice
-  whose GPU cannot run the profile's image is never claimed (:mod:`..lab.images`).
+  whose GPU cannot run the profile's image is never claimed (:mod:`..lab.images`);
+- optionally :meth:`_claim_node` ``(rt)``: the node claims are made for (default this hub's;
+  ``None``: every node, the allocation on its slice's node, as the Swarm backend runs them);
+- in its ``poll()``, optionally ``self._gone = (reason, message)``: why the object is gone (the
+  allocation's end reason) and what the user is told.
 
 and the Spawner's own ``poll()`` / ``stop()`` (the core wraps them). A concrete spawner class
 that leaves any of these out is refused when it is defined (``TypeError``): a backend that
@@ -44,7 +48,8 @@ from ..lab.traits import Duration
 from ..ledger import Claim, aio
 from .adoption import AdoptionMixin
 from .imagegate import ImageMixin
-from .reconcile import LabContainer
+from .labobject import LabObject
+from .objectspec import ObjectSpecMixin
 from .reserve import ReservationMixin
 from .runtime import LabRuntime, get_runtime
 
@@ -58,7 +63,7 @@ BACKEND_METHODS = (
 )
 
 
-class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
+class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, ObjectSpecMixin, HasTraits):
     """Mixed in before the backend's Spawner class (e.g. DockerSpawner) in the MRO."""
 
     def __init_subclass__(cls, **kwargs):
@@ -83,7 +88,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
     async def _discard_object(self) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot remove a failed start's object")
 
-    async def _list_lab_objects(self) -> list[LabContainer]:
+    async def _list_lab_objects(self) -> list[LabObject]:
         raise NotImplementedError(f"{type(self).__name__} cannot list its servers' objects")
 
     async def _remove_object(self, object_id: str) -> None:
@@ -131,6 +136,10 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
     _no_container: bool = False
     #: set by the backend's lookup when it removed an object that was not this server's
     _removed_foreign: bool = False
+    #: set by the backend's poll when its object is gone for a reason of its own: ``(end
+    #: reason, message for the user or None)``, e.g. ``("node-lost", "Your server was stopped:
+    #: …")``
+    _gone: tuple[str, str | None] | None = None
     _current_profile: Profile | None = None
     _current_slice = None
     _current_need: ImageRequirements | None = None
@@ -155,6 +164,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
         except RuntimeError:
             return
         rt.start_reconciler(
+            node=self._claim_node(rt),
             list_objects=self._list_lab_objects,
             remove_object=self._remove_object,
             users=users.values,
@@ -217,6 +227,11 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
         self.allocation_id = None
         self.profile_slug = ""
         self.slice_id = ""
+
+    def _claim_node(self, rt: LabRuntime) -> str | None:
+        """The node a claim's allocation is on: this hub's (one Docker host); ``None`` for a
+        backend that runs servers on every node, where the slice's node is the allocation's."""
+        return rt.lab.node
 
     # -- progress -------------------------------------------------------------------------------
 
@@ -307,7 +322,8 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
                 await aio.call(
                     rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
                 )
-            self._emit(90, "Container started; waiting for the server to answer")
+            kind = getattr(self, "object_type", "container").title()
+            self._emit(90, f"{kind} started; waiting for the server to answer")
             return result
         except BaseException as e:
             await self._release(rt, "failed")
@@ -336,12 +352,17 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
             return 0
         rt = self.runtime()
         self._removed_foreign = False
+        self._gone = None
         status = await super().poll()
         if status is not None:
             if self._removed_foreign:
                 reason = "container-mismatch"
+            elif self._gone is not None:
+                reason = self._gone[0]
             else:
                 reason = "container-gone" if status == 0 else "exited"
+            if self._gone is not None and self._gone[1] and self.allocation_id is not None:
+                await self._notify_gone(rt, reason, self._gone[1])
             await self._release(rt, reason)
             return status
         if self.allocation_id is not None and self._start_done:

@@ -19,7 +19,8 @@ import html
 import inspect
 
 from jinja2 import TemplateError, TemplateSyntaxError
-from traitlets import HasTraits, TraitError, Unicode, validate
+from tornado.log import app_log
+from traitlets import HasTraits, TraitError, Unicode, default, validate
 
 from ..errors import SpawnRefused
 from ..lab.choice import (
@@ -34,6 +35,7 @@ from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..ledger import aio
 from .form import FormRow, form_rows, form_template, render_form, usage_note
+from .logs import install_refusal_filter
 from .runtime import LabRuntime
 
 
@@ -69,6 +71,33 @@ class ProfileFormMixin(HasTraits):
     """Mixed into :class:`~.gpudocker.GPUDockerSpawner`; needs its ``runtime()``, ``entitled()``,
     ``policy_context()``, ``mps``, ``_groups()``, ``user``, ``orm_spawner``, ``user_options``
     and ``last_profile``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        install_refusal_filter(self.log, app_log)  # app_log: JupyterHub's User.spawn
+
+    @default("options_form")
+    def _default_options_form(self):
+        return self._render_options_form
+
+    @default("options_from_form")
+    def _default_options_from_form(self):
+        return self._options_from_form
+
+    @default("progress_ready_hook")
+    def _default_progress_ready_hook(self):
+        return ready_with_notice
+
+    @validate("progress_ready_hook")
+    def _check_progress_ready_hook(self, proposal):
+        # an admin's own hook is kept, and the user still hears about their saved choice
+        return chain_ready_hook(proposal.value)
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self):
+        # user_options ({"profile": slug}) are validated and applied in start(), where a refusal
+        # keeps its own HTTP status and is recorded for the admin page.
+        return lambda spawner, user_options: None
 
     profile_form_template = Unicode(
         "",

@@ -32,30 +32,33 @@ listing and removal of this lab's labelled containers. Only containers: a Swarm 
 
 from __future__ import annotations
 
-import time
-
-from docker.errors import ImageNotFound
+from docker.errors import APIError
 from dockerspawner import DockerSpawner
-from tornado.log import app_log
-from traitlets import Bool, Unicode, default, validate
+from traitlets import Bool, validate
 
 from ..errors import SpawnRefused
 from ..lab.profile import Profile
 from ..lab.traits import ChoiceEnum
-from ..units import UnitError, parse_bytes
+from ..ledger import aio
 from . import container as ct
 from .core import SliceSpawnerCore
-from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
+from .formmixin import ProfileFormMixin
 from .hardenmixin import HardeningMixin
+from .imagegate import EngineImageLabels
 from .labguard import LabGuardMixin
-from .logs import install_refusal_filter
-from .names import check_prefix, container_name
+from .labobject import LabObject
 from .recovery import RecoveryMixin
 from .runtime import LabRuntime
 
 
 class GPUDockerSpawner(
-    ProfileFormMixin, RecoveryMixin, LabGuardMixin, HardeningMixin, SliceSpawnerCore, DockerSpawner
+    ProfileFormMixin,
+    RecoveryMixin,
+    LabGuardMixin,
+    HardeningMixin,
+    EngineImageLabels,
+    SliceSpawnerCore,
+    DockerSpawner,
 ):
     """Spawn each user's server in a Docker container holding one GPU slice (or none, for a
     CPU profile), confined (:mod:`..lab.hardening`). Profiles, inventory, policies and the ledger
@@ -86,75 +89,8 @@ class GPUDockerSpawner(
         """,
     )
 
-    shm_size = Unicode(
-        "1GiB",
-        config=True,
-        help="""Size of every container's ``/dev/shm`` (Docker's default is 64 MiB): PyTorch's
-        DataLoader workers pass batches through shared memory and fail with "bus error" in 64
-        MiB. Bytes or ``"1GiB"``, ``"2G"``; a profile's ``shm_size`` overrides it. Shared memory
-        that is used counts against the container's ``mem_limit``. Default ``"1GiB"``.
-
-        ``c.GPUDockerSpawner.shm_size = "2GiB"``
-        """,
-    )
-
-    @validate("shm_size")
-    def _check_shm_size(self, proposal):
-        try:
-            parse_bytes(proposal.value, "shm_size")
-        except UnitError as e:
-            raise ValueError(f"c.GPUDockerSpawner.shm_size: {e}; write e.g. '1GiB'") from None
-        return proposal.value
-
-    #: ``{image: (read at, labels)}``: image labels change only with a rebuild, and the form
-    #: asks for every profile's at each render.
-    _label_cache: dict[str, tuple[float, dict | None]] = {}
-    LABEL_CACHE_S = 30
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        install_refusal_filter(self.log, app_log)  # app_log: JupyterHub's User.spawn
-
-    async def _image_labels(self, image: str) -> dict | None:
-        """The image's labels from the engine (``docker image inspect``), cached 30 s; ``None``
-        for an image not on the host (it may be pulled at create: needs nothing then)."""
-        hit = self._label_cache.get(image)
-        if hit and time.monotonic() - hit[0] < self.LABEL_CACHE_S:
-            return hit[1]
-        try:
-            info = await self.docker("inspect_image", image)
-            labels = dict((info.get("Config") or {}).get("Labels") or {})
-        except ImageNotFound:
-            labels = None
-        self._label_cache[image] = (time.monotonic(), labels)
-        return labels
-
-    # -- form; options and the saved choice are in formmixin.py ------------------------------
-
-    @default("options_form")
-    def _default_options_form(self):
-        return self._render_options_form
-
-    @default("options_from_form")
-    def _default_options_from_form(self):
-        return self._options_from_form
-
-    @default("progress_ready_hook")
-    def _default_progress_ready_hook(self):
-        return ready_with_notice
-
-    @validate("progress_ready_hook")
-    def _check_progress_ready_hook(self, proposal):
-        # an admin's own hook is kept, and the user still hears about their saved choice
-        return chain_ready_hook(proposal.value)
-
-    @default("apply_user_options")
-    def _default_apply_user_options(self):
-        # user_options ({"profile": slug}) are validated and applied in start(), where a refusal
-        # keeps its own HTTP status and is recorded for the admin page.
-        return lambda spawner, user_options: None
-
-    # -- state: in core.py; the container's name ------------------------------------------
+    # -- state: in core.py; the name, the form and the choice: objectspec.py, formmixin.py;
+    # -- the image's labels and /dev/shm's size: imagegate.py, objectspec.py ----------------
 
     remove = Bool(
         True,
@@ -180,22 +116,6 @@ class GPUDockerSpawner(
             )
         return True
 
-    @default("prefix")
-    def _default_prefix(self):
-        return "jupyter"
-
-    @validate("prefix")
-    def _check_prefix(self, proposal):
-        return check_prefix(proposal.value)
-
-    def _object_name_default(self):
-        """Deterministic, DNS-safe, <= 63 characters, unique per (user, server): see names.py."""
-        return container_name(self.prefix, self.user.name, self.name or "")
-
-    @default("object_name")
-    def _default_object_name(self):
-        return self._object_name_default()
-
     # -- the backend (core.py) ----------------------------------------------------------------
 
     async def _start_object(self, rt: LabRuntime, profile: Profile):
@@ -204,10 +124,7 @@ class GPUDockerSpawner(
                 f"{type(self).__name__} attaches GPU slices to Docker containers only, not to "
                 f"{self.object_type}s"
             )
-        self.image = profile.image
-        base = self._base_limits()
-        self.mem_limit = profile.mem_limit if profile.mem_limit is not None else base["mem_limit"]
-        self.cpu_limit = profile.cpu_limit if profile.cpu_limit is not None else base["cpu_limit"]
+        self._apply_profile(profile)
         self._emit(50, f"Creating container {self.object_name}")
         return await super(SliceSpawnerCore, self).start()  # DockerSpawner's, which the core wraps
 
@@ -234,19 +151,28 @@ class GPUDockerSpawner(
             ),
         )
 
-    def _base_limits(self) -> dict:
-        if not hasattr(self, "_base"):
-            self._base = {"mem_limit": self.mem_limit, "cpu_limit": self.cpu_limit}
-        return self._base
+    # -- its objects: containers (recovery.py, labguard.py and the reconcile read them) ----------
 
-    def get_env(self):
-        env = super().get_env()
-        profile_env = dict(self._current_profile.env) if self._current_profile else {}
-        need = self._current_need
-        protected = ct.slice_env(
-            self._current_slice, mps=self.mps, framework_cap=bool(need and need.seat_cap)
-        )
-        return ct.merge_env(env, profile_env, self.gpulab_env(), protected=protected)
+    def _lab_object(self, obj) -> LabObject:
+        return LabObject.from_inspect(obj)
+
+    def _labels_of(self, obj) -> dict:
+        return (obj.get("Config") or {}).get("Labels") or {}
+
+    async def _list_lab_objects(self) -> list[LabObject]:
+        """This lab's containers on the engine, in any state (``docker ps -a``, sorted by
+        :meth:`~.runtime.LabRuntime.our_containers`), for the reconcile."""
+        rows = await self.docker("containers", all=True)
+        ours = await aio.call(self.runtime().our_containers, self.client, rows)
+        return [LabObject.from_ps(r) for r in ours]
+
+    async def _remove_object(self, object_id: str) -> None:
+        """Remove a container and its anonymous volumes, running or not (gone already: done)."""
+        try:
+            await self.docker("remove_container", object_id, force=True, v=True)
+        except APIError as e:
+            if e.status_code not in (404, 409):
+                raise
 
     def docker(self, method, *args, **kwargs):
         # The one seam where gpulab's device request and labels join the container, after
@@ -268,10 +194,9 @@ class GPUDockerSpawner(
             self.hardening_for(self._current_profile, host_config.get("SecurityOpt") or ())
         )
         profile = self._current_profile
-        if profile is not None and profile.shm_size:
-            host_config["ShmSize"] = profile.shm_size
-        elif not host_config.get("ShmSize"):  # an admin's extra_host_config shm_size stays
-            host_config["ShmSize"] = parse_bytes(self.shm_size, "shm_size")
+        if (profile is not None and profile.shm_size) or not host_config.get("ShmSize"):
+            # a profile's size, else the lab's; an admin's extra_host_config shm_size stays
+            host_config["ShmSize"] = self._shm_bytes()
         kwargs["labels"] = {
             **(kwargs.get("labels") or {}),
             **ct.labels(

@@ -22,15 +22,17 @@ def _owner(labels, container_id, rt) -> str:
 
 
 class LabGuardMixin:
-    """Mixed into :class:`~.gpudocker.GPUDockerSpawner` (before DockerSpawner in the MRO)."""
+    """Mixed into a backend (before DockerSpawner in the MRO); the backend reads its objects
+    (``_lab_object``, ``_labels_of``)."""
 
     async def get_object(self):
         obj = await super().get_object()
         if obj is None:
             return None
         rt = self.runtime()
-        labels = (obj.get("Config") or {}).get("Labels") or {}
-        if await aio.call(_owner, labels, obj["Id"], rt) != engine.OTHER:
+        labels = self._labels_of(obj)
+        mine = self._lab_object(obj)
+        if await aio.call(_owner, labels, mine.id, rt) != engine.OTHER:
             return obj
         # not ours: forget its id, so nothing here stops or removes it
         self.object_id = ""
@@ -39,10 +41,10 @@ class LabGuardMixin:
             if labels.get(LABEL_LAB)
             else "another lab (a gpulab hub from before lab ids)"
         )
-        name = (obj.get("Name") or self.object_name).lstrip("/")
+        name = mine.name or self.object_name
         detail = (
-            f"Container {name} ({obj['Id'][:12]}) on this Docker engine belongs to {other}, not "
-            f"to this {rt.identity.describe()}"
+            f"{mine.kind.title()} {name} ({mine.id[:12]}) on this Docker engine belongs to "
+            f"{other}, not to this {rt.identity.describe()}"
         )
         if self._start_done:
             self.log.warning("%s; %s's own container is gone, that one is left alone", detail, name)

@@ -25,7 +25,9 @@ A labelled container whose allocation is not open is removed unless a server of 
 under its name (that server's ``poll()`` re-adopts or removes it).
 
 One hub per ledger (lab) and node: the node name (``c.GPULab.node_name``) is what tells this
-hub's allocations from another's.
+hub's allocations from another's. A hub whose backend runs servers on several nodes (the Swarm
+backend) reconciles every node's allocations (``node=None``), its objects being services that
+carry the same labels (:class:`~.labobject.LabObject`).
 """
 
 from __future__ import annotations
@@ -39,94 +41,25 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..ledger import Allocation, Ledger, aio
-from .container import LABEL_SERVER, LABEL_SLICE, LABEL_USER
-from .engine import allocation_label
+from .labobject import LabObject, foreign_reason
+
+__all__ = [
+    "NO_SERVER",
+    "NOT_HELD",
+    "ActiveServer",
+    "LabObject",
+    "Plan",
+    "Reconciler",
+    "active_servers",
+    "foreign_reason",
+    "plan",
+]
 
 log = logging.getLogger(__name__)
 
 #: End reasons a pass writes.
 NO_SERVER = "reconciled:no-server"
 NOT_HELD = "reconciled:not-held"
-
-
-@dataclass(frozen=True)
-class LabContainer:
-    """A container of this lab as its labels describe it. ``state`` is Docker's (``created``,
-    ``running``, ``exited``, ...); ``allocation_id`` is ``None`` for a CPU-only server."""
-
-    id: str
-    name: str
-    state: str
-    user: str | None
-    server_name: str | None
-    allocation_id: int | None
-    slice_id: str | None
-
-    @classmethod
-    def from_labels(cls, cid: str, name: str, state: str, labels: Mapping | None) -> LabContainer:
-        labels = labels or {}
-        return cls(
-            id=cid,
-            name=name.lstrip("/"),
-            state=state,
-            user=labels.get(LABEL_USER),
-            server_name=labels.get(LABEL_SERVER),
-            allocation_id=allocation_label(labels),
-            slice_id=labels.get(LABEL_SLICE),
-        )
-
-    @classmethod
-    def from_inspect(cls, obj: Mapping) -> LabContainer:
-        """From ``docker inspect`` (``APIClient.inspect_container``)."""
-        return cls.from_labels(
-            obj["Id"],
-            obj.get("Name", ""),
-            (obj.get("State") or {}).get("Status", ""),
-            (obj.get("Config") or {}).get("Labels"),
-        )
-
-    @classmethod
-    def from_ps(cls, row: Mapping) -> LabContainer:
-        """From one row of ``docker ps`` (``APIClient.containers``)."""
-        names = row.get("Names") or [""]
-        return cls.from_labels(row["Id"], names[0], row.get("State", ""), row.get("Labels"))
-
-    def held(self) -> str:
-        """What its labels say it holds: ``"allocation 7 (slice GPU-…)"`` or ``"no allocation"``."""
-        if self.allocation_id is None:
-            return "no allocation"
-        return f"allocation {self.allocation_id} (slice {self.slice_id})"
-
-    def describe(self) -> str:
-        return f"container {self.name} ({self.id[:12]}, {self.state}, {self.held()})"
-
-
-def foreign_reason(
-    c: LabContainer,
-    *,
-    user: str,
-    server_name: str,
-    allocation_id: int | None,
-    slice_id: str | None,
-    starting: bool,
-) -> str | None:
-    """Why user ``user``'s server ``server_name``, holding ``allocation_id`` on ``slice_id``
-    (both ``None``: no slice), must not use container ``c`` of this lab; ``None`` when its
-    labels say it is that server's container on that slice. (Another lab's container is never
-    used either: :mod:`.labguard`.)
-
-    ``starting``: the server is starting ``allocation_id``, so only a container made for that
-    very allocation would do. Otherwise (``poll()`` adopting a running container) the slice must
-    match: a re-adopted container keeps the labels of the allocation it was made for.
-    """
-    if c.user is None:
-        return "it has no gpulab labels"
-    if (c.user, c.server_name) != (user, server_name):
-        return f"it is labelled for {c.user!r}'s server {c.server_name!r}"
-    want = f"allocation {allocation_id} (slice {slice_id})" if slice_id else "no slice"
-    if c.slice_id != slice_id or (starting and c.allocation_id != allocation_id):
-        return f"it holds {c.held()}, but this server holds {want}"
-    return None
 
 
 @dataclass(frozen=True)
@@ -163,19 +96,19 @@ class Plan:
     """What a pass does: ``close`` (allocation, reason) pairs, ``remove`` (container, why)."""
 
     close: tuple[tuple[Allocation, str], ...] = ()
-    remove: tuple[tuple[LabContainer, str], ...] = ()
+    remove: tuple[tuple[LabObject, str], ...] = ()
 
 
 def plan(
     open_allocations: Iterable[Allocation],
-    containers: Iterable[LabContainer],
+    containers: Iterable[LabObject],
     servers: Mapping[tuple[str, str], ActiveServer],
 ) -> Plan:
     """Decide a pass (the rules are in the module docstring). Read the ledger first, Docker
     second and ``servers`` last: an allocation claimed before the ledger read then shows its
     spawn as pending or finished, never as not yet begun."""
     containers = list(containers)
-    labelled: dict[int, list[LabContainer]] = defaultdict(list)
+    labelled: dict[int, list[LabObject]] = defaultdict(list)
     for c in containers:
         if c.allocation_id is not None:
             labelled[c.allocation_id].append(c)
@@ -200,7 +133,7 @@ def plan(
             kept.add(a.id)
         else:
             close.append((a, NOT_HELD))
-    remove: list[tuple[LabContainer, str]] = []
+    remove: list[tuple[LabObject, str]] = []
     for c in containers:
         if c.allocation_id is None or c.allocation_id in kept:
             continue
@@ -215,7 +148,8 @@ class Reconciler:
     """The periodic pass for one lab runtime, on the hub's event loop.
 
     ``list_objects`` returns this lab's labelled containers in any state and ``remove_object``
-    removes one by id (the spawner backend's, :mod:`.core`); ``users`` returns JupyterHub's
+    removes one by id (the spawner backend's, :mod:`.core`); ``node`` is the node whose
+    allocations it reconciles (``None``: every node's); ``users`` returns JupyterHub's
     in-memory users (``app.users.values()``); ``interval_s`` is the pause between passes (seconds); ``log`` is
     where passes report (the hub's log).
     """
@@ -223,9 +157,9 @@ class Reconciler:
     def __init__(
         self,
         ledger: Ledger,
-        node: str,
+        node: str | None,
         *,
-        list_objects: Callable[[], Awaitable[list[LabContainer]]],
+        list_objects: Callable[[], Awaitable[list[LabObject]]],
         remove_object: Callable[[str], Awaitable],
         users: Callable[[], Iterable],
         interval_s: float,
@@ -256,8 +190,9 @@ class Reconciler:
         if self.running:
             return
         self._loop = asyncio.get_running_loop()
-        self._task = self._loop.create_task(self._run(), name=f"gpulab-reconcile-{self.node}")
-        self.log.info("gpulab reconcile: a pass every %g s on node %s", self.interval_s, self.node)
+        where = self.node or "every node"
+        self._task = self._loop.create_task(self._run(), name=f"gpulab-reconcile-{where}")
+        self.log.info("gpulab reconcile: a pass every %g s on %s", self.interval_s, where)
 
     def stop(self) -> None:
         task, self._task = self._task, None
@@ -280,7 +215,11 @@ class Reconciler:
     async def run_pass(self) -> Plan:
         """One pass: read, :func:`plan`, act. Returns the plan it carried out."""
         t0 = time.perf_counter()
-        allocs = [a for a in await aio.call(self.ledger.open_allocations) if a.node == self.node]
+        allocs = [
+            a
+            for a in await aio.call(self.ledger.open_allocations)
+            if self.node is None or a.node == self.node
+        ]
         containers = await self.list_objects()
         p = plan(allocs, containers, active_servers(self.users()))
         for a, reason in p.close:

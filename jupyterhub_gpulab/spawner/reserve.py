@@ -95,7 +95,7 @@ class ReservationMixin:
                 user=who.user,
                 profile=profile.slug,
                 server_name=who.server_name,
-                node=rt.lab.node,
+                node=self._claim_node(rt),
                 user_limit=ent.user_limit,
                 charge_groups=ent.charge_groups,
                 groups=who.groups,
@@ -128,7 +128,7 @@ class ReservationMixin:
             user=self.user.name,
             profile=profile.slug,
             server_name=self.name or "",
-            node=rt.lab.node,
+            node=self._claim_node(rt),
             groups=self._groups(),
             **limits,
         )

@@ -38,6 +38,20 @@ class LabRuntime:
             self.ledger.listeners.append(metrics.HubMetrics())
         #: this lab's id and name: on every container label; only such containers are ours
         self.identity = self.ledger.name_lab(gpulab.lab_name.strip())
+        if self.lab.inventory.source == "agents":
+            # every node's GPUs come from its agent, through the service (none on this host)
+            report = None
+            log.info("gpulab: %s; the nodes' GPUs come from their agents", self.identity.describe())
+        else:
+            report = self._sync_own_inventory()
+        if gpulab.dcgm_job_mapping_dir:
+            self._keep_job_map(gpulab.dcgm_job_mapping_dir)
+        self.engine = EngineSurvey()
+        self._foreign: dict[str, tuple[str, ...]] | None = None
+        self.reconciler: Reconciler | None = None
+        self.sync_report = report
+
+    def _sync_own_inventory(self):
         report = self.ledger.sync_inventory(self.lab.inventory, node=self.lab.node)
         log.info(
             "gpulab: %s; %d device(s), %d slice(s) from %s (added %d, vanished %d)",
@@ -48,11 +62,7 @@ class LabRuntime:
             len(report.added),
             len(report.vanished),
         )
-        if gpulab.dcgm_job_mapping_dir:
-            self._keep_job_map(gpulab.dcgm_job_mapping_dir)
-        self.engine = EngineSurvey()
-        self._foreign: dict[str, tuple[str, ...]] | None = None
-        self.reconciler: Reconciler | None = None
+        return report
 
     def _keep_job_map(self, directory: str) -> None:
         """Keep dcgm-exporter's job-mapping files in ``directory`` (:mod:`..ledger.jobmap`)."""
@@ -82,16 +92,24 @@ class LabRuntime:
         return survey.ours
 
     def start_reconciler(
-        self, *, list_objects, remove_object, users, interval_s: float, log=log
+        self,
+        *,
+        list_objects,
+        remove_object,
+        users,
+        interval_s: float,
+        node: str | None = "",
+        log=log,
     ) -> Reconciler:
         """Start the continuous reconcile on the running event loop, once per runtime (and loop):
         see :mod:`.reconcile`. ``list_objects`` and ``remove_object`` are the spawner backend's
         (:mod:`.core`), ``users`` returns JupyterHub's in-memory users, ``interval_s`` the
-        seconds between passes, ``log`` the hub's log."""
+        seconds between passes, ``node`` the node whose allocations it reconciles (default this
+        hub's; ``None``: every node's), ``log`` the hub's log."""
         if self.reconciler is None:
             self.reconciler = Reconciler(
                 self.ledger,
-                self.lab.node,
+                self.lab.node if node == "" else node,
                 list_objects=list_objects,
                 remove_object=remove_object,
                 users=users,

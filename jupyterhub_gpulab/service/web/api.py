@@ -13,6 +13,7 @@
     DELETE users/<user>/servers/<n>   stop a named server through the hub        (admin)
     GET    me                         my servers, slices, limits, capacity       (any user)
     GET    waitlist, POST waitlist, DELETE waitlist/<profile>, GET bookings: see queueapi
+    GET    nodes, POST nodes/<node>/report, …/drain, …/token: see nodeapi
     GET    openapi.json               this API's OpenAPI 3.1 document            (public)
 
 (read) needs ``custom:gpulab:read``, (admin) ``custom:gpulab:admin`` (JupyterHub admins hold
@@ -25,19 +26,11 @@ from ... import __version__
 from ...fairuse.accounting import to_csv
 from .. import actions
 from . import inputs
-from .base import JSONHandler, refuse
+from .base import APIHandler, refuse
 from .data import admin_data, usage_data, user_data
+from .nodeapi import node_handlers
 from .openapi import openapi
 from .queueapi import queue_handlers
-
-
-class APIHandler(JSONHandler):
-    async def run(self, coro, status: int = 200) -> None:
-        try:
-            message = await coro
-        except actions.ActionError as e:
-            raise refuse(e.status, e.message) from None
-        self.write_json({"status": status, "message": message}, status)
 
 
 class RootAPI(APIHandler):
@@ -172,5 +165,6 @@ def api_handlers(prefix: str) -> list[tuple]:
         (api + r"users/" + user + r"/servers/(?P<name>[^/]*)", ServerAPI),
         (api + r"me", MeAPI),
         *queue_handlers(api),
+        *node_handlers(api),
         (api + r".*", NotFoundAPI),
     ]

@@ -105,6 +105,34 @@ FOREIGN = obj(
     }
 )
 
+NODE = obj(
+    {
+        "name": STRING,
+        "state": _described(
+            STRING,
+            "in-service, drained, unreachable (its agent stopped reporting), or engine-<state> "
+            "(the orchestrator's: engine-down, engine-pause, engine-missing …)",
+        ),
+        "available": _described(BOOL, "its slices may be handed out"),
+        "why_out": _described(STR, "null: in service"),
+        "drained": BOOL,
+        "drain_reason": STR,
+        "agent": obj(
+            {"seen_at": TIME_OR_NULL, "version": STR, "interval_s": NUM, "has_token": BOOL},
+            "its node agent: last report, version, reporting interval (seconds), whether a "
+            "token is issued",
+        ),
+        "engine": obj(
+            {"kind": STR, "id": STR, "state": STR, "availability": STR, "address": STR},
+            "the orchestrator's view (Docker Swarm: node id, status, availability, address); "
+            "null fields where none runs the node",
+        ),
+        "hostname": STR,
+        "cpus": INT,
+        "memory_bytes": INT,
+    }
+)
+
 INVENTORY = obj(
     {
         "nvml": obj(
@@ -114,7 +142,15 @@ INVENTORY = obj(
                 "sampled_at": TIME_OR_NULL,
             }
         ),
-        "nodes": array(obj({"name": STRING, "devices": array(ref("Device"))})),
+        "nodes": array(
+            {
+                "allOf": [
+                    ref("Node"),
+                    obj({"devices": array(ref("Device"))}),
+                ]
+            },
+            "every node, its service state and its GPUs (a CPU-only node has none)",
+        ),
         "totals": TOTALS,
         "lab": obj(
             {"id": STRING, "name": STR, "label": STRING},
@@ -229,6 +265,7 @@ MY_SLICE = obj(
         "isolation": {"type": "string", "enum": ["hard", "soft", "unknown"]},
         "isolation_detail": STRING,
         "started_at": TIME,
+        "node": _described(STRING, "the host it runs on"),
         **UTIL,
     }
 )
@@ -325,12 +362,118 @@ ME = obj(
 
 ROOT = obj({"version": STRING, "openapi": STRING, "endpoints": STRINGS})
 
+# -- a node agent's report (the request body of POST nodes/<node>/report) --------------------
+
+_UUID = {"type": "string", "minLength": 1, "maxLength": 96}
+_COUNT = {"type": ["integer", "null"], "minimum": 0}
+NODE_REPORT = {
+    "type": "object",
+    "description": "What a node agent reads on its host (gpulab node-agent, "
+    "jupyterhub_gpulab/agent/report.py): NVML's devices and MIG devices, without the lab's "
+    "seat settings, and their utilisation.",
+    "required": ["agent", "interval_s", "source", "devices", "mig", "utilization"],
+    "additionalProperties": False,
+    "properties": {
+        "agent": {"type": "string", "maxLength": 32, "description": "the agent's version"},
+        "hostname": {"type": ["string", "null"], "maxLength": 255},
+        "interval_s": {"type": "number", "minimum": 1, "maximum": 3600},
+        "cpus": _COUNT,
+        "memory_bytes": _COUNT,
+        "source": {"type": "string", "enum": ["nvml", "none"]},
+        "warnings": {
+            "type": "array",
+            "maxItems": 50,
+            "items": {"type": "string", "maxLength": 500},
+        },
+        "devices": {
+            "type": "array",
+            "maxItems": 64,
+            "items": {
+                "type": "object",
+                "required": ["uuid", "index", "name", "memory_bytes", "mig_enabled"],
+                "additionalProperties": False,
+                "properties": {
+                    "uuid": _UUID,
+                    "index": {"type": "integer", "minimum": 0, "maximum": 1023},
+                    "name": {"type": "string", "minLength": 1, "maxLength": 255},
+                    "memory_bytes": {"type": "integer", "minimum": 0},
+                    "compute_capability": {
+                        "type": ["array", "null"],
+                        "items": {"type": "integer", "minimum": 0, "maximum": 99},
+                        "minItems": 2,
+                        "maxItems": 2,
+                    },
+                    "mig_enabled": BOOL,
+                    "vgpu_type": {"type": ["string", "null"], "maxLength": 64},
+                    "driver_version": {
+                        "type": ["array", "null"],
+                        "description": "the host's NVIDIA driver, [580, 65, 6]",
+                        "items": {"type": "integer", "minimum": 0, "maximum": 99999},
+                        "minItems": 1,
+                        "maxItems": 4,
+                    },
+                },
+            },
+        },
+        "mig": {
+            "type": "array",
+            "maxItems": 512,
+            "items": {
+                "type": "object",
+                "required": ["uuid", "device_uuid", "profile", "memory_bytes", "share", "rank"],
+                "additionalProperties": False,
+                "properties": {
+                    "uuid": {"type": "string", "minLength": 1, "maxLength": 128},
+                    "device_uuid": _UUID,
+                    "profile": {"type": "string", "minLength": 1, "maxLength": 32},
+                    "memory_bytes": {"type": "integer", "minimum": 0},
+                    "share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                    "rank": {"type": "integer", "minimum": 0},
+                },
+            },
+        },
+        "utilization": {
+            "type": "object",
+            "description": "by GPU or MIG UUID",
+            "maxProperties": 600,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "gpu_percent": {"type": ["number", "null"], "minimum": 0, "maximum": 100},
+                    "memory_used_bytes": _COUNT,
+                },
+            },
+        },
+    },
+}
+
+NODE_REPORTED = obj(
+    {
+        **STATUS_MESSAGE,
+        "node": STRING,
+        "state": _described(STRING, "the node's service state after the report (Node.state)"),
+        "slices": _described(INTEGER, "slices the lab offers on it from this report"),
+    },
+    "A report taken.",
+)
+
+NODE_TOKEN = obj(
+    {**STATUS_MESSAGE, "node": STRING, "token": _described(STRING, "shown only in this answer")},
+    "A new node agent token.",
+)
+
 SCHEMAS = {
     "Error": obj(STATUS_MESSAGE, "What went wrong and how to fix it; `status` is the HTTP status."),
     "Done": obj(STATUS_MESSAGE, "An action's outcome, for the admin."),
     "Root": ROOT,
     "Slice": SLICE,
     "Device": DEVICE,
+    "Node": NODE,
+    "Nodes": obj({"nodes": array(ref("Node"))}),
+    "NodeReport": NODE_REPORT,
+    "NodeReported": NODE_REPORTED,
+    "NodeToken": NODE_TOKEN,
     "Inventory": INVENTORY,
     "Allocation": ALLOCATION,
     "Allocations": ALLOCATIONS,

@@ -38,10 +38,11 @@ from tornado.httputil import url_concat
 
 from ... import clock
 from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
+from .. import actions
 from .inputs import MAX_BODY, body_size, refuse, shown
 from .usageview import PeriodError, parse_period
 
-__all__ = ["BaseHandler", "JSONHandler", "OAuthCallback", "error_message", "refuse"]
+__all__ = ["APIHandler", "BaseHandler", "JSONHandler", "OAuthCallback", "error_message", "refuse"]
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,11 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                 raise refuse(400, f"The body cannot be read: {e}") from None
             for key, values in self.request.body_arguments.items():
                 self.request.arguments.setdefault(key, []).extend(values)
+        await self.resolve_user()
+
+    async def resolve_user(self) -> None:
+        """Who is asking: the hub's answer for the request's token or login cookie (a subclass
+        may authenticate otherwise: node agents, :mod:`.nodeapi`)."""
         self._resolving_user = True
         try:
             model = await self.hub_auth.get_user(self, sync=False)
@@ -263,6 +269,17 @@ class JSONHandler(BaseHandler):
         message = error_message(status_code, self._reason, kwargs.get("exc_info"))
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.finish(json.dumps({"status": status_code, "message": message}))
+
+
+class APIHandler(JSONHandler):
+    """An endpoint that runs an admin action (:mod:`..actions`): its message, or its refusal."""
+
+    async def run(self, coro, status: int = 200) -> None:
+        try:
+            message = await coro
+        except actions.ActionError as e:
+            raise refuse(e.status, e.message) from None
+        self.write_json({"status": status, "message": message}, status)
 
 
 class OAuthCallback(HubOAuthCallbackHandler):

@@ -32,11 +32,13 @@ async def hub_servers(hub: HubClient):
 async def admin_data(
     state: LabState, hub: HubClient, parts=("inventory", "allocations", "usage")
 ) -> dict:
-    snap = await aio.call(
-        lambda: state.snapshot(devices="inventory" in parts, usage="usage" in parts)
+    snap, present = await aio.call(
+        lambda: (
+            state.snapshot(devices="inventory" in parts, usage="usage" in parts),
+            state.present_slice_ids(),
+        )
     )
     sample = state.sample
-    present = state.present_slice_ids()
     out: dict = {"node": state.node, "taken_at": views.iso(snap.taken_at)}
     if "inventory" in parts:
         out["inventory"] = views.inventory_view(
@@ -48,6 +50,7 @@ async def admin_data(
             sample.problem,
             sample.taken_at,
             holders={a.id: a.user for a in snap.allocations},
+            nodes=snap.nodes,
         )
         identity, foreign = await aio.call(
             lambda: (state.ledger.identity(), state.ledger.foreign_containers())

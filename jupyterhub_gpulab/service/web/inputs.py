@@ -84,3 +84,20 @@ def body_size(size: int) -> None:
         raise refuse(
             413, f"The request body has {size} bytes; the service reads at most {MAX_BODY}."
         )
+
+
+#: A node name: a hostname's characters (the Swarm node's hostname, by default).
+NODE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def node_name(text: str) -> str:
+    """A node name: 1 to :data:`MAX_NAME` of a hostname's characters (letters, digits, ``.``,
+    ``-``, ``_``), starting with a letter or digit."""
+    t = text or ""
+    if t and len(t) <= MAX_NAME and set(t) <= NODE_NAME_CHARS and t[0].isalnum():
+        return t
+    raise refuse(
+        400,
+        f"{shown(text)} is not a node name (a hostname: letters, digits, '.', '-', '_', at most "
+        f"{MAX_NAME} characters).",
+    )

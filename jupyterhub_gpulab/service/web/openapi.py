@@ -49,6 +49,89 @@ def _op(summary: str, scope: str | None, ok: dict, **extra) -> dict:
     return op
 
 
+def _node_paths(done: dict, not_found: dict) -> dict:
+    node = [
+        {
+            "name": "node",
+            "in": "path",
+            "required": True,
+            "schema": {
+                "type": "string",
+                "maxLength": MAX_NAME,
+                "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$",
+            },
+        }
+    ]
+    reason = {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"reason": {"type": "string", "maxLength": MAX_REASON}},
+                    "additionalProperties": False,
+                }
+            }
+        },
+    }
+    return {
+        "/nodes": {
+            "get": _op(
+                "Every node: service state, agent, orchestrator",
+                READ_SCOPE,
+                {"200": _json(_ref("Nodes"), "the nodes")},
+            )
+        },
+        "/nodes/{node}/report": {
+            "parameters": node,
+            "post": _op(
+                "A node agent's report of its node (gpulab node-agent)",
+                None,
+                {
+                    "200": _json(_ref("NodeReported"), "taken"),
+                    **BAD_REQUEST,
+                    **TOO_LARGE,
+                },
+                description="Authenticated by the node's own agent token (`Authorization: "
+                "token gpulabnode_…`, from `gpulab node-token <node>` or `POST "
+                "nodes/{node}/token`), valid for that node only; a hub token is refused.",
+                requestBody={
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("NodeReport")}},
+                },
+            ),
+        },
+        "/nodes/{node}/drain": {
+            "parameters": node,
+            "post": _op(
+                "Drain a whole node: none of its slices is handed out, no server is placed there",
+                ADMIN_SCOPE,
+                {**done, **BAD_REQUEST, **not_found, **TOO_LARGE},
+                requestBody=reason,
+            ),
+            "delete": _op(
+                "Return a drained node to service",
+                ADMIN_SCOPE,
+                {**done, **BAD_REQUEST, **not_found},
+            ),
+        },
+        "/nodes/{node}/token": {
+            "parameters": node,
+            "post": _op(
+                "A new agent token for the node (made in the ledger if new); any earlier one "
+                "is refused from now on",
+                ADMIN_SCOPE,
+                {"201": _json(_ref("NodeToken"), "the token, shown once"), **BAD_REQUEST},
+            ),
+            "delete": _op(
+                "Revoke the node's agent token",
+                ADMIN_SCOPE,
+                {**done, **BAD_REQUEST, **not_found},
+            ),
+        },
+    }
+
+
 def openapi(prefix: str) -> dict:
     """The document, with ``servers`` set to ``prefix + "api"``."""
     done = {"200": _json(_ref("Done"), "done")}
@@ -218,6 +301,7 @@ def openapi(prefix: str) -> dict:
                 )
             },
             **queue_paths(_op, _json, _ref),
+            **_node_paths(done, not_found),
         },
         "components": {
             "securitySchemes": {

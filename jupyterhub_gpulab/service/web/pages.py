@@ -159,7 +159,8 @@ class UserPage(PageHandler):
 
 
 class ActionPage(PageHandler):
-    """``POST actions/(drain|undrain|release|stop|refresh)`` from the admin page's forms."""
+    """``POST actions/(drain|undrain|drainnode|undrainnode|release|stop|refresh)`` from the admin
+    page's forms."""
 
     async def post(self, action: str):
         if self.current_user is None:
@@ -175,6 +176,12 @@ class ActionPage(PageHandler):
                 msg = await actions.drain(self.state, device, inputs.drain_reason(reason), by=by)
             elif action == "undrain":
                 msg = await actions.undrain(self.state, inputs.device_uuid(arg("device")), by=by)
+            elif action == "drainnode":
+                node = inputs.node_name(arg("node"))
+                reason = inputs.drain_reason(arg(f"reason:node:{node}", "") or arg("reason", ""))
+                msg = await actions.drain_node(self.state, node, reason, by=by)
+            elif action == "undrainnode":
+                msg = await actions.undrain_node(self.state, inputs.node_name(arg("node")), by=by)
             elif action == "release":
                 aid = inputs.allocation_id(arg("allocation"))
                 msg = await actions.release(self.state, self.hub, aid, by=by)

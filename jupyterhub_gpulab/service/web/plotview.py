@@ -77,21 +77,31 @@ def device_charts(state: LabState, span_s: float) -> list[dict]:
     x_range, x_labels = _times(state, now, span_s)
     since = now - timedelta(seconds=span_s)
     by_device: dict[str, list[Slice]] = {}
-    for s in state.inventory.slices:
-        by_device.setdefault(s.device_uuid, []).append(s)
+    inventories = state.node_inventories()
+    several = len(inventories) > 1
+    for inv in inventories.values():
+        for s in inv.slices:
+            by_device.setdefault(s.device_uuid, []).append(s)
     charts = []
-    for d in state.inventory.devices:
-        series = [_series(state, s, slice_label(s), since) for s in by_device.get(d.uuid, [])]
-        title = f"{d.describe()}: utilisation over the last {span_s / 3600:g} h, a line per slice"
-        charts.append(
-            {
-                "uuid": d.uuid,
-                "title": title,
-                "svg": line_chart(series, title=title, x_range=x_range, x_labels=x_labels),
-                "rows": _rows(series),
-            }
-        )
+    for node, inv in sorted(inventories.items()):
+        for d in inv.devices:
+            charts.append(_device_chart(state, d, by_device, since, span_s, x_range, x_labels,
+                                        node if several else None))  # fmt: skip
     return charts
+
+
+def _device_chart(state, d, by_device, since, span_s, x_range, x_labels, node) -> dict:
+    series = [_series(state, s, slice_label(s), since) for s in by_device.get(d.uuid, [])]
+    where = f"{node}: " if node else ""
+    title = (
+        f"{where}{d.describe()}: utilisation over the last {span_s / 3600:g} h, a line per slice"
+    )
+    return {
+        "uuid": d.uuid,
+        "title": title,
+        "svg": line_chart(series, title=title, x_range=x_range, x_labels=x_labels),
+        "rows": _rows(series),
+    }
 
 
 def weekly_gpu_hours(state: LabState, weeks: int = WEEKS) -> dict:
@@ -148,7 +158,7 @@ def user_charts(state: LabState, data: dict, span_s: float) -> dict:
         ),
     }
     mine = {s["slice_id"]: s for s in data.get("slices", [])}
-    by_id = {s.id: s for s in state.inventory.slices}
+    by_id = {s.id: s for inv in state.node_inventories().values() for s in inv.slices}
     held = [by_id[sid] for sid in mine if sid in by_id]
     if not held:
         return {"budget": budget, "utilisation": None}

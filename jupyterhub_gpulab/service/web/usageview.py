@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta, timezone, tzinfo
 from ...clock import midnight_utc
 from ...fairuse.accounting import Usage
 from ...fairuse.quota import Budget, period_window
-from ...hub.announce import NOTICE_PREFIX
+from ...hub.announce import NOTICE_PREFIXES
 from ...ledger import CullWarning
 from .inputs import shown
 from .views import iso
@@ -155,7 +155,7 @@ def warnings_view(warnings: Iterable[CullWarning]) -> list[dict]:
             "user": w.user,
             "server_name": w.server_name,
             "rule": w.rule,
-            "kind": "stopped" if w.rule.startswith(NOTICE_PREFIX) else "warning",
+            "kind": "stopped" if w.rule.startswith(NOTICE_PREFIXES) else "warning",
             "message": w.message,
             "due_at": iso(w.due_at),
         }

@@ -18,7 +18,7 @@ from ...inventory.model import describe_slice as describe
 from ...inventory.model import isolation
 from ...lab.policy import GroupPolicy, PolicyContext
 from ...lab.profile import Profile
-from ...ledger import Allocation
+from ...ledger import Allocation, Node
 from ...units import format_bytes
 
 
@@ -76,6 +76,51 @@ def _device_util(kind_slices: list[dict]) -> dict:
     return {"gpu_percent": None, "memory_used_bytes": sum(used) if used else None}
 
 
+def node_view(n: Node) -> dict:
+    """One node: its service state and why it is out, its agent, its orchestrator's view."""
+    return {
+        "name": n.name,
+        "state": n.state,
+        "available": n.available,
+        "why_out": n.why_out(),
+        "drained": n.drained,
+        "drain_reason": n.drain_reason,
+        "agent": {
+            "seen_at": iso(n.agent_seen_at),
+            "version": n.agent_version,
+            "interval_s": n.agent_interval_s,
+            "has_token": n.has_token,
+        },
+        "engine": {
+            "kind": n.engine,
+            "id": n.engine_id,
+            "state": n.engine_state,
+            "availability": n.engine_availability,
+            "address": n.address,
+        },
+        "hostname": n.hostname,
+        "cpus": n.cpus,
+        "memory_bytes": n.memory_bytes,
+    }
+
+
+def _bare_node(name: str) -> dict:
+    """A node the ledger's devices name but its ``nodes`` table does not (yet)."""
+    return {
+        "name": name,
+        "state": "in-service",
+        "available": True,
+        "why_out": None,
+        "drained": False,
+        "drain_reason": None,
+        "agent": {"seen_at": None, "version": None, "interval_s": None, "has_token": False},
+        "engine": {"kind": None, "id": None, "state": None, "availability": None, "address": None},
+        "hostname": None,
+        "cpus": None,
+        "memory_bytes": None,
+    }
+
+
 def inventory_view(
     devices: list[dict],
     slices: list[dict],
@@ -85,15 +130,17 @@ def inventory_view(
     nvml_problem: str | None,
     sampled_at: datetime | None = None,
     holders: Mapping[int, str] | None = None,
+    nodes: Iterable[Node] = (),
 ) -> dict:
-    """Nodes → devices → slices, with drain state, MIG layout or seats, and live figures.
+    """Nodes → devices → slices, with each node's service state (``nodes``, the ledger's; a
+    node without GPUs is listed too), drain state, MIG layout or seats, and live figures.
 
-    A slice of ``node`` whose id is not in ``present`` (the latest inventory read) is
+    A slice whose id is not in ``present`` (the latest inventory read of its node) is
     ``vanished``: it is never handed out, and an allocation on it is flagged."""
     holders = holders or {}
     by_device: dict[str, list[dict]] = defaultdict(list)
     for s in slices:
-        vanished = s["node"] == node and s["id"] not in present
+        vanished = s["id"] not in present
         by_device[s["device_uuid"]].append(
             {
                 "id": s["id"],
@@ -112,7 +159,7 @@ def inventory_view(
                 **_util(None if vanished else utilisation.get(s["id"])),
             }
         )
-    nodes: dict[str, list[dict]] = defaultdict(list)
+    by_node: dict[str, list[dict]] = defaultdict(list)
     totals = Counter()
     for d in devices:
         dslices = by_device.get(d["uuid"], [])
@@ -124,7 +171,7 @@ def inventory_view(
                 totals["free"] += 1
             else:
                 totals["out_of_service"] += 1
-        nodes[d["node"]].append(
+        by_node[d["node"]].append(
             {
                 "uuid": d["uuid"],
                 "index": d["index"],
@@ -141,13 +188,17 @@ def inventory_view(
                 "slices": dslices,
             }
         )
+    rows = {n.name: node_view(n) for n in nodes}
     return {
         "nvml": {
             "available": nvml_problem is None,
             "message": nvml_problem,
             "sampled_at": iso(sampled_at),
         },
-        "nodes": [{"name": n, "devices": ds} for n, ds in sorted(nodes.items())],
+        "nodes": [
+            {**(rows[n] if n in rows else _bare_node(n)), "devices": by_node.get(n, [])}
+            for n in sorted(set(rows) | set(by_node))
+        ],
         "totals": {k: totals.get(k, 0) for k in ("slices", "free", "held", "out_of_service")},
     }
 
@@ -170,7 +221,7 @@ def allocation_view(
     rows = []
     for a in allocations:
         s = slices_by_id.get(a.slice_id)
-        vanished = (s is None or s["node"] == node) and a.slice_id not in present
+        vanished = a.slice_id not in present
         server = servers.get((a.user, a.server_name)) if servers is not None else None
         state = "unknown" if servers is None else (server.state if server else "not running")
         stale = (
@@ -266,6 +317,7 @@ def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utiliza
         "isolation": level,
         "isolation_detail": explained,
         "started_at": iso(a.started_at),
+        "node": a.node,
         **_util(utilisation.get(a.slice_id)),
     }
 
