@@ -163,6 +163,52 @@ def test_rebooking_the_same_session_replaces_it(ledger, at):
     assert ledger.bookings() == []
 
 
+def spec(start, ref, *, count=5, hours=2, holder="DL101", groups=ROSTER):
+    return dict(
+        holder=holder, groups=groups, profile="student", request=SEAT, count=count,
+        starts_at=start, ends_at=start + timedelta(hours=hours), lead_s=15 * MINUTE,
+        grace_s=10 * MINUTE, ref=ref,
+    )  # fmt: skip
+
+
+def test_a_course_books_its_sessions_all_or_nothing(ledger, at):
+    day = at.now.replace(microsecond=0) + timedelta(days=1)
+    mine = [spec(day, "course:dl101/1"), spec(day + timedelta(days=7), "course:dl101/2")]
+    first = ledger.replace_bookings("course:dl101/", mine)
+    assert [b.ref for b in ledger.bookings()] == ["course:dl101/1", "course:dl101/2"]
+    # Another course's second session cannot fit beside DL101's: none of its sessions is booked.
+    other = [spec(day + timedelta(days=3), "course:ml200/1", holder="ML200", groups=["ml"]),
+             spec(day + timedelta(hours=1), "course:ml200/2", holder="ML200", groups=["ml"])]  # fmt: skip
+    with pytest.raises(BookingConflict) as e:
+        ledger.replace_bookings("course:ml200/", other)
+    assert "DL101" in e.value.message and [b.holder for b in e.value.conflicts] == ["DL101"]
+    assert [b.holder for b in ledger.bookings()] == ["DL101", "DL101"]
+    # Booking the same sessions again changes nothing; a changed one keeps its id; a session
+    # no longer wanted is cancelled.
+    assert ledger.replace_bookings("course:dl101/", mine) == first
+    again = ledger.replace_bookings("course:dl101/", [spec(day, "course:dl101/1", count=6)])
+    assert [(b.id, b.count) for b in again] == [(first[0].id, 6)]
+    assert [b.ref for b in ledger.bookings()] == ["course:dl101/1"]
+    with pytest.raises(ValueError):
+        ledger.replace_bookings("course:dl101/", [spec(day, "course:ml200/9")])
+    assert ledger.replace_bookings("course:dl101/", []) == []
+    assert ledger.bookings() == []
+
+
+def test_changing_a_session_in_progress_keeps_its_members_charged(ledger, at):
+    start = at.now + timedelta(minutes=5)
+    ledger.replace_bookings("course:dl101/", [spec(start, "course:dl101/1", count=5)])
+    seated = [seat(ledger, f"student{i}", ["dl101-students"]) for i in range(5)]
+    assert len({c.allocation.booking_id for c in seated}) == 1
+    # The instructor lowers the seats to 4 mid-session: the five seated still count as the
+    # course's, so walk-ins may take the three seats nobody keeps, and no more.
+    ledger.replace_bookings("course:dl101/", [spec(start, "course:dl101/1", count=4)])
+    assert len([seat(ledger, f"w{i}", ["physics"]) for i in range(3)]) == 3
+    with pytest.raises(NoFreeSlice):
+        seat(ledger, "w3", ["physics"])
+    assert ledger.double_allocations() == []
+
+
 def test_bookings_and_charges_survive_a_restart(url, at):
     first = Ledger(url)
     start = at.now + timedelta(minutes=5)

@@ -36,6 +36,34 @@ def request_from(m) -> SliceRequest:
     )
 
 
+def booking_values(
+    *, holder, groups, profile, request, count, starts_at, ends_at, lead_s=0, grace_s=0, ref=None
+) -> dict:
+    """A booking's row (see :meth:`.placement.Reservations.book`); ``ValueError`` when malformed."""
+    starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
+    if count < 1:
+        raise ValueError(f"a booking reserves at least 1 slice, not {count}")
+    if ends_at <= starts_at:
+        raise ValueError("a booking must end after it starts")
+    if lead_s < 0 or grace_s < 0:
+        raise ValueError("lead and grace are seconds >= 0")
+    groups = sorted(set(groups))
+    if not groups:
+        raise ValueError("a booking needs at least one group (the roster, the staff)")
+    return dict(
+        holder=holder[:64],
+        ref=ref,
+        groups=groups,
+        profile=profile,
+        count=int(count),
+        starts_at=starts_at,
+        ends_at=ends_at,
+        lead_s=int(lead_s),
+        grace_s=int(grace_s),
+        **request_values(request),
+    )
+
+
 @dataclass(frozen=True)
 class Booking:
     """A reservation (see the module docstring). Times are aware UTC; ``lead_s``/``grace_s`` in

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from .. import clock
 from ..clock import as_utc
 from ..inventory.model import SliceRequest
-from .bookings import Booking, BookingConflict, Reserved, _Row, request_values
+from .bookings import Booking, BookingConflict, Reserved, _Row, booking_values
 from .models import slice_from_row
 from .queries import slice_filter
 from .schema import allocations, bookings, slices
@@ -128,35 +128,56 @@ class Reservations:
         Raises ``ValueError`` for a malformed booking (count < 1, end before start, negative
         lead/grace, no group) and :class:`BookingConflict` when the inventory cannot hold it
         together with the bookings it overlaps (named in the message)."""
-        starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
-        if count < 1:
-            raise ValueError(f"a booking reserves at least 1 slice, not {count}")
-        if ends_at <= starts_at:
-            raise ValueError("a booking must end after it starts")
-        if lead_s < 0 or grace_s < 0:
-            raise ValueError("lead and grace are seconds >= 0")
-        groups = sorted(set(groups))
-        if not groups:
-            raise ValueError("a booking needs at least one group (the roster, the staff)")
-        values = dict(
-            holder=holder[:64],
-            ref=ref,
-            groups=groups,
-            profile=profile,
-            count=int(count),
-            starts_at=starts_at,
-            ends_at=ends_at,
-            lead_s=int(lead_s),
-            grace_s=int(grace_s),
-            created_at=clock.utcnow(),
-            **request_values(request),
-        )
+        values = booking_values(
+            holder=holder, groups=groups, profile=profile, request=request, count=count,
+            starts_at=starts_at, ends_at=ends_at, lead_s=lead_s, grace_s=grace_s, ref=ref,
+        )  # fmt: skip
         with self._write() as conn:
             self._lock_reservations(conn)
-            if ref is not None:
-                conn.execute(bookings.delete().where(bookings.c.ref == ref))
-            new = Booking.from_row(_Row(dict(values, id=0)))
-            self._check_fits(conn, new)
+            old = self._existing(conn, ref) if ref is not None else {}
+            return self._put_booking(conn, values, old.get(ref))
+
+    def replace_bookings(self, prefix: str, specs: list[dict]) -> list[Booking]:
+        """Make the bookings whose ``ref`` starts with ``prefix`` and that have not ended be
+        ``specs`` (keyword arguments of :meth:`book`, each ``ref`` starting with ``prefix``), in
+        one transaction: all fit, or :class:`BookingConflict` (or ``ValueError``) names the
+        first that does not and nothing changes. An unchanged booking keeps its row; a changed
+        one keeps its id, so the allocations charged to it stay charged. A course books its
+        sessions this way (``prefix="course:ml101/"``); ``specs=[]`` cancels them."""
+        rows = [booking_values(**spec) for spec in specs]
+        if any(not (v["ref"] or "").startswith(prefix) for v in rows):
+            raise ValueError(f"every booking's ref must start with {prefix!r}")
+        with self._write() as conn:
+            self._lock_reservations(conn)
+            old = self._existing(conn, prefix, like=True)
+            wanted = {v["ref"] for v in rows}
+            gone = [b.id for r, b in old.items() if r not in wanted]
+            if gone:
+                conn.execute(bookings.delete().where(bookings.c.id.in_(gone)))
+            return [self._put_booking(conn, v, old.get(v["ref"])) for v in rows]
+
+    @staticmethod
+    def _existing(conn, ref: str, *, like: bool = False) -> dict[str, Booking]:
+        """``{ref: booking}`` of the bookings with ``ref`` (or a ref starting with it) that
+        have not ended."""
+        match = bookings.c.ref.startswith(ref, autoescape=True) if like else bookings.c.ref == ref
+        q = sa.select(bookings).where(match, bookings.c.ends_at > clock.utcnow())
+        return {b.ref: b for b in (Booking.from_row(r) for r in conn.execute(q))}
+
+    def _put_booking(self, conn, values: dict, old: Booking | None) -> Booking:
+        """Insert booking ``values`` in place of ``old`` (kept as it is when nothing changed,
+        else replaced under the same id) after checking that it fits with the others."""
+        new = Booking.from_row(_Row(dict(values, id=old.id if old else 0)))
+        if old is not None:
+            if old == new:
+                return old
+            conn.execute(bookings.delete().where(bookings.c.id == old.id))
+        self._check_fits(conn, new)
+        values = dict(values, created_at=clock.utcnow())
+        if old is not None:
+            values["id"] = old.id
+            conn.execute(bookings.insert().values(values))
+        else:
             values["id"] = conn.execute(
                 bookings.insert().values(values).returning(bookings.c.id)
             ).scalar_one()
