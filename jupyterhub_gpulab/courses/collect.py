@@ -16,7 +16,6 @@ written back take the owner of the folder they land in.
 from __future__ import annotations
 
 import io
-import re
 import tarfile
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -27,11 +26,12 @@ import docker
 from docker.errors import NotFound
 
 from .. import clock
+from .records import NAME
 
 __all__ = ["VolumeFiles", "collect", "give_back", "ASSIGNMENT"]
 
-#: Assignment names: one folder name.
-ASSIGNMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: Assignment names: one folder name (the course record's rule).
+ASSIGNMENT = NAME
 #: Where a volume is mounted in the helper container.
 MOUNT = "/v"
 

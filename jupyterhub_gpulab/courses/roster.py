@@ -1,8 +1,9 @@
 """A course's roster: the members of its JupyterHub group, read and changed through the hub API.
 
-:func:`roster_of` is the one place that says where a roster comes from (today: the hub group;
-with an authenticator that manages groups, the same group as the identity provider fills it, and
-:func:`managed_by_authenticator` tells the page to say so and to offer no edits).
+:func:`roster_of` is the one place that says where a roster comes from: the hub group, which an
+authenticator that manages groups (campus SSO, LTI) fills from the identity provider; then
+:func:`jupyterhub_gpulab.auth.roster.groups_owner` says so, and the course page and API offer no
+edits (the service is told by ``CourseManager(groups=…)``).
 :func:`csv_preview` compares an uploaded CSV of usernames with the roster: added, removed, unknown.
 """
 
@@ -71,12 +72,6 @@ async def set_members(hub: HubClient, group: str, add: set[str], remove: set[str
         await hub.call("POST", _group(group) + "/users", {"users": sorted(add)})
     if remove:
         await hub.call("DELETE", _group(group) + "/users", {"users": sorted(remove)})
-
-
-def managed_by_authenticator(config) -> bool:
-    """``c.Authenticator.manage_groups``: group membership comes from the identity provider."""
-    auth = config.Authenticator if "Authenticator" in config else {}
-    return bool(auth.get("manage_groups", False)) if hasattr(auth, "get") else False
 
 
 def parse_csv(text: str) -> list[str]:

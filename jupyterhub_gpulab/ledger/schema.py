@@ -301,4 +301,20 @@ course_prestarts = sa.Table(
     sa.Column("started_at", UTC_DATETIME, nullable=False),
     sa.Column("finished_at", UTC_DATETIME, nullable=True),
     sa.Column("summary", sa.Text, nullable=False, default=""),
+    # the running pre-start's last sign of life (0006): a run whose heartbeat ages past a few
+    # check intervals was cut off (its service killed) and is resumed by the next pass
+    sa.Column("heartbeat_at", UTC_DATETIME, nullable=True),
+)
+
+# One row per assignment deadline the service collected (0006), so a restarted service, or a
+# second one, never collects the same deadline twice.
+course_deadlines = sa.Table(
+    "course_deadlines",
+    metadata,
+    sa.Column("course", sa.String(40), primary_key=True),
+    sa.Column("assignment", sa.String(100), primary_key=True),
+    sa.Column("due_at", UTC_DATETIME, primary_key=True),
+    sa.Column("started_at", UTC_DATETIME, nullable=False),
+    sa.Column("finished_at", UTC_DATETIME, nullable=True),
+    sa.Column("summary", sa.Text, nullable=False, default=""),
 )

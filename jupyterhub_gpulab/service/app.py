@@ -205,6 +205,7 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
     """The courses of this lab (:mod:`jupyterhub_gpulab.courses`), on the service's hub client;
     ``secret``: the service's cookie secret, from which each course's pre-start token is derived
     (:func:`jupyterhub_gpulab.courses.hubhook.prestart_token`)."""
+    from ..auth.roster import groups_owner
     from ..courses.config import GPULabCourses
     from ..courses.manager import CourseManager
     from ..courses.store import CourseStore
@@ -219,10 +220,12 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
         hub,
         tz=lab.tz,
         secret=secret,
+        ledger=ledger,
         spawn_limit=int(config_value(hubcfg, "concurrent_spawn_limit", 100) or 100),
-        profiles={p.slug for p in lab.profiles},
+        lab_profiles={p.slug: p for p in lab.profiles},
         images={p.slug: p.image for p in lab.profiles if p.image},
         lab_id=ledger.identity().uuid,
+        groups=groups_owner(config),
     )
 
 
