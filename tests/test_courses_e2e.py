@@ -153,6 +153,26 @@ def test_a_ta_acts_on_the_rosters_servers_only(lab):
     assert r.status_code in (202, 204), r.text
 
 
+def test_staff_cannot_give_their_course_another_roster_or_staff_group(lab):
+    hub, repo, tokens = lab
+    # With "students" as its roster, the TA would act on every student's servers.
+    for change in ({"roster_group": "students"}, {"staff_group": "students"}):
+        r = api(hub, tokens["ta1"], "PUT", "courses/ml101", json=change)
+        assert r.status_code == 403 and "Only an admin" in r.json()["message"], r.text
+    course = api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"]
+    assert (course["roster_group"], course["staff_group"]) == ("ml101", "ml101-staff")
+
+
+def test_a_course_server_is_for_its_roster_and_staff_only(lab):
+    hub, repo, tokens = lab
+    # "outsider" names a server like the course: refused, with why; nothing starts
+    r = hub.spawn("outsider", name="ml101")
+    assert r.status_code == 403, r.text
+    assert "for its roster" in r.json()["message"]
+    assert "ml101" not in containers_of(hub.node, "ml101")
+    assert not (hub.server("outsider", "ml101") or {}).get("ready")
+
+
 def test_a_student_cannot_open_the_course_page(lab):
     hub, repo, tokens = lab
     for who in ("s1", "outsider"):
@@ -256,7 +276,8 @@ def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_pr
     record = {
         "slug": "dl201",
         "title": "Deep learning 201",
-        "profiles": ["course-lab"],
+        "profiles": ["course-seat"],
+        "reserve": 3,
         "content": [{"repo": repo.url, "dir": "dl201"}],
         "sessions": {
             "dates": [
@@ -285,6 +306,24 @@ def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_pr
     for u in ("t1", "t2"):
         assert read_home(f"{hub.node}-home-{u}", "dl201/intro.py") is not None
     assert view["sessions"][0]["prestart"] == "2 of 2 ready"
+    # the session's 3 seats of the T4 (4 seats) are kept: the two students took two of them,
+    # charged to the booking; the third stays kept, so one walk-in fits and the next is told
+    assert view["sessions"][0]["reserved"] == {
+        "id": view["sessions"][0]["reserved"]["id"], "count": 3, "in_use": 2,
+    }  # fmt: skip
+    assert view["reservation"]["calendar"][0]["holders"] == ["dl201"]
+    r = hub.spawn("outsider", {"profile": "shared-seat"})
+    assert r.status_code < 400, r.text
+    hub.wait_ready("outsider")
+    hub.create_user("walkin", ["students"])
+    r = hub.spawn("walkin", {"profile": "shared-seat"})
+    assert r.status_code == 503 and "1 of 4 reserved for dl201 until" in r.json()["message"], r.text
+    hub.stop_server("outsider")
+    # a second course at the same time needs 3 more seats: refused, naming dl201; not created
+    clash = {**record, "slug": "cv300", "title": "Vision 300", "content": []}
+    r = api(hub, tokens["admin"], "POST", "courses", json=clash)
+    assert r.status_code == 409 and "dl201" in r.json()["message"], r.text
+    assert api(hub, tokens["admin"], "GET", "courses/cv300").status_code == 404
     audit = api(hub, tokens["admin"], "GET", "courses/dl201/audit").json()["audit"]
     assert [(a["who"], a["action"]) for a in audit] == [
         ("schedule", "start-all"),
