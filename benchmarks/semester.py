@@ -117,7 +117,7 @@ from types import SimpleNamespace
 
 from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
-from jupyterhub_gpulab.fairuse.offers import budget_refusal, offer_limits
+from jupyterhub_gpulab.fairuse.offers import budget_refusal, offer_limits, starved
 from jupyterhub_gpulab.fairuse.preempt import choose
 from jupyterhub_gpulab.fairuse.quota import over_budget_servers, session_limit, user_budget
 from jupyterhub_gpulab.inventory import load_declared
@@ -568,7 +568,9 @@ class Simulation:
         return servers
 
     def _preempt(self, servers: list[Server]) -> list[Server]:
-        waiting = [e for e in self.ledger.waitlist() if e.state == "waiting"]
+        waiting = [
+            e for e in self.ledger.waitlist() if e.state == "waiting" and starved(self.ledger, e)
+        ]
         if not waiting:
             return servers
         held = {u: lv.alloc.slice_id for u, lv in self.live.items()}

@@ -25,7 +25,7 @@ from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, login, user_token, wait_for_service
 from test_service_browser import browser  # noqa: F401 (the fixture)
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
 STUDENTS = [f"s{i}" for i in range(1, 9)]
 

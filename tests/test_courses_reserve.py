@@ -207,3 +207,16 @@ def test_the_course_budget_counts_its_servers_gpu_hours(ledger, at):
     assert window_start(None, MONDAY, at.now) == MONDAY
     for a in (mine, other):
         ledger.release(a.allocation.id, "stopped")
+
+
+def test_page_edits_of_a_declared_course_survive_restarts_until_the_config_changes_it(ledger):
+    store = CourseStore(ledger.engine)
+    declared = course(reserve=2)
+    assert store.declare([declared]) == ["dl101"]
+    edited = parse_course({**declared.to_dict(), "reserve": 5, "assignments": ["hw1"]})
+    store.put(edited, by="ta")
+    assert store.declare([declared]) == []  # a service restart: the TA's edit stays
+    assert store.get("dl101").course == edited
+    changed = parse_course({**declared.to_dict(), "title": "Deep learning, fall"})
+    assert store.declare([changed]) == ["dl101"]  # the admin changed the config: it applies
+    assert store.get("dl101").course == changed

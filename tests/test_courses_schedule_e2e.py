@@ -13,11 +13,18 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 import sqlalchemy as sa
-from course_support import LAB_IMAGE, GitServer, containers_of, course_hub, read_home, remove_volumes
+from course_support import (
+    LAB_IMAGE,
+    GitServer,
+    containers_of,
+    course_hub,
+    read_home,
+    remove_volumes,
+)
 from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, ledger_for, login, user_token, wait_for_service
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
 ROSTER = ["u1", "u2", "u3"]
 
@@ -67,14 +74,14 @@ def api(hub, token, method, path, **kw):
     )
 
 
-def wait_for(what, timeout, message):
+def wait_for(what, timeout, message, hub=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = what()
         if got:
             return got
         time.sleep(1)
-    raise AssertionError(f"timed out: {message}")
+    raise AssertionError(f"timed out: {message}\n" + (hub.log_tail(150) if hub else ""))
 
 
 def local(dt: datetime) -> str:
@@ -129,7 +136,7 @@ def test_a_prestart_cut_off_by_a_killed_hub_resumes_after_the_restart(lab):
     hub.start()
     wait_for_service(hub)
     # the next service finds the run cut off (no heartbeat) and finishes it
-    rows = wait_for(lambda: [r for r in begun() if r[0] is not None], 240, "the resumed run")
+    rows = wait_for(lambda: [r for r in begun() if r[0] is not None], 240, "the resumed run", hub)
     assert len(rows) == 1
     for u in ROSTER:
         hub.wait_ready(u, "sched", timeout=120)

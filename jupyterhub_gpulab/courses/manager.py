@@ -184,10 +184,17 @@ class CourseManager:
             )
         except Exception:
             log.exception("Pre-start of %s failed", run.course.slug)
-        if run.session_start is not None:
-            await aio.call(
-                self.store.finish_prestart, run.course.slug, run.session_start, run.summary()
+        if run.session_start is None:
+            return
+        if run.interrupted:
+            log.warning(
+                "Pre-start of %s was cut off (the hub stopped answering); the next pass resumes it",
+                run.course.slug,
             )
+            return
+        await aio.call(
+            self.store.finish_prestart, run.course.slug, run.session_start, run.summary()
+        )
 
     async def stop_all(self, course: Course, *, by: str) -> PrestartRun:
         users = sorted(await roster_of(self.hub, course))

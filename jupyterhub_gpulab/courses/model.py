@@ -125,7 +125,7 @@ class Course:
         d["profiles"] = list(self.profiles)
         d["content"] = [asdict(c) for c in self.content]
         d["assignments"] = [
-            {"name": a.name, "due": a.due.isoformat(timespec="minutes") if a.due else None}
+            {"name": a.name, "due": _minutes(a.due) if a.due else None}
             for a in self.assignments
         ]
         d["sessions"] = {
@@ -141,8 +141,8 @@ class Course:
             ],
             "dates": [
                 {
-                    "start": o.start.isoformat(timespec="minutes"),
-                    "end": o.end.isoformat("T", "minutes"),
+                    "start": _minutes(o.start),
+                    "end": _minutes(o.end),
                 }
                 for o in self.dates
             ],
@@ -151,6 +151,11 @@ class Course:
         for k in ("weekly", "dates", "ical"):
             d.pop(k)
         return d
+
+
+def _minutes(t) -> str:
+    """``2026-10-02T14:00`` (seconds only when the time has them, so a record round-trips)."""
+    return t.isoformat(timespec="seconds" if t.second or t.microsecond else "minutes")
 
 
 def _text(raw: dict, key: str, errors: list[str], where: str, *, default: str = "") -> str:

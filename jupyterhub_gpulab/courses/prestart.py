@@ -8,7 +8,10 @@ retries and back-off, and keep a live record of how each one went.
 ``hub`` is a :class:`~jupyterhub_gpulab.service.hubclient.HubClient` whose token may only start
 the roster's servers (the course's pre-start service token, :mod:`.hubhook`). The hub's
 refusal of one server (a gpulab ``SpawnRefused``: quota, no free slice) is recorded with its
-message and retried while retries are left; one server's failure never stops the others.
+message and retried while retries are left; one server's failure never stops the others. A run
+during which the hub stopped answering (killed, restarting) is :attr:`PrestartRun.interrupted`:
+nothing is known of those servers, so the run is not recorded as done and the next pass resumes
+it (:mod:`.schedule`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from datetime import datetime
 from tornado.escape import url_escape
 
 from .. import clock
-from ..service.hubclient import HubClient, HubError
+from ..service.hubclient import HubClient, HubError, HubUnreachable
 from .model import Course
 
 log = logging.getLogger("gpulab.courses")
@@ -53,6 +56,8 @@ class PrestartRun:
     started_at: datetime = field(default_factory=clock.utcnow)
     finished_at: datetime | None = None
     servers: dict[str, ServerProgress] = field(default_factory=dict)
+    #: the hub stopped answering during the run: its outcome is unknown, resume it
+    interrupted: bool = False
 
     def __post_init__(self):
         self.servers = {u: ServerProgress(u) for u in sorted(self.users)}
@@ -130,9 +135,12 @@ class PrestartRun:
         body = {"profile": self.course.profile} if self.course.profile else {}
         try:
             await hub.call("POST", self._path(p.user), body)
+        except HubUnreachable as e:
+            p.state, p.reason, self.interrupted = "failed", e.message, True
+            return False
         except HubError as e:
-            if e.status == 400 and "already running" in e.message:
-                pass  # a running server counts once it answers
+            if e.status == 400 and ("already running" in e.message or "is pending" in e.message):
+                pass  # a running (or starting) server counts once it answers
             else:
                 p.state = "refused" if e.status in (400, 403, 429, 503) else "failed"
                 p.reason = e.message
@@ -147,6 +155,7 @@ class PrestartRun:
                 _, model = await hub.call("GET", f"users/{url_escape(p.user, plus=False)}")
             except HubError as e:
                 p.state, p.reason = "failed", e.message
+                self.interrupted = self.interrupted or isinstance(e, HubUnreachable)
                 return False
             server = (model.get("servers") or {}).get(self.course.server_name)
             if server and server.get("ready"):

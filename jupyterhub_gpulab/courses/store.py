@@ -141,9 +141,24 @@ class CourseStore:
         return bool(n)
 
     def declare(self, declared: list[Course], *, by: str = "config") -> list[str]:
-        """Store the courses declared in the config (created, or updated where the config
-        changed them); the slugs changed. Courses made by admins are left alone."""
-        return [c.slug for c in declared if self.put(c, by=by, origin="config")]
+        """Store the courses declared in the config; the slugs changed. A course is written
+        when it is new or when its record *in the config* changed since the last start (the
+        config's version is kept in ``courses.declared``): edits made on the course page since
+        then stay across restarts until the admin changes that course in the config."""
+        changed = []
+        for c in declared:
+            text = json.dumps(c.to_dict(), sort_keys=True)
+            with self._read() as conn:
+                row = conn.execute(
+                    sa.select(courses.c.declared).where(courses.c.slug == c.slug)
+                ).first()
+            if row is not None and row.declared == text:
+                continue  # the config did not change: the stored record (maybe edited) stays
+            if self.put(c, by=by, origin="config"):
+                changed.append(c.slug)
+            with self.engine.begin() as conn:
+                conn.execute(courses.update().where(courses.c.slug == c.slug).values(declared=text))
+        return changed
 
     def audit(self, slug: str | None = None, limit: int = 200) -> list[AuditEntry]:
         q = sa.select(course_audit).order_by(course_audit.c.id.desc()).limit(limit)

@@ -276,6 +276,9 @@ courses = sa.Table(
     sa.Column("created_at", UTC_DATETIME, nullable=False),
     sa.Column("updated_at", UTC_DATETIME, nullable=False),
     sa.Column("updated_by", sa.String(255), nullable=False),
+    # the record as c.GPULabCourses.courses last declared it (0006): the config is applied again
+    # only when it changes, so edits made on the course page survive restarts
+    sa.Column("declared", sa.Text, nullable=True),
 )
 
 # Every change to a course, its roster, content, sessions, and every start all / collect /

@@ -7,11 +7,13 @@ Pages extend JupyterHub's ``page.html`` and use the hub's CSS, so they look like
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from types import SimpleNamespace
 
 from markupsafe import Markup
 from tornado import web
 
+from ... import clock
 from ...ledger import aio
 from .. import actions
 from . import inputs, plotview
@@ -155,6 +157,11 @@ class UserPage(PageHandler):
         data = await user_data(self.state, self.hub, self.current_user)
         name = self.current_user["name"]
         data["waitlist"] = await aio.call(my_entries, self.state.ledger, name)
+        data["preemptions"] = [
+            {"at": p.at.isoformat(), "server_name": p.server_name, "reason": p.reason}
+            for p in await aio.call(self.state.ledger.preemptions, name)
+            if p.at > clock.utcnow() - timedelta(days=7)
+        ]
         data["courses"] = await my_courses(
             self.state, self.settings.get("gpulab_courses"), self.current_user
         )

@@ -1,4 +1,4 @@
-"""course deadlines, and a heartbeat on pre-start records
+"""course deadlines, a heartbeat on pre-start records, the config's version of a course
 
 Revision ID: 0006
 Revises: 0005
@@ -7,8 +7,9 @@ Create Date: 2026-12-08 09:00:00.000000
 Additive: a new table ``course_deadlines`` (one row per assignment deadline the service has
 collected, so a restarted or second service never collects it twice) and a nullable column
 ``course_prestarts.heartbeat_at`` (the running pre-start's last sign of life: a service killed
-mid pre-start leaves it to age, and the next service resumes the run). Existing rows are
-untouched.
+mid pre-start leaves it to age, and the next service resumes the run), and a nullable column
+``courses.declared`` (the record as the config last declared it, so page edits of a declared
+course survive restarts until the config changes it). Existing rows are untouched.
 """
 
 import sqlalchemy as sa
@@ -33,9 +34,13 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("course_prestarts", schema=None) as batch_op:
         batch_op.add_column(sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=True))
+    with op.batch_alter_table("courses", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("declared", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("courses", schema=None) as batch_op:
+        batch_op.drop_column("declared")
     with op.batch_alter_table("course_prestarts", schema=None) as batch_op:
         batch_op.drop_column("heartbeat_at")
     op.drop_table("course_deadlines")
