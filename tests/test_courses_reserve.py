@@ -220,3 +220,17 @@ def test_page_edits_of_a_declared_course_survive_restarts_until_the_config_chang
     changed = parse_course({**declared.to_dict(), "title": "Deep learning, fall"})
     assert store.declare([changed]) == ["dl101"]  # the admin changed the config: it applies
     assert store.get("dl101").course == changed
+
+
+def test_a_lead_the_culler_would_undo_is_named():
+    from jupyterhub_gpulab.courses.reserve import fit_problems
+
+    idle = load_profiles(
+        [{"slug": "seat", "display_name": "Seat", "image": "x", "slice": {"kind": "shared"},
+          "gpu_idle_timeout": "20m"}]
+    )[0]  # fmt: skip
+    assert fit_problems(course(), idle) == []  # 15 min of lead, 20 min of GPU idle: fine
+    [problem] = fit_problems(parse_course({**course().to_dict(), "lead_minutes": 30}), idle)
+    assert "gpu_idle_timeout (20 min)" in problem and "shorten the lead" in problem
+    assert "holds none" in fit_problems(parse_course({**course().to_dict(), "profiles": ["cpu"]}),
+                                        PROFILES["cpu"])[0]  # fmt: skip

@@ -17,9 +17,9 @@ from ..ledger import aio
 from ..service.hubclient import HubClient, HubError
 from .config import GPULabCourses
 from .hubhook import prestart_token
-from .model import Course
+from .model import Course, CourseError
 from .prestart import PrestartRun
-from .reserve import book_course, prefix_of
+from .reserve import book_course, fit_problems, prefix_of
 from .roster import roster_of
 from .schedule import run_pass, sync_reservations
 from .store import CourseStore
@@ -94,7 +94,11 @@ class CourseManager:
         """Create or replace ``course`` (audited) after booking its sessions' reservations, all
         or none; ``False`` when nothing changed. Raises :class:`~..ledger.BookingConflict`
         naming the session the lab cannot hold (nothing is saved then) and
-        :class:`~.model.CourseError` for seats asked of a profile without a GPU."""
+        :class:`~.model.CourseError` for a course its profile cannot serve
+        (:func:`.reserve.fit_problems`)."""
+        problems = fit_problems(course, self.profile_of(course))
+        if problems:
+            raise CourseError(problems)
         if self.ledger is not None:
             await aio.call(
                 book_course,

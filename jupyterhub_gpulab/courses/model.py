@@ -125,8 +125,7 @@ class Course:
         d["profiles"] = list(self.profiles)
         d["content"] = [asdict(c) for c in self.content]
         d["assignments"] = [
-            {"name": a.name, "due": _minutes(a.due) if a.due else None}
-            for a in self.assignments
+            {"name": a.name, "due": _minutes(a.due) if a.due else None} for a in self.assignments
         ]
         d["sessions"] = {
             "weekly": [

@@ -22,7 +22,14 @@ from ..ledger import Booking, BookingConflict
 from .model import Course, CourseError
 from .sessions import sessions_between
 
-__all__ = ["HORIZON_DAYS", "book_course", "booking_specs", "prefix_of", "sync_course"]
+__all__ = [
+    "HORIZON_DAYS",
+    "book_course",
+    "booking_specs",
+    "fit_problems",
+    "prefix_of",
+    "sync_course",
+]
 
 #: How far ahead sessions are booked by default (days): about a term.
 HORIZON_DAYS = 120
@@ -31,6 +38,33 @@ HORIZON_DAYS = 120
 def prefix_of(slug: str) -> str:
     """The ``ref`` prefix of course ``slug``'s bookings."""
     return f"course:{slug}/"
+
+
+def fit_problems(course: Course, profile) -> list[str]:
+    """What makes ``course`` unworkable with ``profile`` (the lab's Profile of
+    :attr:`Course.profile`, ``None`` when it is not the lab's): seats of a profile without a
+    GPU slice, and a pre-start lead the culler would undo (a server started ``lead_minutes``
+    before the session sits idle until it starts, so the lead must be shorter than the
+    profile's ``gpu_idle_timeout`` and ``idle_timeout``, else the culler stops pre-started
+    servers before the students arrive)."""
+    if profile is None:
+        return []
+    problems = []
+    if course.reserve > 0 and not profile.slice.wants_gpu:
+        problems.append(
+            f"course {course.slug!r}: 'reserve' keeps GPU slices, but profile "
+            f"{course.profile!r} holds none; pick a GPU profile first or set reserve to 0"
+        )
+    lead_s = course.lead_minutes * 60
+    for name in ("gpu_idle_timeout", "idle_timeout"):
+        limit = getattr(profile, name, None)
+        if limit and lead_s >= limit and (name == "idle_timeout" or profile.slice.wants_gpu):
+            problems.append(
+                f"course {course.slug!r}: 'lead_minutes' {course.lead_minutes} is not shorter "
+                f"than profile {profile.slug!r}'s {name} ({limit // 60} min): the culler would "
+                "stop pre-started servers before the session; shorten the lead"
+            )
+    return problems
 
 
 def booking_specs(
@@ -44,8 +78,8 @@ def booking_specs(
         return []
     if profile is None or not profile.slice.wants_gpu:
         raise CourseError(
-            f"course {course.slug!r}: 'reserve' keeps GPU slices, but profile "
-            f"{course.profile!r} holds none; pick a GPU profile first or set reserve to 0"
+            fit_problems(course, profile)
+            or f"course {course.slug!r}: profile {course.profile!r} is not one of the lab's"
         )
     lead = timedelta(minutes=course.lead_minutes)
     found = sessions_between(

@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from .. import clock
 from ..ledger import aio
-from .reserve import sync_course
+from .reserve import fit_problems, sync_course
 from .sessions import sessions_between
 
 log = logging.getLogger("gpulab.courses")
@@ -84,7 +84,8 @@ async def _deadlines_due(manager, course, now) -> None:
 
 
 async def sync_reservations(manager, course) -> list[str]:
-    """Book what fits of ``course``'s coming sessions; the problems (also kept for its page)."""
+    """Book what fits of ``course``'s coming sessions; the problems, with what else makes the
+    course unworkable with its profile (also kept for its page)."""
     try:
         problems = await aio.call(
             sync_course,
@@ -98,6 +99,7 @@ async def sync_reservations(manager, course) -> list[str]:
     except Exception as e:
         log.exception("Course %s: its sessions could not be booked", course.slug)
         problems = [f"the sessions could not be booked: {str(e)[:200]}"]
+    problems += [p for p in fit_problems(course, manager.profile_of(course)) if p not in problems]
     if problems:
         log.error("Course %s: sessions not reserved: %s", course.slug, "; ".join(problems))
     manager.booking_problems[course.slug] = problems
