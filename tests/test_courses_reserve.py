@@ -86,6 +86,8 @@ def test_the_record_takes_seats_grace_and_assignments_and_refuses_bad_ones():
         ({"assignments": [{"name": "../x"}]}, "one folder name"),
         ({"assignments": [{"name": "hw1", "due": "friday"}]}, "assignments[0].due"),
         ({"assignments": ["hw1", "hw1"]}, "same name"),
+        ({"reserve_lead_minutes": 5}, "must not be shorter than 'lead_minutes'"),
+        ({"prestart": "yes"}, "'prestart'"),
     ):
         record = {**course().to_dict(), **bad}
         with pytest.raises(CourseError) as e:
@@ -102,6 +104,9 @@ def test_each_session_is_booked_for_the_roster_and_staff(ledger, at):
     first = booked[0]
     assert set(first.groups) == {"dl101", "dl101-staff"} and first.profile == "seat"
     assert first.window_start == datetime(2026, 12, 7, 13, 45, tzinfo=UTC)
+    early = booking_specs(parse_course({**c.to_dict(), "reserve_lead_minutes": 60}),
+                          PROFILES["seat"], at.now, UTC)  # fmt: skip
+    assert early[0]["lead_s"] == 3600
     assert first.release_at == datetime(2026, 12, 7, 14, 10, tzinfo=UTC)
     at.now = datetime(2026, 12, 7, 13, 50, tzinfo=UTC)
     seat = PROFILES["seat"].slice
@@ -232,5 +237,11 @@ def test_a_lead_the_culler_would_undo_is_named():
     assert fit_problems(course(), idle) == []  # 15 min of lead, 20 min of GPU idle: fine
     [problem] = fit_problems(parse_course({**course().to_dict(), "lead_minutes": 30}), idle)
     assert "gpu_idle_timeout (20 min)" in problem and "shorten the lead" in problem
+    # seats kept an hour ahead, servers started 15 minutes ahead: fine; no pre-start: fine
+    assert (
+        fit_problems(parse_course({**course().to_dict(), "reserve_lead_minutes": 60}), idle) == []
+    )
+    no_prestart = parse_course({**course().to_dict(), "lead_minutes": 60, "prestart": False})
+    assert fit_problems(no_prestart, idle) == []
     assert "holds none" in fit_problems(parse_course({**course().to_dict(), "profiles": ["cpu"]}),
                                         PROFILES["cpu"])[0]  # fmt: skip

@@ -11,12 +11,15 @@ problem (each naming the field and the accepted form). Example::
                               "from": "2026-09-07", "until": "2026-12-18"}],
                   "dates": [{"start": "2026-10-02T14:00", "end": "2026-10-02T16:00"}],
                   "ical": "BEGIN:VCALENDAR…"},
-     "lead_minutes": 15, "reserve": 12, "grace_minutes": 10,
+     "lead_minutes": 15, "prestart": True,
+     "reserve": 12, "reserve_lead_minutes": 60, "grace_minutes": 10,
      "assignments": [{"name": "hw1", "due": "2026-10-09T23:59"}],
      "gpu_hours": 400, "collect_max_bytes": 20_000_000}
 
-``reserve`` slices of the course's profile are kept for its roster and staff from
-``lead_minutes`` before each session until it ends; what nobody claimed ``grace_minutes`` after
+Every roster member's course server is started ``lead_minutes`` before each session (unless
+``prestart`` is false). ``reserve`` slices of the course's profile are kept for its roster and
+staff from ``reserve_lead_minutes`` (default: ``lead_minutes``; never less) before each session
+until it ends; what nobody claimed ``grace_minutes`` after
 the start returns to everyone (:mod:`.reserve`). Each assignment with a ``due`` time is collected
 by the service once at that time (:mod:`.schedule`); ``gpu_hours`` caps the GPU-hours all course
 servers may use together over the term (:mod:`.budget`).
@@ -75,7 +78,9 @@ KEYS = {
     "lead_minutes",
     "gpu_hours",
     "collect_max_bytes",
+    "prestart",
     "reserve",
+    "reserve_lead_minutes",
     "grace_minutes",
     "assignments",
 }
@@ -103,7 +108,9 @@ class Course:
     lead_minutes: int = 15
     gpu_hours: float | None = None
     collect_max_bytes: int = COLLECT_MAX_BYTES
+    prestart: bool = True
     reserve: int = 0
+    reserve_lead_minutes: int | None = None
     grace_minutes: int = 10
     assignments: tuple[Assignment, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, repr=False)
@@ -112,6 +119,11 @@ class Course:
     def server_name(self) -> str:
         """Each student's course server (a JupyterHub named server)."""
         return self.slug
+
+    @property
+    def seats_lead_minutes(self) -> int:
+        """Minutes before a session from which its reserved seats are kept."""
+        return self.lead_minutes if self.reserve_lead_minutes is None else self.reserve_lead_minutes
 
     @property
     def profile(self) -> str:
@@ -246,6 +258,24 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
     reserve = raw.get("reserve", 0)
     if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve <= 10_000:
         errors.append(f"{where}: 'reserve' must be a whole number of slices >= 0, not {reserve!r}")
+    prestart = raw.get("prestart", True)
+    if not isinstance(prestart, bool):
+        errors.append(f"{where}: 'prestart' must be true or false, not {prestart!r}")
+    seats_lead = raw.get("reserve_lead_minutes")
+    if seats_lead is not None and (
+        not isinstance(seats_lead, int)
+        or isinstance(seats_lead, bool)
+        or not 0 <= seats_lead <= 24 * 60
+    ):
+        errors.append(
+            f"{where}: 'reserve_lead_minutes' must be whole minutes from 0 to 1440, not {seats_lead!r}"
+        )
+    elif seats_lead is not None and isinstance(lead, int) and seats_lead < lead:
+        errors.append(
+            f"{where}: 'reserve_lead_minutes' ({seats_lead}) must not be shorter than "
+            f"'lead_minutes' ({lead}): servers pre-started before the seats are kept would not "
+            "count as the course's"
+        )
     grace = raw.get("grace_minutes", 10)
     if not isinstance(grace, int) or isinstance(grace, bool) or not 0 <= grace <= 24 * 60:
         errors.append(
@@ -283,7 +313,9 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
         lead_minutes=lead,
         gpu_hours=float(budget) if budget is not None else None,
         collect_max_bytes=cmax,
+        prestart=prestart,
         reserve=reserve,
+        reserve_lead_minutes=seats_lead,
         grace_minutes=grace,
         assignments=tuple(tasks),
     )

@@ -3,7 +3,8 @@ roster and staff find their seats (the rule itself is the claim's, :mod:`..ledge
 
 A course with ``reserve = N`` books, for every session of the coming ``horizon_days``, ``N``
 slices of its profile (:attr:`~.model.Course.profile`) for the members of its roster and staff
-groups, from ``lead_minutes`` before the session (when pre-start begins) until it ends; what
+groups, from ``reserve_lead_minutes`` (default ``lead_minutes``: when pre-start begins) before
+the session until it ends; what
 nobody claimed ``grace_minutes`` after the start returns to everyone. Each booking's ``ref`` is
 ``course:<slug>/<session start, UTC ISO>``, so booking again is idempotent.
 
@@ -55,7 +56,7 @@ def fit_problems(course: Course, profile) -> list[str]:
             f"course {course.slug!r}: 'reserve' keeps GPU slices, but profile "
             f"{course.profile!r} holds none; pick a GPU profile first or set reserve to 0"
         )
-    lead_s = course.lead_minutes * 60
+    lead_s = course.lead_minutes * 60 if course.prestart else 0
     for name in ("gpu_idle_timeout", "idle_timeout"):
         limit = getattr(profile, name, None)
         if limit and lead_s >= limit and (name == "idle_timeout" or profile.slice.wants_gpu):
@@ -81,7 +82,7 @@ def booking_specs(
             fit_problems(course, profile)
             or f"course {course.slug!r}: profile {course.profile!r} is not one of the lab's"
         )
-    lead = timedelta(minutes=course.lead_minutes)
+    lead = timedelta(minutes=course.seats_lead_minutes)
     found = sessions_between(
         course, now - timedelta(days=1), now + timedelta(days=horizon_days), tz
     )

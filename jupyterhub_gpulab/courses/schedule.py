@@ -54,6 +54,8 @@ async def run_pass(manager) -> None:
 
 
 async def _prestart_due(manager, course, now, stale_after_s: float) -> None:
+    if not course.prestart:
+        return
     lead = timedelta(minutes=course.lead_minutes)
     for start, end in sessions_between(course, now, now + lead + timedelta(seconds=1), manager.tz):
         if not (start - lead <= now < end):

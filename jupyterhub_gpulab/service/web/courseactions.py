@@ -9,7 +9,7 @@ Actions: ``start``, ``stop``, ``distribute``, ``collect``, ``return`` (``assignm
 record edits: ``content`` / ``content-remove`` (``repo``, ``branch``, ``dir`` / ``index``),
 ``weekly`` (``days``, ``start``, ``end``, ``from``, ``until``), ``date`` (``start``, ``end``),
 ``session-remove`` (``kind``, ``index``), ``assignment`` / ``assignment-remove`` (``name``,
-``due``), ``seats`` (``reserve``, ``grace_minutes``, ``lead_minutes``) and ``record`` (the
+``due``), ``seats`` (``reserve``, ``grace_minutes``, ``reserve_lead_minutes``) and ``record`` (the
 whole record as JSON; only admins change its groups).
 """
 
@@ -220,7 +220,7 @@ class CourseActionPage(CoursePageBase):
             items.pop(index)
             return "Removed."
         if action == "seats":
-            for key in ("reserve", "grace_minutes", "lead_minutes"):
+            for key in ("reserve", "grace_minutes", "reserve_lead_minutes"):
                 if arg(key):
                     if not arg(key).isdigit():
                         raise ValueError(

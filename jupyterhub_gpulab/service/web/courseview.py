@@ -42,7 +42,7 @@ def _reservations(state, courses, course, bookings, open_allocs, now) -> dict:
         calendar = [h for h in cal if h["reserved"]]
     return {
         "seats": course.reserve,
-        "lead_minutes": course.lead_minutes,
+        "lead_minutes": course.seats_lead_minutes,
         "grace_minutes": course.grace_minutes,
         "profile": course.profile,
         "by_start": {
@@ -184,7 +184,7 @@ async def my_courses(state, courses, user: dict) -> list[dict]:
                 }
                 if nxt
                 else None,
-                "prestart_minutes": c.lead_minutes,
+                "prestart_minutes": c.lead_minutes if c.prestart else None,
                 "reserved_seats": c.reserve,
                 "assignments": [
                     {
