@@ -116,6 +116,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from jupyterhub_gpulab import clock
+from jupyterhub_gpulab.courses.model import DAYS, parse_course
+from jupyterhub_gpulab.courses.reserve import book_course
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
 from jupyterhub_gpulab.fairuse.offers import budget_refusal, offer_limits, starved
 from jupyterhub_gpulab.fairuse.preempt import choose
@@ -303,6 +305,25 @@ def sections() -> list[tuple[str, int, int, list[str]]]:
     return out
 
 
+def section_course(group: str, day: int, hour: int, weeks: int):
+    """A lab section as the course record an instructor writes: 12 seats of the student profile
+    kept from ``BOOKING["lead"]`` minutes before each 2-hour session, released 10 minutes in;
+    no pre-start (its students start their own servers when they arrive)."""
+    first = TERM_START.date() + timedelta(days=day)
+    return parse_course(
+        {
+            "slug": group, "profiles": ["student-1g"], "prestart": False,
+            "reserve": 12, "reserve_lead_minutes": BOOKING["lead"],
+            "grace_minutes": BOOKING["grace"],
+            "sessions": {"weekly": [{
+                "days": [DAYS[day]], "start": f"{hour:02d}:00", "end": f"{hour + 2:02d}:00",
+                "from": first.isoformat(),
+                "until": (first + timedelta(weeks=weeks - 1)).isoformat(),
+            }]},
+        }
+    )  # fmt: skip
+
+
 def workload(rng: random.Random, weeks: int, load: float) -> list[Intent]:
     weights = day_weights(weeks * 7)
     hours, counts = session_lengths()
@@ -394,15 +415,11 @@ class Simulation:
             for user in roster:
                 self.groups[user] = ["students", group]
             if spec.reservations:
-                for week in range(weeks):
-                    start = TERM_START + timedelta(days=7 * week + day, hours=hour)
-                    self.ledger.book(
-                        holder=group, groups=[group], profile="student-1g",
-                        request=BY_SLUG["student-1g"].slice, count=12, starts_at=start,
-                        ends_at=start + timedelta(hours=2), lead_s=BOOKING["lead"] * 60,
-                        grace_s=BOOKING["grace"] * 60,
-                        ref=f"{group}/{week}",
-                    )  # fmt: skip
+                # each section is a course whose sessions the product books (courses.reserve)
+                book_course(
+                    self.ledger, section_course(group, day, hour, weeks), BY_SLUG["student-1g"],
+                    now=TERM_START, tz=timezone.utc, horizon_days=7 * weeks + 7,
+                )  # fmt: skip
         self.live: dict[str, Live] = {}
         self.history: dict[str, list] = {}
         self.waiting: dict[str, list[Intent]] = {}

@@ -72,11 +72,13 @@ class _Limit:
 class _Guard:
     """One claim's view of the bookings (built inside its transaction)."""
 
-    def __init__(self, request, charged, limits):
+    def __init__(self, request, charged, limits, now=None):
         self.request = request
         #: the booking a member's claim is charged to, or None
         self.charged: Booking | None = charged
         self.limits: list[_Limit] = limits
+        #: the claim takes a seat its member's booking keeps now (inside lead..grace)
+        self.seat_kept = charged is not None and now is not None and charged.protects(now)
 
     @property
     def _charged_id(self):
@@ -313,7 +315,7 @@ class Reservations:
             ]  # fmt: skip
             counts = {b.id: b.count for b in bs}
             limits.append(_Limit(req, total, others, counts, used, notes))
-        return _Guard(request, charged, limits)
+        return _Guard(request, charged, limits, now)
 
     @staticmethod
     def _used(conn, booking_ids: list[int]) -> dict[int, int]:
