@@ -134,7 +134,7 @@ TICK = 5  # minutes between culler passes (and utilisation bins)
 DAY = 24 * 60
 HOLD_S = 5 * 60
 #: a booking's lead and grace (minutes); ``--lead`` changes the lead
-BOOKING = {"lead": 60, "grace": 10}
+BOOKING = {"lead": 60, "grace": 10, "seats": 12}
 PATIENCE = {"students": 30, "research": 240}  # minutes in the waitlist
 SETTINGS = Settings(threshold_percent=5.0, warn_before_s=600, max_sample_gap_s=2 * TICK * 60)
 IMG = "gpulab/singleuser:6.1.1"
@@ -232,12 +232,21 @@ class LabSpec:
     priority: bool = False
 
 
-STATIC = LabSpec(
-    "a", "static whole GPUs, activity culler", [_h100(i, False) for i in range(4)], True
-)
-SPLIT = [_h100(0, True), _h100(1, True), _h100(2, False), _h100(3, False)]
-TODAY = LabSpec("b", "gpulab today: slices, GPU-aware culler, budgets", SPLIT, False)
-FULL = LabSpec("c", "gpulab + reservations + waitlist + priority", SPLIT, False, True, True, True)
+def labs(mig_gpus: int = 2, research_gpus: int = 2) -> tuple[LabSpec, LabSpec, LabSpec]:
+    """The three labs on ``mig_gpus`` H100s in MIG mode (7 student slices each) and
+    ``research_gpus`` whole ones; the static lab has the same number of whole GPUs."""
+    n = mig_gpus + research_gpus
+    split = [_h100(i, i < mig_gpus) for i in range(n)]
+    return (
+        LabSpec("a", "static whole GPUs, activity culler", [_h100(i, False) for i in range(n)],
+                True),
+        LabSpec("b", "gpulab today: slices, GPU-aware culler, budgets", split, False),
+        LabSpec("c", "gpulab + reservations + waitlist + priority", split, False, True, True,
+                True),
+    )  # fmt: skip
+
+
+STATIC, TODAY, FULL = labs()
 
 
 # -- demand ----------------------------------------------------------------------------------
@@ -313,7 +322,7 @@ def section_course(group: str, day: int, hour: int, weeks: int):
     return parse_course(
         {
             "slug": group, "profiles": ["student-1g"], "prestart": False,
-            "reserve": 12, "reserve_lead_minutes": BOOKING["lead"],
+            "reserve": BOOKING["seats"], "reserve_lead_minutes": BOOKING["lead"],
             "grace_minutes": BOOKING["grace"],
             "sessions": {"weekly": [{
                 "days": [DAYS[day]], "start": f"{hour:02d}:00", "end": f"{hour + 2:02d}:00",
@@ -709,12 +718,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--load", type=float, default=1.0, help="scale every session rate")
     parser.add_argument("--lead", type=int, default=60, help="bookings' lead, minutes")
+    parser.add_argument("--seats", type=int, default=12, help="seats each section reserves")
+    parser.add_argument("--mig-gpus", type=int, default=2, help="H100s in MIG mode (students)")
+    parser.add_argument("--research-gpus", type=int, default=2, help="whole H100s (research)")
     args = parser.parse_args()
-    BOOKING["lead"] = args.lead
+    BOOKING["lead"], BOOKING["seats"] = args.lead, args.seats
+    specs = labs(args.mig_gpus, args.research_gpus)
     intents = workload(random.Random(args.seed), args.weeks, args.load)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in (STATIC, TODAY, FULL):
+        for spec in specs:
             t = time.perf_counter()
             sim = Simulation(spec, intents, args.seed, Path(tmp) / f"{spec.key}.sqlite", args.weeks)
             results[spec.key] = sim.run(args.weeks)
@@ -738,9 +751,11 @@ def main() -> None:
         + c["double_allocations"],
         "lab": {
             "simulated": FULL.name,
-            "devices": "4 x NVIDIA H100 80GB: GPUs 0-1 MIG 7 x 1g.10gb (14 student slices), "
-            "GPUs 2-3 whole for research",
+            "devices": f"{args.mig_gpus + args.research_gpus} x NVIDIA H100 80GB: "
+            f"{args.mig_gpus} in MIG mode, 7 x 1g.10gb each ({7 * args.mig_gpus} student "
+            f"slices), {args.research_gpus} whole for research",
             "students": 200, "courses": 4, "roster_per_section": 25,
+            "seats_reserved_per_section": args.seats,
             "class_gpu_users_per_section": 12, "sections_per_week": 8, "researchers": 20,
             "booking_lead_min": args.lead, "booking_grace_min": BOOKING["grace"],
             "term_weeks": args.weeks, "load": args.load, "seed": args.seed,
