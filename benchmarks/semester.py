@@ -472,9 +472,12 @@ class Simulation:
                 q.budget_refused = q.served_at < 0
                 return
         try:
+            # a class member opens the course's server (the named server <section>), homework
+            # and research use the default server
             claim = self.ledger.claim(
                 profile.slice, user=user, profile=profile.slug, user_limit=ent.user_limit,
                 charge_groups=ent.charge_groups, groups=self.groups[user],
+                server_name=q.section if q.kind == "class" else "",
             )  # fmt: skip
         except LedgerRefusal as err:
             self._refused(q, minute, profile, ctx, err)

@@ -342,3 +342,24 @@ def test_two_processes_never_seat_a_non_member_on_a_reserved_slice(backend, tmp_
     assert _max_overlap(outsiders) == 3, "non-members should have filled the free seats"
     assert setup.double_allocations() == []
     setup.close()
+
+
+def test_a_course_s_seats_are_for_its_course_servers(ledger, at):
+    # DL101's session keeps 3 of 8 seats for its course servers (the named server "dl101"): a
+    # member doing homework on their default server meanwhile takes an unreserved seat, and
+    # leaves the course's seats to the classmates who come to the session.
+    start = at.now + timedelta(minutes=5)
+    book(ledger, start, count=3, server_name="dl101")
+    homework = seat(ledger, "student0", ["dl101-students"])
+    assert homework.allocation.booking_id is None
+    walkins = [seat(ledger, f"w{i}", ["physics"]) for i in range(4)]  # 8 - 3 kept - 1
+    with pytest.raises(NoFreeSlice) as e:
+        seat(ledger, "w4", ["physics"])
+    assert "3 of 8 reserved for DL101" in e.value.message
+    with pytest.raises(NoFreeSlice):  # a member's default server: no course seat either
+        seat(ledger, "student1", ["dl101-students"])
+    for i in range(3):
+        c = ledger.claim(SEAT, user=f"student{i + 1}", profile="student", server_name="dl101",
+                         groups=["dl101-students"])  # fmt: skip
+        assert c.allocation.booking_id is not None
+    assert len(walkins) == 4 and ledger.double_allocations() == []

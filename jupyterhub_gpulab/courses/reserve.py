@@ -2,8 +2,8 @@
 roster and staff find their seats (the rule itself is the claim's, :mod:`..ledger.placement`).
 
 A course with ``reserve = N`` books, for every session of the coming ``horizon_days``, ``N``
-slices of its profile (:attr:`~.model.Course.profile`) for the members of its roster and staff
-groups, from ``reserve_lead_minutes`` (default ``lead_minutes``: when pre-start begins) before
+slices of its profile (:attr:`~.model.Course.profile`) for the course servers (the named server
+``<slug>``) of its roster and staff (a member's other servers count as anyone's), from ``reserve_lead_minutes`` (default ``lead_minutes``: when pre-start begins) before
 the session until it ends; what
 nobody claimed ``grace_minutes`` after the start returns to everyone. Each booking's ``ref`` is
 ``course:<slug>/<session start, UTC ISO>``, so booking again is idempotent.
@@ -98,6 +98,7 @@ def booking_specs(
             lead_s=int(lead.total_seconds()),
             grace_s=course.grace_minutes * 60,
             ref=prefix_of(course.slug) + start.isoformat(),
+            server_name=course.server_name,
         )
         for start, end in found
         if end > now

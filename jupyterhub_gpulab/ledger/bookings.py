@@ -37,7 +37,18 @@ def request_from(m) -> SliceRequest:
 
 
 def booking_values(
-    *, holder, groups, profile, request, count, starts_at, ends_at, lead_s=0, grace_s=0, ref=None
+    *,
+    holder,
+    groups,
+    profile,
+    request,
+    count,
+    starts_at,
+    ends_at,
+    lead_s=0,
+    grace_s=0,
+    ref=None,
+    server_name=None,
 ) -> dict:
     """A booking's row (see :meth:`.placement.Reservations.book`); ``ValueError`` when malformed."""
     starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
@@ -53,6 +64,7 @@ def booking_values(
     return dict(
         holder=holder[:64],
         ref=ref,
+        server_name=server_name,
         groups=groups,
         profile=profile,
         count=int(count),
@@ -80,6 +92,8 @@ class Booking:
     ends_at: datetime
     lead_s: int
     grace_s: int
+    #: the seats are for members' servers of this name (a course's server), any when None
+    server_name: str | None = None
 
     @property
     def window_start(self) -> datetime:
@@ -97,8 +111,11 @@ class Booking:
     def is_open(self, now: datetime) -> bool:
         return self.window_start <= now < self.ends_at
 
-    def admits(self, groups: Collection[str]) -> bool:
-        """Whether a user in ``groups`` is one of the booking's roster or staff."""
+    def admits(self, groups: Collection[str], server_name: str | None = None) -> bool:
+        """Whether a user in ``groups`` is one of the booking's roster or staff (starting the
+        server the booking is for, when it names one)."""
+        if self.server_name is not None and server_name != self.server_name:
+            return False
         return any(g in self.groups for g in groups)
 
     def describe(self) -> str:
@@ -123,6 +140,7 @@ class Booking:
             ends_at=as_utc(m["ends_at"]),
             lead_s=m["lead_s"],
             grace_s=m["grace_s"],
+            server_name=m.get("server_name"),
         )
 
 

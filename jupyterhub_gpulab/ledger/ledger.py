@@ -206,7 +206,7 @@ class Ledger(
             # keeps a user off the slice their server already runs on.
             guard = entry = None
             if only_slice is None:
-                guard = self._guard(conn, request, profile, groups, clock.utcnow())
+                guard = self._guard(conn, request, profile, groups, clock.utcnow(), server_name)
                 # a member taking a seat kept for their session waits behind nobody: the users
                 # queued for the profile could not take that seat anyway
                 kept = guard is not None and guard.seat_kept

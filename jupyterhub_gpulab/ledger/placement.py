@@ -121,11 +121,14 @@ class Reservations:
         lead_s: int = 0,
         grace_s: int = 0,
         ref: str | None = None,
+        server_name: str | None = None,
     ) -> Booking:
         """Reserve ``count`` slices satisfying ``request`` (profile slug ``profile``) for the
         members of ``groups`` over ``[starts_at - lead_s, ends_at)``; unclaimed seats return to
         everyone at ``starts_at + grace_s``. ``ref`` (a course session's own id) makes booking
-        idempotent: an existing booking with the same ``ref`` is replaced.
+        idempotent: an existing booking with the same ``ref`` is replaced. ``server_name``: the
+        seats are for members' servers of that name (a course's server: a member's other servers
+        count as anyone's), any server when ``None``.
 
         Raises ``ValueError`` for a malformed booking (count < 1, end before start, negative
         lead/grace, no group) and :class:`BookingConflict` when the inventory cannot hold it
@@ -133,6 +136,7 @@ class Reservations:
         values = booking_values(
             holder=holder, groups=groups, profile=profile, request=request, count=count,
             starts_at=starts_at, ends_at=ends_at, lead_s=lead_s, grace_s=grace_s, ref=ref,
+            server_name=server_name,
         )  # fmt: skip
         with self._write() as conn:
             self._lock_reservations(conn)
@@ -255,10 +259,17 @@ class Reservations:
     # -- the claim's guard ------------------------------------------------------------------
 
     def _guard(
-        self, conn, request: SliceRequest, profile: str, groups: Collection[str], now: datetime
+        self,
+        conn,
+        request: SliceRequest,
+        profile: str,
+        groups: Collection[str],
+        now: datetime,
+        server_name: str | None = None,
     ) -> _Guard | None:
-        """The bookings' limits on one claim, read inside its transaction (``None``: no booking
-        is open now). Takes the reservations lock on PostgreSQL while any booking protects."""
+        """The bookings' limits on one claim of ``server_name``, read inside its transaction
+        (``None``: no booking is open now). Takes the reservations lock on PostgreSQL while any
+        booking protects."""  # fmt: skip
         open_now = [
             b
             for b in (
@@ -282,7 +293,9 @@ class Reservations:
             (
                 b
                 for b in open_now
-                if b.profile == profile and b.admits(groups) and used.get(b.id, 0) < b.count
+                if b.profile == profile
+                and b.admits(groups, server_name)
+                and used.get(b.id, 0) < b.count
             ),
             None,
         )
@@ -327,13 +340,18 @@ class Reservations:
         return {bid: n for bid, n in conn.execute(q)}
 
     def reserved_for_others(
-        self, request: SliceRequest, groups: Collection[str], profile: str = ""
+        self,
+        request: SliceRequest,
+        groups: Collection[str],
+        profile: str = "",
+        server_name: str | None = None,
     ) -> list[Reserved]:
-        """The seats of ``request``'s slices kept now for bookings the user (in ``groups``) is
-        not a member of, for the form: ``[Reserved(holder="DL101", unclaimed=3, total=8, …)]``."""
+        """The seats of ``request``'s slices kept now for bookings the user (in ``groups``,
+        starting ``server_name``) may not take, for the form: ``[Reserved(holder="DL101",
+        unclaimed=3, total=8, …)]``."""  # fmt: skip
         now = clock.utcnow()
         with self._read() as conn:
-            guard = self._guard(conn, request, profile, groups, now)
+            guard = self._guard(conn, request, profile, groups, now, server_name)
         if guard is None:
             return []
         return [

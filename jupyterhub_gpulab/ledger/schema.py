@@ -160,6 +160,9 @@ bookings = sa.Table(
     sa.Column("lead_s", sa.Integer, nullable=False, default=0),
     sa.Column("grace_s", sa.Integer, nullable=False, default=0),
     sa.Column("created_at", UTC_DATETIME, nullable=False),
+    # the seats are for members' servers of this name (a course's named server; 0006), any
+    # server when NULL: a roster member's other servers count as anyone's
+    sa.Column("server_name", sa.String(255), nullable=True),
 )
 sa.Index("ix_bookings_ends_at", bookings.c.ends_at)
 sa.Index("ix_bookings_ref", bookings.c.ref)

@@ -9,7 +9,8 @@ Actions: ``start``, ``stop``, ``distribute``, ``collect``, ``return`` (``assignm
 record edits: ``content`` / ``content-remove`` (``repo``, ``branch``, ``dir`` / ``index``),
 ``weekly`` (``days``, ``start``, ``end``, ``from``, ``until``), ``date`` (``start``, ``end``),
 ``session-remove`` (``kind``, ``index``), ``assignment`` / ``assignment-remove`` (``name``,
-``due``), ``seats`` (``reserve``, ``grace_minutes``, ``reserve_lead_minutes``) and ``record`` (the
+``due``), ``seats`` (``prestart``, ``lead_minutes``, ``reserve``, ``grace_minutes``,
+``reserve_lead_minutes``) and ``record`` (the
 whole record as JSON; only admins change its groups).
 """
 
@@ -220,14 +221,21 @@ class CourseActionPage(CoursePageBase):
             items.pop(index)
             return "Removed."
         if action == "seats":
-            for key in ("reserve", "grace_minutes", "reserve_lead_minutes"):
+            if self.get_body_argument("prestart-form", ""):
+                record["prestart"] = self.get_body_argument("prestart", "") == "on"
+            for key in ("lead_minutes", "reserve", "grace_minutes", "reserve_lead_minutes"):
                 if arg(key):
                     if not arg(key).isdigit():
                         raise ValueError(
                             f"{key} must be a whole number, not {inputs.shown(arg(key))}"
                         )
                     record[key] = int(arg(key))
-            return f"Saved: {record['reserve']} seats reserved per session."
+            started = (
+                f"servers started {record['lead_minutes']} min before each session"
+                if record.get("prestart", True)
+                else "no pre-start"
+            )
+            return f"Saved: {started}; {record['reserve']} seats reserved per session."
         if action == "record":
             try:
                 body = json.loads(arg("record"))

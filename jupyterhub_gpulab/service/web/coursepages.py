@@ -74,10 +74,9 @@ class CoursesPage(CoursePageBase):
                 }
                 if arg("profile"):
                     record["profiles"] = [arg("profile")]
-                if arg("reserve"):
-                    record["reserve"] = (
-                        int(arg("reserve")) if arg("reserve").isdigit() else arg("reserve")
-                    )
+                for key in ("reserve", "lead_minutes"):
+                    if arg(key):
+                        record[key] = int(arg(key)) if arg(key).isdigit() else arg(key)
             course = parse_course(record, profiles=self.courses.profiles)
         except ValueError as e:
             errors = e.errors if isinstance(e, CourseError) else [f"not JSON: {e}"]
@@ -90,8 +89,9 @@ class CoursesPage(CoursePageBase):
             return
         try:
             await self.courses.save(course, by=self.who, origin="admin")
-        except BookingConflict as e:
-            self.flash("danger", f"Course not created: {e.message}")
+        except (BookingConflict, CourseError) as e:
+            why = e.message if isinstance(e, BookingConflict) else "; ".join(e.errors)
+            self.flash("danger", f"Course not created: {why}")
             self.redirect(self.prefix + "courses")
             return
         if not self.courses.roster_managed:

@@ -9,7 +9,9 @@ collected, so a restarted or second service never collects it twice) and a nulla
 ``course_prestarts.heartbeat_at`` (the running pre-start's last sign of life: a service killed
 mid pre-start leaves it to age, and the next service resumes the run), and a nullable column
 ``courses.declared`` (the record as the config last declared it, so page edits of a declared
-course survive restarts until the config changes it). Existing rows are untouched.
+course survive restarts until the config changes it), and a nullable column
+``bookings.server_name`` (a course's seats are for its course servers; NULL: any server, as
+before). Existing rows are untouched.
 """
 
 import sqlalchemy as sa
@@ -36,9 +38,13 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=True))
     with op.batch_alter_table("courses", schema=None) as batch_op:
         batch_op.add_column(sa.Column("declared", sa.Text(), nullable=True))
+    with op.batch_alter_table("bookings", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("server_name", sa.String(length=255), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("bookings", schema=None) as batch_op:
+        batch_op.drop_column("server_name")
     with op.batch_alter_table("courses", schema=None) as batch_op:
         batch_op.drop_column("declared")
     with op.batch_alter_table("course_prestarts", schema=None) as batch_op:
