@@ -363,3 +363,19 @@ def test_a_course_s_seats_are_for_its_course_servers(ledger, at):
                          groups=["dl101-students"])  # fmt: skip
         assert c.allocation.booking_id is not None
     assert len(walkins) == 4 and ledger.double_allocations() == []
+
+
+def test_a_refusal_names_only_reservations_of_the_slice_asked_for(url, at):
+    ledger = Ledger(url)
+    try:
+        gpu = SliceRequest(kind=SliceKind.GPU)
+        ledger.sync_inventory(lab_inventory(SEATS_LAB + [
+            {"uuid": "GPU-a40", "index": 2, "name": "NVIDIA A40", "memory": "48GiB"}]))  # fmt: skip
+        book(ledger, at.now + timedelta(minutes=5), count=5)  # seats, not the A40
+        ledger.claim(gpu, user="r0", profile="a40")
+        with pytest.raises(NoFreeSlice) as e:
+            ledger.claim(gpu, user="r1", profile="a40", groups=["research"])
+        assert "reserved" not in e.value.message and "0 of 1 free" in e.value.message
+        assert ledger.reserved_for_others(gpu, ["research"]) == []
+    finally:
+        ledger.close()

@@ -95,9 +95,12 @@ class _Guard:
         )
 
     def notes(self) -> list[Reserved]:
+        """The seats kept from this claim by bookings of its own kind of slice (a booking of
+        shared seats says nothing to someone asking for a whole GPU)."""
         return [
             n
             for lim in self.limits
+            if lim.request == self.request or _overlaps(lim.request, self.request)
             for n in lim.notes
             if n.unclaimed > 0 and (self.charged is None or n.booking_id != self.charged.id)
         ]
@@ -352,15 +355,7 @@ class Reservations:
         now = clock.utcnow()
         with self._read() as conn:
             guard = self._guard(conn, request, profile, groups, now, server_name)
-        if guard is None:
-            return []
-        return [
-            n
-            for lim in guard.limits
-            if lim.request == request or _overlaps(lim.request, request)
-            for n in lim.notes
-            if n.unclaimed > 0 and (guard.charged is None or n.booking_id != guard.charged.id)
-        ]
+        return [] if guard is None else guard.notes()
 
     def capacity_calendar(
         self, profiles: dict[str, SliceRequest], start: datetime, hours: int
