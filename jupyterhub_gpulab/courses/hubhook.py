@@ -36,8 +36,11 @@ import time
 log = logging.getLogger("gpulab.courses")
 
 PRESTART_SERVICE = "gpulab-prestart-{slug}"
-#: What the gpulab service's own token needs besides SERVICE_SCOPES for courses.
-COURSE_SERVICE_SCOPES = ["admin:groups", "servers", "access:servers"]
+#: What the gpulab service's own token needs besides SERVICE_SCOPES for courses: rosters (the
+#: hub's groups) and starting course servers. Not ``access:servers``: nothing of the courses uses
+#: a user's server through the proxy (distribute and collect go through Docker), and that scope
+#: would let the service use every user's server.
+COURSE_SERVICE_SCOPES = ["admin:groups", "servers"]
 
 
 def staff_scopes(roster: str, service: str = "gpulab") -> list[str]:
