@@ -55,19 +55,19 @@ c.JupyterHub.named_server_limit_per_user = 3
 # and JUPYTERHUB_CRYPT_KEY in the hub's environment (openssl rand -hex 32).
 c.Authenticator.admin_users = {"admin"}
 if os.environ.get("GPULAB_DEMO_AUTH") == "oidc":
-    # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh: the local provider of scripts/demo-idp.sh, whose
-    # users carry Keycloak-shaped groups ("/students"); any password.
+    # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh: the local provider of scripts/demo-idp.sh plays a
+    # Keycloak realm (its endpoints, "/students"-style group paths); any password. The same call
+    # as for a campus Keycloak, only the issuer differs.
     from jupyterhub_gpulab.auth.presets import configure_sso
 
     _hub_url = f"http://{c.JupyterHub.ip}:{c.JupyterHub.port}"
     configure_sso(
         c,
-        "oidc",
-        issuer=os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000"),
+        "keycloak",
+        issuer=os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000/realms/campus"),
         client_id=os.environ.get("GPULAB_IDP_CLIENT_ID", "jupyterhub"),
         client_secret=os.environ.get("GPULAB_IDP_CLIENT_SECRET", "gpulab-demo-secret"),
         callback_url=f"{_hub_url}/hub/oauth_callback",
-        strip_prefixes=["/"],
         admin_groups=["gpu-admins"],
         refresh_age="1m",
     )
@@ -85,8 +85,11 @@ else:
 
 # --- The spawner -----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpulab"  # jupyterhub_gpulab.GPUDockerSpawner
-# ADMIN: the single-user image(s). images/build-singleuser.sh builds this one without a registry.
-image = os.environ.get("GPULAB_IMAGE", f"gpulab/singleuser:{jupyterhub.__version__}")
+# ADMIN: the single-user images. images/build-image.sh builds them without a registry (README,
+# "Framework images"): gpulab/base (JupyterLab and the scientific stack), gpulab/pytorch and
+# gpulab/tensorflow on top, each in a "cpu" and a "cuda" variant. This host's variant is chosen
+# below (cuda where NVML sees GPUs); GPULAB_IMAGE puts one image on every profile instead.
+hub_version = jupyterhub.__version__
 c.DockerSpawner.pull_policy = "never"  # no registry here; use "ifnotpresent" with one
 c.DockerSpawner.start_timeout = 120
 c.DockerSpawner.http_timeout = 60
@@ -95,6 +98,9 @@ c.DockerSpawner.http_timeout = 60
 # Courses pull their notebooks into these homes and collect assignments from them.
 home_volume = os.environ.get("GPULAB_HOME_VOLUME", "gpulab-home-{username}")
 c.DockerSpawner.volumes = {home_volume: "/home/jovyan"}
+# ADMIN: the size of /dev/shm (PyTorch DataLoader workers need more than Docker's 64 MiB);
+# a profile's "shm_size" overrides it.
+c.GPUDockerSpawner.shm_size = "1GiB"
 # Every container runs with no-new-privileges, no Linux capabilities and at most 4096 processes
 # and threads; ADMIN: change the lab-wide limit, or give one profile "pids_limit" / "cap_add":
 # c.GPUDockerSpawner.pids_limit = 4096
@@ -125,6 +131,9 @@ else:
             "index": 0,
             "name": "NVIDIA A100-SXM4-80GB",
             "memory": "80GiB",
+            # what images are matched against (a CUDA 13 image needs >= 7.5 and driver 580)
+            "compute_capability": "8.0",
+            "driver_version": "580.95.05",
             "mig": [
                 {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000001", "profile": "3g.40gb"},
                 {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000002", "profile": "2g.20gb"},
@@ -132,21 +141,37 @@ else:
                 {"uuid": "MIG-1b2c3d4e-0000-4000-8000-000000000004", "profile": "1g.10gb"},
             ],
         },
-        {"uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-a40000000001", "index": 1, "name": "NVIDIA A40", "memory": "48GiB"},
+        {
+            "uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-a40000000001",
+            "index": 1,
+            "name": "NVIDIA A40",
+            "memory": "48GiB",
+            "compute_capability": "8.6",
+            "driver_version": "580.95.05",
+        },
         {
             "uuid": "GPU-0d3a7a3c-5b7e-4c1e-9d6f-740000000002",
             "index": 2,
             "name": "Tesla T4",
             "memory": "16GiB",
+            "compute_capability": "7.5",
+            "driver_version": "580.95.05",
             "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
         },
     ]
+
+variant = os.environ.get("GPULAB_IMAGE_VARIANT") or ("cpu" if demo else "cuda")
+images = {
+    name: os.environ.get("GPULAB_IMAGE") or f"gpulab/{name}:{hub_version}-{variant}"
+    for name in ("pytorch", "tensorflow")
+}
+images["base"] = os.environ.get("GPULAB_IMAGE") or f"gpulab/base:{hub_version}"
 
 # ADMIN: how long a GPU may sit idle (below 5 %) before its server is stopped, how long a server
 # may go unused, and the longest session. The demo uses minutes so the culler shows itself.
 gpu_idle = "3m" if demo else "30m"
 
-# ADMIN: what users pick. Every profile may set image, cpu_limit (cores), mem_limit, env, groups,
+# ADMIN: what users pick. Every profile may set image, cpu_limit (cores), mem_limit, shm_size, env, groups,
 # the culler's idle_timeout, gpu_idle_timeout, max_age, and its container's pids_limit and
 # cap_add (Docker's default capabilities only, e.g. ["CHOWN", "SETUID", "SETGID"] for an image
 # that starts as root; SYS_ADMIN and privileged are refused).
@@ -155,7 +180,7 @@ c.GPULab.profiles = [
         "slug": "pytorch-mig",
         "display_name": "PyTorch (MIG 1g.10gb)",
         "description": "A hardware-isolated slice of an A100: right for coursework.",
-        "image": image,
+        "image": images["pytorch"],
         "slice": {"kind": "mig", "mig_profile": "1g.10gb"},
         "cpu_limit": 2,
         "mem_limit": "8G",
@@ -167,8 +192,8 @@ c.GPULab.profiles = [
     {
         "slug": "tensorflow-seat",
         "display_name": "TensorFlow (shared T4 seat, 4 GiB)",
-        "description": "A quarter of a T4, shared with three others; memory grows on demand.",
-        "image": image,
+        "description": "A quarter of a T4, shared with three others; TensorFlow keeps to 4 GiB.",
+        "image": images["tensorflow"],
         "slice": {"kind": "shared"},
         "cpu_limit": 2,
         "mem_limit": "8G",
@@ -180,7 +205,8 @@ c.GPULab.profiles = [
         "slug": "pytorch-a40",
         "display_name": "PyTorch (full A40, 48 GiB)",
         "description": "A whole GPU for research runs.",
-        "image": image,
+        "image": images["pytorch"],
+        "shm_size": "8GiB",
         "slice": {"kind": "gpu", "min_memory": "40GiB"},
         "cpu_limit": 8,
         "mem_limit": "64G",
@@ -193,7 +219,7 @@ c.GPULab.profiles = [
         "slug": "cpu",
         "display_name": "CPU only",
         "description": "No GPU: for reading, writing and small data.",
-        "image": image,
+        "image": images["base"],
         "cpu_limit": 1,
         "mem_limit": "4G",
         "idle_timeout": "2h",
@@ -233,7 +259,9 @@ from jupyterhub_gpulab.hub.hubconfig import configure_service  # noqa: E402
 configure_service(
     c,
     config_file=os.path.abspath(__file__),
-    url=os.environ.get("GPULAB_SERVICE_URL", "http://127.0.0.1:10101"),
+    # on the containers' network like the hub's API: servers read their slice and GPU-hours
+    # here (JupyterLab's status bar); the proxy routes /services/gpulab/ to it for browsers
+    url=os.environ.get("GPULAB_SERVICE_URL", f"http://{hub_ip}:10101"),
     admin_groups=["gpu-admins"],
     reader_groups=["instructors"],
 )

@@ -139,26 +139,55 @@ def _spawner_setting(config: Config, name: str, default):
     return default
 
 
-def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
-    """Lines about the Docker engine the spawner uses: other labs' containers holding GPUs of
-    this inventory, and other labs using this lab's container prefix."""
+def _docker(config: Config):
+    """A docker-py client for the engine the spawner uses (its ``tls_config``, ``client_kwargs``).
+    Raises docker's ``DockerException`` when there is none."""
     import docker
     from docker.utils import kwargs_from_env
 
-    from .ledger import Ledger, SchemaOutOfDate, peek_identity
-    from .spawner.engine import EngineSurvey
-
-    identity = peek_identity(gl.db_url)
     kwargs = {"version": "auto", **kwargs_from_env()}
     tls = _spawner_setting(config, "tls_config", None)
     if tls:
         kwargs["tls"] = docker.tls.TLSConfig(**tls)
     kwargs.update(_spawner_setting(config, "client_kwargs", {}))
+    return docker.APIClient(**kwargs)
+
+
+def _image_report(config: Config, lab: Lab) -> tuple[list[str], list[str]]:
+    """``(errors, warnings)``: GPU profiles whose image no (or not every) slice can run."""
+    import docker
+
+    from .lab.images import check_profiles
+
+    try:
+        client = _docker(config)
+    except (docker.errors.DockerException, OSError) as e:
+        return [], [f"could not look at the Docker engine ({e}): images not checked"]
+
+    def labels_of(image: str) -> dict:
+        try:
+            return (client.inspect_image(image).get("Config") or {}).get("Labels") or {}
+        except docker.errors.ImageNotFound:
+            raise LookupError(image) from None
+
+    with client:
+        return check_profiles(lab.profiles, lab.inventory.slices, labels_of)
+
+
+def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
+    """Lines about the Docker engine the spawner uses: other labs' containers holding GPUs of
+    this inventory, and other labs using this lab's container prefix."""
+    import docker
+
+    from .ledger import Ledger, SchemaOutOfDate, peek_identity
+    from .spawner.engine import EngineSurvey
+
+    identity = peek_identity(gl.db_url)
     ledger = None
     try:
         if identity is not None:
             ledger = Ledger(gl.db_url)
-        client = docker.APIClient(**kwargs)
+        client = _docker(config)
         survey = EngineSurvey().look(client, identity, lab.inventory, ledger)
     except (docker.errors.DockerException, SchemaOutOfDate, OSError) as e:
         return [f"warning: could not look at the Docker engine ({e}): other labs not checked"]
@@ -296,12 +325,17 @@ def cmd_check_config(args) -> int:
         lab = gl.load()
     except ConfigError as e:
         errors = e.errors + errors
+    image_warnings: list[str] = []
+    if lab is not None and _uses_gpulab_spawner(config):
+        image_errors, image_warnings = _image_report(config, lab)
+        errors += image_errors
     if errors:
         print(f"{args.config or DEFAULT_CONFIG}: {len(errors)} error(s):", file=sys.stderr)
         for m in errors:
             print(f"  - {m}", file=sys.stderr)
         return 1
-    for w in [*lab.warnings, *_limit_warnings(lab, spawner), *auth_warnings(config, lab)]:
+    warnings = [*lab.warnings, *_limit_warnings(lab, spawner), *auth_warnings(config, lab)]
+    for w in warnings + image_warnings:
         print(f"warning: {w}")
     kinds: dict[str, int] = {}
     for s in lab.inventory.slices:

@@ -3,7 +3,8 @@
 #
 # On a fresh Debian/Ubuntu machine (root): installs the Debian packages the hub needs, starts
 # dockerd if absent, installs the proxy, installs this checkout (pip, editable), builds the
-# single-user image with JupyterLab (no registry needed), checks the configuration, and runs
+# framework images (gpulab/base, gpulab/pytorch, gpulab/tensorflow: no registry needed; the CPU
+# variants, or the CUDA ones where nvidia-smi sees a GPU), checks the configuration, and runs
 # `jupyterhub -f jupyterhub_config.py`. Open http://127.0.0.1:8000 (GPULAB_PORT to change it) and
 # log in with any password: student1 (students), researcher1 (researchers), admin (admin).
 # On a host with NVIDIA GPUs the same config discovers them through NVML.
@@ -20,10 +21,14 @@ step "proxy";     scripts/ensure-proxy.sh
 step "install (virtual environment $REPO/.venv)"
 PYTHON=$(scripts/ensure-venv.sh | tail -n 1)
 export PYTHON PATH="$(dirname "$PYTHON"):$PATH"
-step "image (first time ~1-2 min)"
-export GPULAB_IMAGE_LAB=1
-GPULAB_IMAGE=$(images/build-singleuser.sh | tail -n 1)
-export GPULAB_IMAGE
+# The CUDA variants where this host has a GPU (as jupyterhub_config.py decides), else the CPU ones.
+if [ -z "${GPULAB_IMAGE_VARIANT:-}" ]; then
+    GPULAB_IMAGE_VARIANT=cpu
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && GPULAB_IMAGE_VARIANT=cuda
+fi
+export GPULAB_IMAGE_VARIANT
+step "images: base, pytorch, tensorflow ($GPULAB_IMAGE_VARIANT; first time ~5 min for cpu, longer for cuda)"
+images/build-image.sh --variant "$GPULAB_IMAGE_VARIANT" base pytorch tensorflow >/dev/null
 case "${GPULAB_DEMO_AUTH:=dummy}" in
 dummy) ;;
 oidc)

@@ -4,13 +4,15 @@
 # Why: sessions and CI start with no Docker engine, PostgreSQL stopped, a proxy command that does
 # not run as installed, and no single-user image (there is no registry to pull one from).
 # What, in order (the image needs the installed JupyterHub's version): scripts/ensure-packages.sh, scripts/ensure-docker.sh, scripts/ensure-postgres.sh, scripts/ensure-proxy.sh,
-# images/build-singleuser.sh (skipped when the image is current), then scripts/ensure-venv.sh test
+# images/build-singleuser.sh and images/build-image.sh (skipped when current), then scripts/ensure-venv.sh test
 # (this checkout, editable, in <repo>/.venv). Idempotent; ~1 s when everything is already up.
 # It cannot export into its caller; on success it prints lines a caller may eval:
 #   GPULAB_PYTHON=<repo>/.venv/bin/python
 #   GPULAB_TEST_POSTGRES_URL=postgresql+psycopg://gpulab:gpulab@127.0.0.1:5432/gpulab_test
 #   GPULAB_TEST_IMAGE=gpulab/singleuser:<hub version>
 #   GPULAB_TEST_LAB_IMAGE=gpulab/singleuser:<hub version>-lab   (with ipykernel: tests that run a kernel)
+#   GPULAB_TEST_BASE_IMAGE=gpulab/base:<hub version>, GPULAB_TEST_PYTORCH_IMAGE=gpulab/pytorch:<v>-cpu,
+#   GPULAB_TEST_TENSORFLOW_IMAGE=gpulab/tensorflow:<v>-cpu  (images/build-image.sh)
 #   GPULAB_GPUSIM_DOCKER_HOST=unix:///var/run/gpulab-gpusim.sock
 #   GPULAB_GPUSIM_GATEWAY=172.30.0.1
 #   GPULAB_OIDC_PROVIDER_MODULE=/var/cache/gpulab/npm/oidc-provider-<v>/node_modules/oidc-provider/lib/index.js
@@ -34,6 +36,9 @@ PYTHON=$(run_step venv "$REPO/scripts/ensure-venv.sh" test | tail -n 1)
 export PYTHON
 image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
 lab_image=$(GPULAB_IMAGE_LAB=1 run_step image-lab "$REPO/images/build-singleuser.sh" | tail -n 1)
+# The framework images (CPU variants), from their lock files; cached, ~4 min cold, ~1 s warm.
+framework_tags=$(run_step framework-images "$REPO/images/build-image.sh" --variant cpu base pytorch tensorflow)
+mapfile -t framework <<<"$framework_tags"
 # A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
 gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
 # npm's oidc-provider: the real identity provider of the SSO tests (marker sso)
@@ -44,5 +49,8 @@ echo "GPULAB_PYTHON=$PYTHON"
 echo "GPULAB_TEST_POSTGRES_URL=$pg_url"
 echo "GPULAB_TEST_IMAGE=$image"
 echo "GPULAB_TEST_LAB_IMAGE=$lab_image"
+echo "GPULAB_TEST_BASE_IMAGE=${framework[0]}"
+echo "GPULAB_TEST_PYTORCH_IMAGE=${framework[1]}"
+echo "GPULAB_TEST_TENSORFLOW_IMAGE=${framework[2]}"
 echo "$gpusim"
 echo "GPULAB_OIDC_PROVIDER_MODULE=$oidc"

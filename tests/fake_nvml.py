@@ -262,7 +262,8 @@ class FakeNVML(SamplingCalls):
     """A stand-in for the ``pynvml`` module over a list of :class:`FakeGpu` (index = position).
 
     ``init_error`` is a pynvml exception class ``nvmlInit`` raises; ``bytes_strings=True``
-    returns names and UUIDs as ``bytes`` like pynvml < 11.515.
+    returns names and UUIDs as ``bytes`` like pynvml < 11.515. ``driver_version`` is what
+    ``nvmlSystemGetDriverVersion`` answers (``None``: NVML says it is not supported).
     """
 
     def __init__(
@@ -271,8 +272,10 @@ class FakeNVML(SamplingCalls):
         *,
         init_error: type[Exception] | None = None,
         bytes_strings: bool = False,
+        driver_version: str | None = "580.95.05",
     ) -> None:
         self.gpus = list(gpus or [])
+        self.driver_version = driver_version
         self.init_error = init_error
         self.bytes_strings = bytes_strings
         self.refcount = 0
@@ -360,6 +363,12 @@ class FakeNVML(SamplingCalls):
     def nvmlShutdown(self) -> None:
         self._check()
         self.refcount -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
+        self._check()
+        if self.driver_version is None:
+            raise pynvml.NVMLError_NotSupported()
+        return self._s(self.driver_version)
 
     def nvmlDeviceGetCount(self) -> int:
         self._check()

@@ -1,10 +1,13 @@
 """The SSO tests' real parts: a local OpenID Connect provider (npm's ``oidc-provider`` running
 ``scripts/idp/local-idp.mjs``), a real hub that logs in through it, and a browser login.
 
-``LocalIdP(workdir, users, redirect_uri)`` starts the provider on a free port with ``users``
-(account -> claims, written to a file it re-reads at every request: :meth:`LocalIdP.set_claims`
-changes a user's groups "at the provider"). ``sso_hub`` makes a hub with the gpulab service whose
-authenticator is ``configure_sso(c, "oidc", …)`` plus the mapping keywords given.
+``LocalIdP(workdir, users, redirect_uri, shape=…)`` starts the provider on a free port with
+``users`` (account -> claims, written to a file it re-reads at every request:
+:meth:`LocalIdP.set_claims` changes a user's groups "at the provider"), serving its endpoints
+at the paths the provider ``shape`` uses (``keycloak``, ``entra``, ``okta``, ``auth0``,
+``cilogon``, ``oidc``). ``sso_hub`` makes a hub with the gpulab service whose authenticator is
+``configure_sso(c, shape, …)`` — the preset an admin uses, only the host is this machine's —
+plus the mapping keywords given.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from service_support import make_hub, require_or_skip
 REPO = Path(__file__).resolve().parents[1]
 IDP_SCRIPT = REPO / "scripts" / "idp" / "local-idp.mjs"
 CLIENT_ID, CLIENT_SECRET = "jupyterhub", "local-idp-test-secret"
+REALM, TENANT = "campus", "3f2c9a1e-7b4d-4e8a-9c61-5d0e2b7a1f30"
 
 #: group policies of the SSO hub: students have a GPU-hour budget, researchers the A40
 SSO_POLICIES = {
@@ -48,12 +52,17 @@ def idp_problem() -> str | None:
 class LocalIdP:
     """The local provider as a subprocess; see the module docstring."""
 
-    def __init__(
-        self, workdir: Path, users: dict, redirect_uri: str, *, id_token_claims: bool = False
-    ):
+    def __init__(self, workdir: Path, users: dict, redirect_uri: str, *, shape: str = "oidc"):
         require_or_skip(idp_problem(), "The local OpenID Connect provider")
         self.port = free_port()
-        self.issuer = f"http://127.0.0.1:{self.port}"
+        self.origin = f"http://127.0.0.1:{self.port}"
+        self.shape = shape
+        #: configure_sso's URL keywords for this shape (as an admin writes them for the real one)
+        self.preset_urls = {
+            "keycloak": {"issuer": f"{self.origin}/realms/{REALM}"},
+            "entra": {"tenant": TENANT, "authority": self.origin},
+            "okta": {"issuer": f"{self.origin}/oauth2/default"},
+        }.get(shape, {"issuer": self.origin})
         self.users_file = Path(workdir) / "idp-users.json"
         self.users = dict(users)
         self._write()
@@ -67,7 +76,9 @@ class LocalIdP:
             CLIENT_ID=CLIENT_ID,
             CLIENT_SECRET=CLIENT_SECRET,
             REDIRECT_URIS=redirect_uri,
-            ID_TOKEN_CLAIMS="1" if id_token_claims else "",
+            SHAPE=shape,
+            REALM=REALM,
+            TENANT=TENANT,
         )
         self.proc = subprocess.Popen(
             ["node", str(IDP_SCRIPT)], stdout=self._log, stderr=subprocess.STDOUT, env=env
@@ -77,7 +88,7 @@ class LocalIdP:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"local-idp exited:\n{self.log_path.read_text()}")
             try:
-                url = self.issuer + "/.well-known/openid-configuration"
+                url = self.origin + "/.well-known/openid-configuration"
                 if requests.get(url, timeout=2).status_code == 200:
                     return
             except requests.RequestException:
@@ -103,26 +114,29 @@ class LocalIdP:
 
 
 def sso_hub(
-    workdir: Path, users: dict, *, refresh_age: int = 300, id_token: bool = False, **mapping
+    workdir: Path,
+    users: dict,
+    provider: str = "keycloak",
+    *,
+    refresh_age: int = 300,
+    extra: str = "",
+    **mapping,
 ):
     """``(hub, idp)``: a started hub (gpulab service included) logging in through a new
-    :class:`LocalIdP` serving ``users``; ``mapping``: configure_sso's mapping keywords;
-    ``id_token``: the claims come from the ID token (as the Entra ID preset reads them)."""
+    :class:`LocalIdP` of ``provider``'s shape serving ``users``, configured by
+    ``configure_sso(c, provider, …)``; ``mapping``: its mapping keywords (``rename=`` …);
+    ``extra``: more config, after those lines."""
     workdir.mkdir(parents=True, exist_ok=True)
     hub = make_hub(workdir, extra="")  # not started: its URL is the provider's redirect URI
-    idp = LocalIdP(workdir, users, f"{hub.url}/hub/oauth_callback", id_token_claims=id_token)
-    kw = ", ".join(f"{k}={v!r}" for k, v in mapping.items())
+    idp = LocalIdP(workdir, users, f"{hub.url}/hub/oauth_callback", shape=provider)
+    kw = "".join(f", {k}={v!r}" for k, v in {**idp.preset_urls, **mapping}.items())
     hub.extra_config += f"""
 c.GPULab.group_policies = {SSO_POLICIES!r}
 from jupyterhub_gpulab.auth.presets import configure_sso
-configure_sso(c, "oidc", issuer="{idp.issuer}", client_id="{CLIENT_ID}",
-              client_secret="{CLIENT_SECRET}", callback_url="{hub.url}/hub/oauth_callback",
-              admin_groups=["gpu-admins"], refresh_age={refresh_age}{", " + kw if kw else ""})
-"""
-    if id_token:  # as configure_sso(c, "entra", …) does
-        hub.extra_config += """
-c.GPULabOAuthenticator.pop("userdata_url")
-c.GPULabOAuthenticator.userdata_from_id_token = True
+configure_sso(c, {provider!r}, client_id="{CLIENT_ID}", client_secret="{CLIENT_SECRET}",
+              callback_url="{hub.url}/hub/oauth_callback", admin_groups=["gpu-admins"],
+              refresh_age={refresh_age}{kw})
+{extra}
 """
     hub.env = {"JUPYTERHUB_CRYPT_KEY": Fernet.generate_key().decode()}
     try:

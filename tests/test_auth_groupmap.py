@@ -185,6 +185,19 @@ def test_configure_sso_fills_the_endpoints_and_refuses_unknown_providers():
         configure_sso(Config(), "ldap", client_id="a", client_secret="b")
     with pytest.raises(ValueError, match="needs tenant="):
         configure_sso(Config(), "entra", client_id="a", client_secret="b")
+    # the fixed hosts are defaults: a national cloud's authority, CILogon's test instance
+    for kw, url in (
+        ({}, "https://login.microsoftonline.com/t1/oauth2/v2.0/authorize"),
+        ({"authority": "https://login.microsoftonline.us/"},
+         "https://login.microsoftonline.us/t1/oauth2/v2.0/authorize"),
+    ):  # fmt: skip
+        c = Config()
+        configure_sso(c, "entra", tenant="t1", client_id="a", client_secret="b", **kw)
+        assert c.GPULabOAuthenticator.authorize_url == url
+        assert c.GPULabOAuthenticator.userdata_from_id_token is True
+    c = Config()
+    configure_sso(c, "cilogon", client_id="a", client_secret="b")
+    assert c.GPULabOAuthenticator.token_url == "https://cilogon.org/oauth2/token"
     assert set(PRESETS) >= {"keycloak", "entra", "okta", "auth0", "cilogon"}
 
 

@@ -54,3 +54,11 @@ def test_bars_carry_value_name_and_pattern_and_the_limit_line():
     ]
     assert 'fill="url(#bars-hatch)"' in svg  # the second group is hatched, not only coloured
     assert 'class="limit" data-value="10"' in svg and "budget 10 h" in svg
+
+
+def test_small_figures_never_read_as_zero():
+    svg = str(bar_chart(["this week"], ["students"], {("this week", "students"): 0.0267},
+                        title="t"))  # fmt: skip
+    texts = re.findall(r">([^<>]+)</text>", svg)
+    assert "0.03" in texts and "0.03 h" in texts  # the bar and the axis's top
+    assert "0" not in texts

@@ -86,6 +86,13 @@ def test_overage_claims_show_the_login_error_and_exit_1(tmp_path, capsys, monkey
     assert "login refused (group-overage)" in out
 
 
+def test_claims_without_a_user_name_show_the_login_error(tmp_path, capsys):
+    for claims in ({"groups": ["/students"]}, {"preferred_username": ["a", "b"]}):
+        assert main(["check-auth", "-f", write(tmp_path), json.dumps(claims)]) == 1
+        out = capsys.readouterr().out
+        assert "login refused (malformed-claim)" in out and "no usable user name" in out
+
+
 def test_unreadable_claims_are_a_usage_error(tmp_path, capsys):
     assert main(["check-auth", "-f", write(tmp_path), "[1, 2]"]) == 2
     assert "must be a JSON object" in capsys.readouterr().err

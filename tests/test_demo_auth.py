@@ -42,9 +42,11 @@ def test_demo_idp_starts_and_serves_the_demo_users(tmp_path):
     try:
         assert r.returncode == 0, r.stderr
         issuer = r.stdout.strip().splitlines()[-1]
-        assert issuer == f"http://127.0.0.1:{port}"
-        meta = requests.get(issuer + "/.well-known/openid-configuration", timeout=5).json()
-        assert meta["authorization_endpoint"] == issuer + "/auth"
+        assert issuer == f"http://127.0.0.1:{port}/realms/campus"  # a Keycloak realm's
+        origin = f"http://127.0.0.1:{port}"
+        meta = requests.get(origin + "/.well-known/openid-configuration", timeout=5).json()
+        assert meta["issuer"] == issuer
+        assert meta["authorization_endpoint"] == issuer + "/protocol/openid-connect/auth"
         assert "groups" in meta["claims_supported"]
         assert json.loads((tmp_path / "idp-users.json").read_text()) == DEMO_USERS
     finally:

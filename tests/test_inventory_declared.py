@@ -70,14 +70,14 @@ def test_identical_hardware_gives_identical_slices_from_nvml_and_from_config():
     memory_mib = {"3g.20gb": 19968, "2g.10gb": 9856, "1g.5gb": 4864}
     declared = [
         {"uuid": P40_UUID, "index": 0, "name": "Tesla P40", "memory": "24GiB",
-         "compute_capability": "6.1"},
+         "compute_capability": "6.1", "driver_version": "580.95.05"},
         {"uuid": A40_UUID, "index": 1, "name": "NVIDIA A40", "memory": "46068MiB",
-         "compute_capability": [8, 6]},
+         "compute_capability": [8, 6], "driver_version": "580.95.05"},
         {"uuid": A100_UUID, "index": 2, "name": "NVIDIA A100-SXM4-40GB", "memory": "40960MiB",
-         "compute_capability": "8.0",
+         "compute_capability": "8.0", "driver_version": "580.95.05",
          "mig": [{"uuid": u, "profile": p, "memory": f"{memory_mib[p]}MiB"} for u, p in A100_MIGS]},
         {"uuid": H100_UUID, "index": 3, "name": "NVIDIA H100 80GB HBM3", "memory": "81559MiB",
-         "compute_capability": "9.0"},
+         "compute_capability": "9.0", "driver_version": "580.95.05"},
     ]  # fmt: skip
 
     declared_inv = load_declared(declared)
@@ -91,7 +91,7 @@ def test_identical_shared_seats_from_nvml_and_from_config():
     nvml_inv = discover(nvml=FakeNVML.mixed_lab(), shared=load_shared(settings))
     declared = [
         {"uuid": A40_UUID, "index": 1, "name": "NVIDIA A40", "memory": "46068MiB",
-         "shared": settings[A40_UUID]},
+         "compute_capability": "8.6", "driver_version": "580.95.05", "shared": settings[A40_UUID]},
     ]  # fmt: skip
     seats = [s for s in nvml_inv.slices if s.device_uuid == A40_UUID]
     assert load_declared(declared).slices == tuple(seats)

@@ -76,6 +76,12 @@ class Platform:
     def launch(self, hub: Hub, email: str, roles, context=COURSE_CONTEXT, key=None):
         """The browser's part of a launch: login initiation, then the signed id_token posted
         back. Returns the callback's response (not followed)."""
+        s, url, form = self.signed_launch(hub, email, roles, context, key)
+        return s.post(url, data=form, allow_redirects=False)
+
+    def signed_launch(self, hub: Hub, email: str, roles, context=COURSE_CONTEXT, key=None):
+        """Login initiation, then the launch the LMS would post: ``(browser session with the
+        hub's state cookies, callback URL, form)``."""
         s = requests.Session()
         target = f"{hub.url}/hub"
         r = s.post(
@@ -89,9 +95,7 @@ class Platform:
         assert auth.netloc == f"127.0.0.1:{self.port}"  # sent to the platform's authorize URL
         q = {k: v[0] for k, v in parse_qs(auth.query).items()}
         token = self.id_token(q["nonce"], target, roles, context, email, key)
-        return s.post(
-            q["redirect_uri"], data={"id_token": token, "state": q["state"]}, allow_redirects=False
-        )
+        return s, q["redirect_uri"], {"id_token": token, "state": q["state"]}
 
     def stop(self):
         self.server.shutdown()
@@ -156,3 +160,28 @@ def test_a_malformed_roles_claim_is_a_clear_403(lms):
     assert r.status_code == 403
     assert "in a form this hub cannot read" in r.text
     assert hub.api("GET", "/users/odd@uni.example").status_code == 404
+
+
+def test_a_replayed_launch_is_refused(lms):
+    """An attacker who captured a launch (the signed id_token, the state and the browser's
+    state cookies) posts it again: the nonce was used, so no second login."""
+    platform, hub = lms
+    s, url, form = platform.signed_launch(hub, "rex@uni.example", [ROLE + "Learner"])
+    captured = s.cookies.copy()
+    first = s.post(url, data=form, allow_redirects=False)
+    assert first.status_code == 302, first.text
+    replay = requests.post(url, data=form, cookies=captured, allow_redirects=False)
+    assert replay.status_code == 400, replay.status_code
+    assert "already used" in replay.text
+    assert not any(c.name.startswith("jupyterhub-session") for c in replay.cookies)
+
+
+def test_seen_nonces_forget_a_nonce_once_its_token_expired():
+    from jupyterhub_gpulab.auth.lti import SeenNonces
+
+    seen = SeenNonces(max_entries=3)
+    assert seen.first_use("a", 1000, now=900) and not seen.first_use("a", 1000, now=950)
+    assert seen.first_use("a", 2000, now=1100)  # expired (exp + 60 s leeway): a new launch
+    for n in "bcd":
+        assert seen.first_use(n, 5000, now=1200)
+    assert not seen.first_use("d", 5000, now=1300)

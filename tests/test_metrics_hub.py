@@ -45,6 +45,10 @@ def test_spawns_refusals_claims_and_releases_are_counted_at_hub_metrics(hub_fact
     for reason in STATUS_BY_REASON:
         assert value(m, "gpulab_server_spawn_refused_total", reason=reason) == 0, reason
     assert value(m, "gpulab_slice_claim_duration_seconds_count", kind="mig", outcome="claimed") == 0
+    # …and each configured profile's spawns, before any spawner exists (so a Prometheus that
+    # scraped before the first spawn sees it in increase())
+    for profile in ("mig", "cpu", "a40"):
+        assert value(m, "gpulab_server_spawn_total", profile=profile, outcome="success") == 0
 
     assert hub.spawn("ann", {"profile": "mig"}).status_code in (201, 202)
     hub.wait_ready("ann")

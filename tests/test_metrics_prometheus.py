@@ -51,6 +51,38 @@ def dashboard_queries() -> list[str]:
     return [t["expr"] for p in panels for t in p["targets"]]
 
 
+#: Grafana's built-in panel types (grafana/public/app/plugins/panel)
+GRAFANA_PANELS = {"timeseries", "bargauge", "stat", "gauge", "table", "barchart", "text",
+                  "heatmap", "piechart", "state-timeline", "status-history", "histogram"}  # fmt: skip
+
+
+def test_the_dashboard_is_an_importable_grafana_dashboard():
+    """What Grafana's import needs: the data source asked for (``__inputs``) and used by every
+    panel and query, unique panel ids and per-panel refIds, built-in panel types, and a grid of
+    24 columns whose panels do not overlap."""
+    d = json.loads(DASHBOARD.read_text())
+    [ds] = d["__inputs"]
+    assert ds["type"] == "datasource" and ds["pluginId"] == "prometheus"
+    uid = "${" + ds["name"] + "}"
+    assert d["uid"] and d["title"] and isinstance(d["schemaVersion"], int)
+    ids = [p["id"] for p in d["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for p in d["panels"]:
+        assert p["type"] in GRAFANA_PANELS, p["type"]
+        assert p["datasource"] == {"type": "prometheus", "uid": uid}, p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert refs and len(refs) == len(set(refs)), p["title"]
+        assert all(t["datasource"]["uid"] == uid and t["expr"] for t in p["targets"])
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not mine & cells, f"{p['title']} overlaps another panel"
+        cells |= mine
+
+
 @pytest.mark.docker
 def test_prometheus_sees_a_spawn_a_refusal_and_a_slice_changing_state(tmp_path):
     require_docker()

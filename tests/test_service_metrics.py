@@ -16,7 +16,7 @@ from service_support import PREFIX, ledger_for, login, start_hub, user_token, wa
 
 from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
-from jupyterhub_gpulab.ledger.schema import allocations
+from jupyterhub_gpulab.ledger.schema import allocations, bookings
 
 TOKEN = secrets.token_hex(16)
 PROMETHEUS = f"""
@@ -60,6 +60,13 @@ def test_metrics_need_the_metrics_scope(hub):
     r = scrape(hub, None)
     assert r.status_code == 403
     assert "custom:gpulab:metrics" in r.json()["message"]
+    # a token fit for the hub's /hub/metrics only is told what else it needs
+    admin = login(hub, "admin")
+    r = admin.post(f"{hub.url}/hub/api/users/admin/tokens", json={"scopes": ["read:metrics"]},
+                   headers={"X-XSRFToken": admin.cookies.get("_xsrf", path="/hub/")})  # fmt: skip
+    assert r.status_code == 201, r.text
+    r = scrape(hub, r.json()["token"])
+    assert r.status_code == 403 and "access:services!service=gpulab" in r.json()["message"]
     student = user_token(hub, login(hub, "student"), "student")
     r = scrape(hub, student)
     assert r.status_code == 403, r.text
@@ -134,3 +141,58 @@ def test_slices_devices_culls_warnings_and_drift_follow_the_ledger(hub, ledger):
             ledger.release(a.id, "test-cleanup")
         with ledger.engine.begin() as conn:
             conn.execute(sa.delete(allocations))
+
+
+def test_reserved_slices_and_reservation_seats_follow_a_booking(hub, ledger):
+    """A course session keeping 3 of the 4 shared seats: they leave ``free`` for ``reserved``
+    (with the profile they are kept for); a member's claim moves one to ``held`` and to the
+    claimed seats; when the session starts the seats count in phase ``session``."""
+    now = clock.utcnow()
+    seats = dict(node="lab-node", kind="shared", mig_profile="")
+    booking = ledger.book(holder="ml101", groups=["ml101"], profile="shared-seat", request=SEAT,
+                          count=3, starts_at=now + timedelta(minutes=10),
+                          ends_at=now + timedelta(hours=2), lead_s=1800, grace_s=900)  # fmt: skip
+    try:
+        m = metrics(hub)
+        assert value(m, "gpulab_slices", **seats, profile="", state="free") == 1
+        assert value(m, "gpulab_slices", **seats, profile="shared-seat", state="reserved") == 3
+        assert value(m, "gpulab_reservation_seats", phase="lead", state="unclaimed") == 3
+        assert value(m, "gpulab_reservation_seats", phase="session", state="unclaimed") == 0
+        # a whole GPU is untouched by a booking of seats
+        whole = dict(node="lab-node", kind="gpu", mig_profile="", profile="")
+        assert value(m, "gpulab_slices", **whole, state="reserved") == 0
+        assert value(m, "gpulab_slices", **whole, state="free") == 3
+
+        member = ledger.claim(SEAT, user="student", profile="shared-seat", groups=["ml101"])
+        assert member.allocation.booking_id == booking.id
+        m = metrics(hub)
+        assert value(m, "gpulab_slices", **seats, profile="shared-seat", state="held") == 1
+        assert value(m, "gpulab_slices", **seats, profile="shared-seat", state="reserved") == 2
+        assert value(m, "gpulab_slices", **seats, profile="", state="free") == 1
+        assert value(m, "gpulab_reservation_seats", phase="lead", state="claimed") == 1
+
+        with ledger.engine.begin() as conn:  # the session began 5 minutes ago
+            conn.execute(
+                bookings.update()
+                .where(bookings.c.id == booking.id)
+                .values(starts_at=clock.utcnow() - timedelta(minutes=5))
+            )
+        m = metrics(hub)
+        assert value(m, "gpulab_reservation_seats", phase="session", state="unclaimed") == 2
+        assert value(m, "gpulab_reservation_seats", phase="lead", state="unclaimed") == 0
+        ledger.release(member.allocation.id, "stopped")
+    finally:
+        ledger.cancel_booking(booking.id)
+    m = metrics(hub)
+    assert value(m, "gpulab_slices", **seats, profile="", state="free") == 4
+    assert value(m, "gpulab_slices", **seats, profile="", state="reserved") == 0
+
+
+def test_no_user_names_in_labels_unless_enabled(hub, ledger):
+    a = ledger.claim(A40, user="rob-the-user", profile="a40", server_name="train")
+    try:
+        text = scrape(hub).text
+        labels = {k for name, ls in samples(text) for k, _ in ls}
+        assert "user" not in labels and "rob-the-user" not in text
+    finally:
+        ledger.release(a.allocation.id, "stopped")

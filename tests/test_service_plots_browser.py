@@ -137,6 +137,23 @@ def test_admin_and_user_plots_show_the_apis_figures(hub, fake, browser):  # noqa
         )
         assert series_last(fig) == {"whole GPU": util[A40_UUID]} == {"whole GPU": 70.0}
         assert "whole GPU: 70 %" in fig.find_element(By.TAG_NAME, "svg").text
+        # the line is the sampler's readings (the service's own periodic samples too), one
+        # vertex each, drawn higher for more; its table fallback says the same
+        line = fig.find_element(By.CSS_SELECTOR, "g.series")
+        values = [float(v) for v in line.get_attribute("data-values").split()]
+        taken = iter(values)
+        assert all(v in taken for v in (20, 40, 70)) and values[-1] == 70, values
+        points = line.find_element(By.TAG_NAME, "polyline").get_attribute("points").split()
+        assert len(points) == len(values)
+        ys = {v: float(p.split(",")[1]) for v, p in zip(values, points)}
+        assert ys[20] > ys[40] > ys[70]  # SVG y grows downwards
+        row = browser.execute_script(
+            "return [...arguments[0].querySelectorAll('table.chart-table tr[data-label] td')]"
+            ".map(td => td.textContent.trim())",
+            fig,
+        )
+        mean = sum(values) / len(values)
+        assert row == ["whole GPU", "70.0 %", f"{mean:.1f} %", "70.0 %", str(len(values))]
         fig = browser.find_element(
             By.CSS_SELECTOR, f'figure.device-chart[data-device="{P40_UUID}"]'
         )

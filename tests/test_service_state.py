@@ -186,3 +186,27 @@ async def test_actions_on_what_does_not_exist_say_so(ledger):
     with pytest.raises(actions.ActionError) as e:
         await actions.release(state, NO_SERVERS, a.id, by="admin")
     assert e.value.status == 409 and "already closed" in e.value.message
+
+
+def test_per_user_metric_series_only_when_enabled(ledger):
+    """``c.GPULabService.metrics_user_labels``: who holds each slice, and each user's
+    GPU-seconds this week; without it no series names a user."""
+    from metrics_support import samples, value
+
+    from jupyterhub_gpulab.service.app import GPULabService
+    from jupyterhub_gpulab.service.metrics import Exposition
+
+    state = LabState(gpulab(inventory_source="nvml"), ledger, nvml=FakeNVML.mixed_lab())
+    state.sync()
+    held = ledger.claim(MIG_1G, user="alice", profile="mig-small", server_name="hw1")
+    assert GPULabService().metrics_user_labels is False
+    plain = Exposition(state).render().decode()
+    assert "alice" not in plain and "gpulab_slice_holder_info" not in plain
+    m = samples(Exposition(state, user_labels=True).render().decode())
+    who = dict(node="node-a", slice=held.slice.id, user="alice", server="hw1", profile="mig-small")
+    assert value(m, "gpulab_slice_holder_info", **who) == 1
+    assert value(m, "gpulab_user_used_gpu_seconds", user="alice", period="week") >= 0
+    ledger.release(held.allocation.id, "stopped")
+    m = samples(Exposition(state, user_labels=True).render().decode())
+    assert value(m, "gpulab_slice_holder_info", **who) is None
+    state.close()

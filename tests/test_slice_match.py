@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpulab.inventory.model import Slice, SliceKind, SliceRequest
+from jupyterhub_gpulab.inventory.model import Slice, SliceKind, SliceRequest, cc_key, driver_key
 from jupyterhub_gpulab.ledger.queries import slice_filter
 from jupyterhub_gpulab.ledger.schema import devices, metadata, slices
 
@@ -24,6 +24,10 @@ NAMES = ["NVIDIA A100-SXM4-40GB", "NVIDIA A40", "Tesla T4", "NVIDIA H100 80GB HB
 PROFILES = [None, "1g.10gb", "2g.20gb", "1g.5gb"]
 #: Substrings of the names above in other cases, and the LIKE wildcards a raw LIKE would honour.
 MODELS = [None, "", "a100", "A40", "t4", "h100", "nvidia", "_", "%", "a_00%", "A_0", "x"]
+#: Devices' compute capabilities and drivers (None: unknown), and images' minimums: Pascal to
+#: Blackwell (12.0 sorts above 7.5 as a number, not as text), R535 to R590.
+CCS = [None, (6, 1), (7, 5), (8, 0), (10, 0), (12, 0)]
+DRIVERS = [None, (535, 183, 1), (580, 65, 6), (580, 95, 5), (590, 44, 1)]
 
 
 @st.composite
@@ -40,6 +44,8 @@ def a_slice(draw, i: int = 0) -> Slice:
         # a whole GPU or a seat with a MIG profile never comes from an inventory; the rule
         # still has one answer for it
         mig_profile=draw(st.sampled_from(PROFILES)),
+        compute_capability=draw(st.sampled_from(CCS)),
+        driver_version=draw(st.sampled_from(DRIVERS)),
     )
 
 
@@ -49,6 +55,8 @@ requests = st.builds(
     min_memory_bytes=st.sampled_from([0, 10 * GiB, 40 * GiB, 81 * GiB]),
     model=st.sampled_from(MODELS),
     mig_profile=st.sampled_from(PROFILES),
+    min_compute_capability=st.sampled_from(CCS),
+    min_driver=st.sampled_from(DRIVERS),
 )
 
 
@@ -100,6 +108,7 @@ def _rows(found: list[Slice]) -> list[dict]:
             "device_index": s.device_index, "device_name": s.device_name,
             "memory_bytes": s.memory_bytes, "visible_id": s.visible_id, "share": s.share,
             "mig_profile": s.mig_profile, "rank": 0, "present": True, "available": True,
+            "cc_key": cc_key(s.compute_capability), "driver_key": driver_key(s.driver_version),
         }
         for s in found
     ]  # fmt: skip
@@ -134,3 +143,22 @@ def test_the_copies_used_to_disagree_on_mig_profile_and_wildcards():
             assert not req.matches(s)
             found = conn.execute(sa.select(slices.c.id).where(*slice_filter(req))).scalars()
             assert s.id not in set(found)
+
+
+def test_an_image_needing_cuda_13_skips_a_p40_but_not_an_unknown_device():
+    p40 = Slice("GPU-p40", SliceKind.GPU, "GPU-1", 0, "Tesla P40", 24 * GiB, "GPU-p40",
+                compute_capability=(6, 1), driver_version=(580, 95, 5))  # fmt: skip
+    old_driver = Slice("GPU-t4", SliceKind.GPU, "GPU-1", 1, "Tesla T4", 16 * GiB, "GPU-t4",
+                       compute_capability=(7, 5), driver_version=(535, 183, 1))  # fmt: skip
+    fine = Slice("GPU-l4", SliceKind.GPU, "GPU-1", 2, "NVIDIA L4", 24 * GiB, "GPU-l4",
+                 compute_capability=(8, 9), driver_version=(580, 95, 5))  # fmt: skip
+    unknown = Slice("GPU-v", SliceKind.GPU, "GPU-1", 3, "GRID A40-8Q", 8 * GiB, "GPU-v")
+    cuda13 = SliceRequest(SliceKind.GPU, min_compute_capability=(7, 5), min_driver=(580, 65, 6))
+    engine = sa.create_engine("sqlite://")
+    with engine.begin() as conn:
+        _create(conn)
+        conn.execute(slices.insert(), _rows([p40, old_driver, fine, unknown]))
+        found = set(conn.execute(sa.select(slices.c.id).where(*slice_filter(cuda13))).scalars())
+    assert found == {"GPU-l4", "GPU-v"}
+    assert {s.id for s in (p40, old_driver, fine, unknown) if cuda13.matches(s)} == found
+    assert cuda13.unrestricted.matches(p40)

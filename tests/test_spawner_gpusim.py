@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import subprocess
+import time
 
 import pytest
 from e2e_support import gpulab_config, require_docker
@@ -108,7 +109,10 @@ def test_device_requests_name_each_users_own_slice(gpusim_hub):
     assert sorted(a.slice_id for a in led.open_allocations()) == sorted(expected.values())
     led.close()
     hub.stop_server("ann")
-    assert (
-        gdocker("ps", "-aq", "--filter", f"name={states['ann']['object_name']}").stdout.strip()
-        == ""
-    )
+    # the container was created with AutoRemove (dockerspawner's remove=True): after the stop the
+    # engine removes it on its own, and a `ps -a` in that moment still lists it
+    name = states["ann"]["object_name"]
+    deadline = time.monotonic() + 30
+    while gdocker("ps", "-aq", "--filter", f"name=^/{name}$").stdout.strip():
+        assert time.monotonic() < deadline, f"{name} still exists 30 s after its server stopped"
+        time.sleep(0.5)

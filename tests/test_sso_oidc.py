@@ -9,20 +9,23 @@ group claims, and the gpulab rules follow the mapped groups.
   age, without logging in again.
 - The Entra ID overage marker and a malformed group claim are a clear 403 login page (never a
   500), and such a user gets no groups at all (is not even created).
-- Every provider shape (Entra ID object ids, Okta, Auth0's namespaced claim, CILogon's
-  ``isMemberOf``) maps through its preset over the real flow.
+- Every provider shape (Keycloak's full paths above; Entra ID object ids in the ID token, Okta,
+  Auth0's namespaced claim, CILogon's ``isMemberOf``) logs in through its own preset
+  (``configure_sso(c, "<provider>", …)``, the call an admin writes) against the local provider
+  serving that provider's endpoint paths and claims.
+- A missing or malformed user-name claim is the same clear 403, not oauthenticator's 500.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
+import requests
 import test_service_browser
-from service_support import PREFIX
+from service_support import PREFIX, user_token
 from sso_support import browser_login, sso_hub, wait_for
-
-from jupyterhub_gpulab.auth.presets import PRESETS
 
 pytestmark = [pytest.mark.sso, pytest.mark.browser]
 browser = test_service_browser.browser  # the real chromium fixture
@@ -41,18 +44,25 @@ USERS = {
         "_claim_sources": {"src1": {"endpoint": "https://graph.microsoft.com/v1.0/users/eve"}},
     },
     "mal": {"preferred_username": "mal", "groups": {"students": True}},
+    "big": {"preferred_username": "big", "groups": [f"/g{i}" for i in range(6000)]},
+    "nou": {"name": "No Username", "groups": ["/students"]},
+    "lst": {"preferred_username": ["lst", "kim"], "groups": ["/gpu-admins"]},
+    "lea": {"preferred_username": "lea", "groups": ["/students", "/ml101"]},
+    "ian": {"preferred_username": "ian", "groups": ["/ml101-staff"]},
 }
+#: a course whose roster and staff are groups of the identity provider
+COURSE = """
+c.GPULabCourses.courses = [{"slug": "ml101", "title": "Machine learning", "roster_group": "ml101",
+                            "staff_group": "ml101-staff", "profiles": ["cpu"]}]
+from jupyterhub_gpulab.courses.hubhook import configure_courses
+configure_courses(c)
+"""
 
 
 @pytest.fixture(scope="module")
 def sso(tmp_path_factory):
-    hub, idp = sso_hub(
-        tmp_path_factory.mktemp("sso-hub"),
-        USERS,
-        refresh_age=REFRESH_AGE,
-        strip_prefixes=["/"],
-        keep_unmapped=True,
-    )
+    hub, idp = sso_hub(tmp_path_factory.mktemp("sso-hub"), USERS, "keycloak",
+                       refresh_age=REFRESH_AGE, extra=COURSE)  # fmt: skip
     try:
         yield hub, idp
     finally:
@@ -110,69 +120,57 @@ def test_group_change_at_the_provider_applies_after_the_refresh_age(sso, browser
     [
         pytest.param("eve", "more groups than your identity provider", id="entra-overage"),
         pytest.param("mal", "in a form this hub cannot read", id="malformed-claim"),
+        pytest.param("big", "in a form this hub cannot read", id="oversized-claim"),
+        pytest.param("nou", "no usable user name", id="no-username-claim"),
+        pytest.param("lst", "no usable user name", id="username-claim-a-list"),
     ],
 )
-def test_unreadable_groups_are_a_clear_login_error(sso, browser, user, says):
+def test_unreadable_claims_are_a_clear_login_error(sso, browser, user, says):
     from selenium.webdriver.common.by import By
 
     hub, _ = sso
     browser_login(browser, hub, user)
     text = wait_for(lambda: browser.find_element(By.TAG_NAME, "body").text, 10, "the error page")
     assert "403" in text and says in text, text
-    assert "500" not in text
+    assert "Login refused" in text and "login refused:" not in text  # the log's detail stays there
+    assert not re.search(r"\b500\b", text) and "Internal Server Error" not in text
     assert hub.api("GET", f"/users/{user}").status_code == 404  # no user, no groups
 
 
 @pytest.mark.parametrize(
-    "shape, claims, kw, expected",
+    "shape, claims, kw, username, expected",
     [
         pytest.param(
             "entra",
-            {"preferred_username": "sam", "groups": [ENTRA_STUDENTS, "0000-unknown"]},
+            {"preferred_username": "sam@uni.example", "groups": [ENTRA_STUDENTS, "0000-unknown"]},
             {"rename": {ENTRA_STUDENTS: "students"}},
-            ["students"],
-            id="entra-object-ids",
+            "sam@uni.example", ["students"], id="entra-object-ids",
         ),
         pytest.param(
             "okta", {"preferred_username": "sam", "groups": ["students", "Everyone"]}, {},
-            ["Everyone", "students"], id="okta",
+            "sam", ["Everyone", "students"], id="okta",
         ),
         pytest.param(
             "auth0",
-            {"preferred_username": "sam", "https://uni.example/groups": ["researchers"]},
+            {"nickname": "sam", "https://uni.example/groups": ["researchers"]},
             {"claim": "https://uni.example/groups"},
-            ["researchers"],
-            id="auth0-namespaced",
+            "sam", ["researchers"], id="auth0-namespaced",
         ),
         pytest.param(
             "cilogon",
-            {"preferred_username": "sam", "isMemberOf": ["CO:COU:students:members:all", "CO:x"]},
+            {"eppn": "sam@uni.example", "isMemberOf": ["CO:COU:students:members:all", "CO:x"]},
             {},
-            ["students"],
-            id="cilogon-ismemberof",
+            "sam@uni.example", ["students"], id="cilogon-ismemberof",
         ),
     ],
 )  # fmt: skip
-def test_each_provider_shape_maps_over_the_real_flow(
-    tmp_path,
-    browser,
-    shape,
-    claims,
-    kw,
-    expected,
+def test_each_provider_shape_logs_in_through_its_preset(
+    tmp_path, browser, shape, claims, kw, username, expected
 ):
-    p = PRESETS[shape]
-    mapping = {
-        "claim": p.claim,
-        "strip_prefixes": list(p.strip_prefixes),
-        "patterns": dict(p.patterns),
-        "keep_unmapped": p.keep_unmapped,
-        **kw,
-    }
-    hub, idp = sso_hub(tmp_path / shape, {"sam": claims}, **mapping)
+    hub, idp = sso_hub(tmp_path / shape, {"sam": claims}, shape, **kw)
     try:
         browser_login(browser, hub, "sam")
-        assert groups_of(hub, "sam") == expected
+        assert groups_of(hub, username) == expected
     finally:
         hub.stop()
         idp.stop()
@@ -201,14 +199,11 @@ def test_entra_groups_from_the_id_token_refresh_through_the_refresh_token(tmp_pa
         "sam": {"preferred_username": "sam", "groups": [ENTRA_STUDENTS]},
         "big": {"preferred_username": "big", **USERS["eve"]},
     }
-    p = PRESETS["entra"]
     hub, idp = sso_hub(
         tmp_path / "entra",
         users,
+        "entra",
         refresh_age=REFRESH_AGE,
-        id_token=True,
-        claim=p.claim,
-        keep_unmapped=p.keep_unmapped,
         rename={ENTRA_STUDENTS: "students", ENTRA_RESEARCHERS: "researchers"},
     )
     try:
@@ -241,3 +236,34 @@ def test_check_auth_reads_the_claims_of_a_test_login(sso, browser, capsys, monke
     assert "budget:   5 GPU-hours per week (students)" in out
     assert main([*args, "--hub-user", "nobody"]) == 2
     assert "no user 'nobody'" in capsys.readouterr().err
+
+
+def test_a_course_roster_from_the_provider_is_shown_and_never_edited(sso, browser):
+    """The course's roster group comes from the provider: the course page says so and offers
+    no roster edits, and the API refuses them (409) without touching the group."""
+    from selenium.webdriver.common.by import By
+
+    hub, _ = sso
+    browser_login(browser, hub, "lea")
+    browser_login(browser, hub, "ian", PREFIX + "courses/ml101")
+    browser.get(hub.url + PREFIX + "courses/ml101")
+    wait_for(lambda: browser.find_elements(By.ID, "roster-source"), 30, "the course page")
+    source = browser.find_element(By.ID, "roster-source").text
+    assert "come from the identity provider" in source and "change them there" in source
+    assert "lea" in browser.find_element(By.ID, "roster").text
+    assert not browser.find_elements(By.ID, "add") and not browser.find_elements(By.ID, "csv-file")
+    browser.get(hub.url + "/hub/token")  # the hub's cookies (path /hub/) are visible here
+    wait_for(lambda: browser.get_cookie("_xsrf"), 30, "the hub's token page")
+    session = requests.Session()  # ian's browser login, for a token of his own
+    for c in browser.get_cookies():
+        session.cookies.set(c["name"], c["value"], path=c.get("path", "/"))
+    token = user_token(hub, session, "ian")
+    r = requests.post(hub.url + PREFIX + "api/courses/ml101/roster",
+                      headers={"Authorization": f"token {token}"},
+                      json={"add": ["kim"], "remove": ["lea"]}, timeout=30)  # fmt: skip
+    assert r.status_code == 409 and "identity provider" in r.json()["message"], r.text
+    view = requests.get(hub.url + PREFIX + "api/courses/ml101",
+                        headers={"Authorization": f"token {token}"}, timeout=30).json()  # fmt: skip
+    assert view["roster_source"]["editable"] is False
+    assert [row["user"] for row in view["roster"]] == ["lea"]
+    assert groups_of(hub, "lea") == ["ml101", "students"]

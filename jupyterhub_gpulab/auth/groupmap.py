@@ -66,7 +66,8 @@ def valid_group_name(name: str) -> bool:
     return 0 < len(name) <= 255 and not _BAD_NAME.search(name) and name.strip() == name
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """How a JSON value is named in messages: "a string", "an object", "a number" …"""
     return {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}.get(
         type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
     )
@@ -86,7 +87,7 @@ def claim_value(claims: Mapping, path: str) -> object | None:
             raise ClaimError(
                 "malformed-claim",
                 _malformed_message(path),
-                f"claim path {path!r}: {_kind(node)} where an object was expected at {part!r}",
+                f"claim path {path!r}: {kind_of(node)} where an object was expected at {part!r}",
             )
         node = node.get(part)
     return node
@@ -202,7 +203,7 @@ class GroupMapping:
         malformed claim; ``[]`` when the claim is absent."""
         if not isinstance(claims, Mapping):
             raise ClaimError(
-                "malformed-claim", _malformed_message(self.claim), f"claims are {_kind(claims)}"
+                "malformed-claim", _malformed_message(self.claim), f"claims are {kind_of(claims)}"
             )
         value = claim_value(claims, self.claim)
         if value is None:
@@ -217,7 +218,7 @@ class GroupMapping:
             raise ClaimError(
                 "malformed-claim",
                 _malformed_message(self.claim),
-                f"claim {self.claim!r} is {_kind(value)}, expected a list of strings",
+                f"claim {self.claim!r} is {kind_of(value)}, expected a list of strings",
             )
         if len(value) > MAX_CLAIM_VALUES:
             raise ClaimError(
@@ -230,7 +231,7 @@ class GroupMapping:
             raise ClaimError(
                 "malformed-claim",
                 _malformed_message(self.claim),
-                f"claim {self.claim!r} holds {_kind(bad[0])} among its values, expected strings",
+                f"claim {self.claim!r} holds {kind_of(bad[0])} among its values, expected strings",
             )
         return list(value)
 

@@ -24,9 +24,13 @@ launch's ``target_link_uri`` names another page (``…/hub/…?next=/hub/home``)
 
 from __future__ import annotations
 
+import threading
+import time
+
 from ltiauthenticator.lti13.auth import LTI13Authenticator
 from ltiauthenticator.lti13.handlers import LTI13CallbackHandler
-from traitlets import Bool, Dict, Unicode, default
+from tornado.web import HTTPError
+from traitlets import Bool, Dict, Instance, Unicode, default
 
 from .groupmap import claim_value, valid_group_name
 from .oidc import MappingTraits
@@ -40,8 +44,48 @@ _INSTITUTION = "http://purl.imsglobal.org/vocab/lis/v2/institution/person#"
 STAFF_ROLES = ("Instructor", "TeachingAssistant", "ContentDeveloper", "Administrator")
 
 
+class SeenNonces:
+    """The nonces of the launches this hub accepted, each kept until its ``id_token`` expires
+    (at most ``max_age_s``), so a launch is accepted once (IMS Security Framework 5.1.3: the tool
+    should check it has not received the nonce before). ltiauthenticator checks the nonce
+    against a browser cookie only, which a replay carries along. Kept in the hub's memory: a
+    hub restart forgets them (the id_token's ``exp``, minutes, still bounds a replay)."""
+
+    def __init__(self, max_age_s: float = 86400, max_entries: int = 100_000):
+        self.max_age_s, self.max_entries = max_age_s, max_entries
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def first_use(self, nonce: str, expires: object, now: float | None = None) -> bool:
+        """``True`` the first time ``nonce`` is offered (and remember it until ``expires``,
+        seconds since the epoch), ``False`` for every later offer before then."""
+        now = time.time() if now is None else now
+        until = now + self.max_age_s
+        if isinstance(expires, (int, float)) and not isinstance(expires, bool):
+            until = min(until, float(expires) + 60)  # PyJWT's leeway is smaller
+        with self._lock:
+            if len(self._seen) >= self.max_entries:
+                self._seen = {n: t for n, t in self._seen.items() if t > now}
+                while len(self._seen) >= self.max_entries:  # the oldest first
+                    self._seen.pop(next(iter(self._seen)))
+            seen = self._seen.get(nonce)
+            if seen is not None and seen > now:
+                return False
+            self._seen[nonce] = until
+            return True
+
+
 class CourseLandingCallbackHandler(LTI13CallbackHandler):
-    """ltiauthenticator's callback, landing on the course server the launch named."""
+    """ltiauthenticator's callback, refusing a replayed launch (:class:`SeenNonces`) and
+    landing on the course server the launch named."""
+
+    def check_nonce(self, id_token) -> None:
+        super().check_nonce(id_token)
+        if not self.authenticator.seen_nonces.first_use(id_token.get("nonce"), id_token.get("exp")):
+            self.log.warning("LTI launch refused: its nonce was used by an earlier launch (replay)")
+            raise HTTPError(
+                400, "This launch was already used. Open the tool again from your course's page."
+            )
 
     def get_next_url(self, user=None):
         landing = getattr(self, "gpulab_course_server", None)
@@ -85,6 +129,8 @@ class GPULabLTI13Authenticator(MappingTraits, LTI13Authenticator):
         Example: ``c.GPULabLTI13Authenticator.land_on_course_server = False``
         """,
     )
+
+    seen_nonces = Instance(SeenNonces, args=(), help="The launches' nonces already accepted.")
 
     @default("manage_groups")
     def _manage_groups_default(self):

@@ -21,11 +21,13 @@ that cannot be done a clear login error instead of a 500 or a user with the wron
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from oauthenticator.generic import GenericOAuthenticator
 from tornado import web
 from traitlets import Bool, Dict, HasTraits, List, Unicode, default, observe
 
-from .groupmap import ClaimError, GroupMapping
+from .groupmap import ClaimError, GroupMapping, kind_of
 
 __all__ = ["GPULabOAuthenticator", "LoginRefused", "MappingTraits"]
 
@@ -35,7 +37,8 @@ class LoginRefused(web.HTTPError):
     shows; ``reason`` is the :class:`ClaimError`'s (``group-overage``, ``malformed-claim``)."""
 
     def __init__(self, error: ClaimError):
-        super().__init__(403, "login refused: %s", error.log_message)
+        # reason: the page's heading ("403 : Login refused"); the detail is for the hub's log
+        super().__init__(403, "login refused: %s", error.log_message, reason="Login refused")
         self.jupyterhub_message = error.message
         self.claim_reason = error.reason
 
@@ -167,6 +170,37 @@ class GPULabOAuthenticator(MappingTraits, GenericOAuthenticator):
     def claims_in(self, auth_state: dict) -> dict:
         return auth_state.get(self.user_auth_state_key) or {}
 
+    def username_from(self, claims) -> str:
+        """The user name in ``claims`` (``username_claim``); :class:`ClaimError` when it is
+        absent or not a name (a list, an object, empty, over 255 characters), where
+        oauthenticator raises a ``ValueError`` (an HTTP 500 at the callback)."""
+        claim = self.username_claim
+        if callable(claim):
+            value = claim(claims)
+            claim = getattr(claim, "__name__", "username_claim")
+        else:
+            value = claims.get(claim) if isinstance(claims, Mapping) else None
+        if isinstance(value, str) and value.strip() and len(value) <= 255:
+            return value
+        why = "absent" if value is None else f"{kind_of(value)}, not a user name"
+        raise ClaimError(
+            "malformed-claim",
+            f"Your identity provider sent no usable user name (claim '{claim}'), so this hub "
+            "cannot tell who you are. Please tell the hub's administrators; they can see the "
+            "details in the hub's log.",
+            f"username claim {claim!r} is {why} (c.GPULabOAuthenticator.username_claim; the "
+            "scopes requested may not release it)",
+        )
+
+    def user_info_to_username(self, user_info):
+        """oauthenticator's, with an unusable user name as a login error (:class:`LoginRefused`,
+        403) rather than a 500."""
+        try:
+            return self.username_from(user_info)
+        except ClaimError as e:
+            self.log.warning("login refused (%s): %s", e.reason, e.log_message)
+            raise LoginRefused(e) from None
+
     async def get_user_groups(self, auth_state: dict):
         """The mapped groups of the claims in ``auth_state`` (:class:`LoginRefused` if none can
         be read). Called by oauthenticator at login and at every refresh."""
@@ -176,14 +210,14 @@ class GPULabOAuthenticator(MappingTraits, GenericOAuthenticator):
 
     def _username_of(self, claims) -> str:
         try:
-            return self.user_info_to_username(claims)
-        except Exception:
+            return self.username_from(claims)
+        except ClaimError:
             return "(unknown user)"
 
     def explain(self, claims) -> dict:
         """For ``gpulab check-auth``: ``{"username", "groups", "dropped", "admin", "allowed"}``
         of a login with these userinfo ``claims`` (:class:`ClaimError` as the login would)."""
-        username = self.normalize_username(self.user_info_to_username(claims))
+        username = self.normalize_username(self.username_from(claims))
         mapped = self.group_mapping.map(claims)
         groups = set(mapped.groups)
         admin = username in self.admin_users or bool(groups & set(self.admin_groups))

@@ -18,13 +18,13 @@ not ``None`` overrides the preset (``rename=``, ``patterns=``, ``keep_unmapped=`
 preset     endpoints from                               groups
 =========  ===========================================  =======================================
 keycloak   ``issuer`` = ``…/realms/<realm>``            ``groups``, ``/`` stripped, all kept
-entra      ``tenant`` (id or domain)                    ``groups`` (object ids) from the ID
-                                                        token; only ``rename`` ones kept;
-                                                        overage marker -> login error
+entra      ``tenant`` (id or domain); ``authority``     ``groups`` (object ids) from the ID
+           (default ``https://login.microsoftonline.    token; only ``rename`` ones kept;
+           com``; a national cloud's, e.g. ``…us``)     overage marker -> login error
 okta       ``issuer`` = ``https://<org>/oauth2/default``  ``groups`` (scope ``groups``), kept
 auth0      ``issuer`` = ``https://<tenant>.auth0.com``  ``claim=`` a namespaced claim, kept
-cilogon    fixed (cilogon.org)                          ``isMemberOf``; COmanage
-                                                        ``CO:COU:<name>:members:all`` -> name
+cilogon    ``issuer`` (default ``https://cilogon.org``;  ``isMemberOf``; COmanage
+           ``https://test.cilogon.org`` to try)          ``CO:COU:<name>:members:all`` -> name
 oidc       ``issuer`` with ``/auth``, ``/token``,       ``groups``, kept (node's
            ``/me`` (node ``oidc-provider``, the tests)  ``oidc-provider``, the demo and tests)
 =========  ===========================================  =======================================
@@ -43,7 +43,8 @@ AUTHENTICATOR = "jupyterhub_gpulab.auth.oidc.GPULabOAuthenticator"
 
 @dataclass(frozen=True)
 class Preset:
-    """One provider's endpoints (``{issuer}``/``{tenant}`` templates) and claim shape."""
+    """One provider's endpoints (``{issuer}``/``{tenant}``/``{authority}`` templates, filled
+    from ``defaults`` where not given) and claim shape."""
 
     authorize: str
     token: str
@@ -54,6 +55,7 @@ class Preset:
     strip_prefixes: tuple[str, ...] = ()
     patterns: dict[str, str] = field(default_factory=dict)
     keep_unmapped: bool = True
+    defaults: dict[str, str] = field(default_factory=dict)
 
 
 PRESETS: dict[str, Preset] = {
@@ -64,11 +66,12 @@ PRESETS: dict[str, Preset] = {
         strip_prefixes=("/",),
     ),
     "entra": Preset(
-        "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/authorize",
-        "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token",
+        "{authority}/{tenant}/oauth2/v2.0/authorize",
+        "{authority}/{tenant}/oauth2/v2.0/token",
         None,  # groups are in the ID token, not in Graph's userinfo
         scope=("openid", "profile", "email", "offline_access"),
         keep_unmapped=False,
+        defaults={"authority": "https://login.microsoftonline.com"},
     ),
     "okta": Preset(
         "{issuer}/v1/authorize",
@@ -84,14 +87,15 @@ PRESETS: dict[str, Preset] = {
         username_claim="nickname",
     ),
     "cilogon": Preset(
-        "https://cilogon.org/authorize",
-        "https://cilogon.org/oauth2/token",
-        "https://cilogon.org/oauth2/userinfo",
+        "{issuer}/authorize",
+        "{issuer}/oauth2/token",
+        "{issuer}/oauth2/userinfo",
         scope=("openid", "email", "profile", "org.cilogon.userinfo"),
         username_claim="eppn",
         claim="isMemberOf",
         patterns={r"CO:COU:([^:]+):members:(?:all|active)": r"\1"},
         keep_unmapped=False,
+        defaults={"issuer": "https://cilogon.org"},
     ),
     "oidc": Preset(
         "{issuer}/auth",
@@ -110,6 +114,7 @@ def configure_sso(
     client_secret: str,
     issuer: str | None = None,
     tenant: str | None = None,
+    authority: str | None = None,
     callback_url: str | None = None,
     admin_groups=(),
     allowed_groups=(),
@@ -127,16 +132,19 @@ def configure_sso(
     ``refresh_age``: seconds or ``"5m"``, how old a user's groups may get before the next
     request re-reads them from the provider (``c.Authenticator.auth_refresh_age``).
     ``allowed_groups`` empty = every user the provider authenticates may log in
-    (``allow_all``); else only members of those (mapped) groups.
+    (``allow_all``); else only members of those (mapped) groups. ``issuer``/``tenant``/
+    ``authority``: the URL parts the preset's endpoints are made of (table above).
     Raises :class:`ValueError` for an unknown provider or a missing ``issuer``/``tenant``.
     """
     if provider not in PRESETS:
         raise ValueError(f"unknown SSO provider {provider!r}; use one of {', '.join(PRESETS)}")
     p = PRESETS[provider]
-    needs = {k for k in ("issuer", "tenant") if f"{{{k}}}" in p.authorize}
-    given = {"issuer": (issuer or "").rstrip("/"), "tenant": tenant or ""}
-    for k in needs:
-        if not given[k]:
+    given = {
+        k: (v or p.defaults.get(k, "")).rstrip("/")
+        for k, v in (("issuer", issuer), ("tenant", tenant), ("authority", authority))
+    }
+    for k in given:
+        if f"{{{k}}}" in p.authorize and not given[k]:
             raise ValueError(f"configure_sso({provider!r}) needs {k}=")
     a = c.GPULabOAuthenticator
     c.JupyterHub.authenticator_class = AUTHENTICATOR

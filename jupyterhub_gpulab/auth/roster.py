@@ -29,8 +29,9 @@ __all__ = ["GroupsOwner", "groups_owner"]
 @dataclass(frozen=True)
 class GroupsOwner:
     """``kind``: ``"hub"`` (groups edited in the hub: ``load_groups``, admin panel, API),
-    ``"oidc"`` (campus SSO) or ``"lti"`` (LMS launches); ``refresh_age`` in seconds (0: only at
-    login); ``mapping``: the :class:`GroupMapping` (``None`` for ``"hub"``);
+    ``"oidc"`` (campus SSO), ``"lti"`` (LMS launches) or ``"authenticator"`` (another
+    authenticator with ``manage_groups``); ``refresh_age`` in seconds (0: only at login);
+    ``mapping``: the :class:`GroupMapping` (``None`` for ``"hub"`` and ``"authenticator"``);
     ``context_groups``: LTI context id -> group."""
 
     kind: str
@@ -53,6 +54,11 @@ class GroupsOwner:
             if self.refresh_age >= 60
             else (f", re-read every {self.refresh_age} s" if self.refresh_age else ", at login")
         )
+        if self.kind == "authenticator":
+            return (
+                f"Members of '{group}' come from the hub's authenticator, which manages groups "
+                f"at each login{every}; change them where it reads them, not here."
+            )
         if self.kind == "lti":
             return (
                 f"Members of '{group}' come from course launches in the LMS (LTI 1.3): each "
@@ -68,7 +74,7 @@ class GroupsOwner:
         it); ``True`` when a rename or LTI context yields it; ``None`` when it depends on the
         claims (patterns or kept values); always ``True`` for hub-owned groups."""
         if self.mapping is None:
-            return True
+            return None if self.kind == "authenticator" else True
         targets = set(self.mapping.rename.values())
         for g in (self.context_groups or {}).values():
             targets |= {g, g + self.staff_suffix}
@@ -81,9 +87,18 @@ class GroupsOwner:
 
 def groups_owner(config: Config) -> GroupsOwner:
     """Who owns the groups under ``config`` (a hub configuration); :class:`traitlets.TraitError`
-    for a bad authenticator setting."""
-    auth = authenticator(config)
-    if auth is None or not auth.manage_groups:
+    for a bad authenticator setting. Another authenticator (or a gpulab one whose package this
+    process lacks) is ``"authenticator"`` when ``c.Authenticator.manage_groups`` is on."""
+    try:
+        auth = authenticator(config)
+    except ImportError:
+        auth = None
+    if auth is None:
+        section = config.Authenticator if "Authenticator" in config else {}
+        managed = bool(section.get("manage_groups", False)) if hasattr(section, "get") else False
+        age = section.get("auth_refresh_age", 300) if hasattr(section, "get") else 300
+        return GroupsOwner("authenticator", int(age or 0)) if managed else GroupsOwner("hub")
+    if not auth.manage_groups:
         return GroupsOwner("hub")
     age = int(auth.auth_refresh_age or 0)
     if hasattr(auth, "context_groups"):

@@ -13,6 +13,7 @@ import logging
 from tornado.escape import url_escape
 
 from .. import clock
+from ..auth.roster import GroupsOwner
 from ..ledger import aio
 from ..service.hubclient import HubClient, HubError
 from .config import GPULabCourses
@@ -41,19 +42,16 @@ class CourseManager:
         lab_profiles: dict | None = None,
         images: dict[str, str] | None = None,
         lab_id: str = "",
-        groups=None,
+        groups_owner: GroupsOwner | None = None,
     ):
         """``ledger``: the lab's :class:`~..ledger.Ledger` (reservations); ``lab_profiles``:
-        ``{slug: Profile}`` of the lab; ``groups``: who owns the hub's groups
+        ``{slug: Profile}`` of the lab; ``groups_owner``: who owns the hub's groups
         (:class:`~..auth.roster.GroupsOwner`; default: the hub): under SSO or LTI the rosters
         are read from the identity provider's groups and not edited here."""
         self.store, self.settings, self.hub, self.tz = store, settings, hub, tz
         self.ledger = ledger
-        if groups is None:
-            from ..auth.roster import GroupsOwner
-
-            groups = GroupsOwner("hub")
-        self.groups = groups
+        #: who fills the roster and staff groups (the hub, the identity provider, the LMS)
+        self.groups_owner = groups_owner or GroupsOwner("hub")
         self.lab_profiles = lab_profiles or {}
         profiles = set(self.lab_profiles) if lab_profiles is not None else None
         #: profile slug -> image, for the helper containers of collect / return
@@ -71,6 +69,16 @@ class CourseManager:
         #: monotonic time of the last reservations sync (:mod:`.schedule`)
         self.reservations_synced_at = float("-inf")
 
+    def roster_source(self, course) -> dict:
+        """Where ``course``'s roster comes from: ``{"owner": kind, "editable": bool,
+        "description": one sentence}`` (:class:`~jupyterhub_gpulab.auth.roster.GroupsOwner`)."""
+        owner = self.groups_owner
+        return {
+            "owner": owner.kind,
+            "editable": owner.may_edit,
+            "description": owner.describe(course.roster_group),
+        }
+
     async def declare(self) -> None:
         """Store the courses of the config and book their sessions (what fits; conflicts are
         logged and shown on the course page)."""
@@ -80,11 +88,6 @@ class CourseManager:
             log.info("Courses from the config stored: %s", ", ".join(changed))
         for course in declared:
             await sync_reservations(self, course)
-
-    @property
-    def roster_managed(self) -> bool:
-        """Whether the identity provider owns rosters (no edits here)."""
-        return not self.groups.may_edit
 
     def profile_of(self, course: Course):
         """The lab's :class:`~..lab.profile.Profile` a course's servers start with, or ``None``."""

@@ -1,9 +1,9 @@
 """A course's roster: the members of its JupyterHub group, read and changed through the hub API.
 
-:func:`roster_of` is the one place that says where a roster comes from: the hub group, which an
-authenticator that manages groups (campus SSO, LTI) fills from the identity provider; then
-:func:`jupyterhub_gpulab.auth.roster.groups_owner` says so, and the course page and API offer no
-edits (the service is told by ``CourseManager(groups=…)``).
+:func:`roster_of` reads a roster: the members of the course's roster group, whoever fills it.
+Who may change them is :func:`jupyterhub_gpulab.auth.roster.groups_owner`'s answer: with an
+authenticator that manages groups (campus SSO, LTI) the identity provider or LMS fills them, and
+the course pages and API say so and edit nothing (:func:`set_members` is for hub-owned groups).
 :func:`csv_preview` compares an uploaded CSV of usernames with the roster: added, removed, unknown.
 """
 

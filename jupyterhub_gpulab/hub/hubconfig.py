@@ -195,7 +195,30 @@ def configure_service(
     ]
     roles = _grant_users(c, roles, [access])
     c.JupyterHub.load_roles = roles
+    _grant_servers(c, roles, access)
+    # servers read their slice and GPU-hours at the service's own address (not the proxy's,
+    # which containers may not reach): JupyterLab's status bar entry, jupyterlab-gpulab
+    c.GPUDockerSpawner.service_api_url = f"{url.rstrip('/')}/services/{name}/api/"
     _announce_warnings(c, name)
+
+
+#: The scopes of JupyterHub's ``server`` role, which a server's token gets by default.
+SERVER_ROLE_SCOPES = ("users:activity!user", "access:servers!server")
+
+
+def _grant_servers(c, roles: list[dict], access: str) -> None:
+    """Each server's own ``$JUPYTERHUB_API_TOKEN`` may reach the service (its status bar entry
+    reads ``GET api/me`` with it): ``access`` joins ``c.Spawner.server_token_scopes`` (JupyterHub
+    4+; the token gets the subset its owner holds, and every user holds ``access``). An unset
+    list starts from the ``server`` role's scopes, as JupyterHub's default does (the config's
+    own ``server`` role, if it redefines one); a callable is left alone."""
+    have = c.Spawner.server_token_scopes if "server_token_scopes" in c.Spawner else None
+    if callable(have):
+        return
+    if have is None:
+        server = next((r for r in roles if r.get("name") == "server" and "scopes" in r), None)
+        have = list(server["scopes"]) if server else list(SERVER_ROLE_SCOPES)
+    c.Spawner.server_token_scopes = list(have) + ([access] if access not in have else [])
 
 
 def configure_prometheus(

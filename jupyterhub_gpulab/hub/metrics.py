@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Histogram
 
 from ..errors import STATUS_BY_REASON
 
@@ -53,6 +53,43 @@ HUB_RELEASE_REASONS = (
 )
 #: Claim buckets (seconds): the ledger's claim takes ~1 ms on SQLite, more on a busy PostgreSQL.
 CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, float("inf"))
+
+
+class _ConfiguredProfiles:
+    """Creates each configured profile's ``gpulab_server_spawn_total`` series at the hub's
+    first scrape: the spawners' runtime (which also calls :func:`prepare`) exists only from
+    the first spawn, and a series born at its first event is invisible to ``increase()``.
+    Registered before the counters, so it runs first in every scrape; reads the slugs of
+    ``c.GPULab.profiles`` from the running hub's configuration; collects nothing itself."""
+
+    def __init__(self):
+        self.done = False
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        if not self.done:
+            try:
+                from jupyterhub.app import JupyterHub
+
+                from ..lab.config import GPULab
+
+                if JupyterHub.initialized():
+                    profiles = GPULab(config=JupyterHub.instance().config).profiles
+                    slugs = [
+                        p["slug"]
+                        for p in profiles
+                        if isinstance(p, dict) and isinstance(p.get("slug"), str)
+                    ]
+                    prepare(slugs)
+                    self.done = True
+            except Exception:  # a bad profile list is the spawner's to report
+                self.done = True
+        return iter(())
+
+
+REGISTRY.register(_ConfiguredProfiles())
 
 SERVER_SPAWN = Counter(
     "gpulab_server_spawn",

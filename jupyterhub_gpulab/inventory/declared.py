@@ -21,7 +21,10 @@ tests. Write it in ``jupyterhub_config.py``::
 Device keys: ``uuid`` (required, ``GPU-…``), ``name`` (required), ``memory`` (required, total
 memory: bytes or ``"40GiB"``, ``"48G"``; G/GB/GiB are all 2**30, see :func:`..units.parse_bytes`),
 ``index`` (default: the position in the list), ``compute_capability`` (``"8.0"`` or ``[8, 0]``),
-``vgpu_type``, and at most one of ``mig`` (a list) and ``shared`` (a dict).
+``driver_version`` (the host's NVIDIA driver, ``"535.183.01"``, as ``nvidia-smi`` shows it),
+``vgpu_type``, and at most one of ``mig`` (a list) and ``shared`` (a dict). Declare the compute
+capability and driver to let gpulab keep an image off a GPU it cannot use (e.g. a CUDA 13
+PyTorch off a Tesla P40, compute capability 6.1); unknown figures exclude nothing.
 ``mig_compute_slices`` (default 7; 4 for an A30) is the GPU's number of MIG compute slices.
 
 MIG keys: ``uuid`` (required, ``MIG-<uuid>`` as ``nvidia-smi -L`` shows it; the pre-R470
@@ -44,7 +47,7 @@ from typing import Any
 
 from ..units import UnitError, format_bytes, parse_bytes
 from .errors import InventoryError
-from .model import Device, Inventory, SharedSettings, Slice
+from .model import Device, Inventory, SharedSettings, Slice, parse_version
 from .slices import (
     DEFAULT_MIG_COMPUTE_SLICES,
     MIG_MEMORY_SLICES,
@@ -67,6 +70,7 @@ DEVICE_KEYS = (
     "name",
     "memory",
     "compute_capability",
+    "driver_version",
     "vgpu_type",
     "mig",
     "mig_compute_slices",
@@ -181,6 +185,7 @@ def _device(
         indices[index] = label
 
     cc = _compute_capability(label, entry.get("compute_capability"), errors)
+    driver = _driver_version(label, entry.get("driver_version"), errors)
     vgpu_type = entry.get("vgpu_type")
     if vgpu_type is not None and (not isinstance(vgpu_type, str) or not vgpu_type):
         errors.append(f"{label}: vgpu_type {vgpu_type!r} must be a vGPU type such as 'P40-1Q'")
@@ -220,6 +225,7 @@ def _device(
         mig_enabled=mig is not None,
         node=node,
         vgpu_type=vgpu_type or vgpu_type_from_name(name),
+        driver_version=driver,
     )
     if mig is not None:
         return device, [
@@ -383,6 +389,21 @@ def _bytes(label: str, entry: dict, key: str, errors: list[str], example: str) -
         errors.append(f'{label}: "{key}" must be more than 0 bytes, e.g. "4GiB"')
         return None
     return value
+
+
+def _driver_version(label: str, value: Any, errors: list[str]) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str):
+            return parse_version(value)
+    except ValueError:
+        pass
+    errors.append(
+        f"{label}: driver_version {value!r} must be the driver as `nvidia-smi` shows it, "
+        "such as '535.183.01'"
+    )
+    return None
 
 
 def _compute_capability(label: str, value: Any, errors: list[str]) -> tuple[int, int] | None:

@@ -7,6 +7,7 @@ configuration (:mod:`.declared`); the ledger, spawner and service consume both t
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -29,21 +30,36 @@ class SliceKind(str, enum.Enum):
 _SEAT_CAPS = {
     True: "memory and compute are capped by MPS",
     False: "memory and compute caps are only advisory (the host runs no MPS)",
-    None: "memory and compute are capped where the host runs MPS, only advisory elsewhere",
+    None: (
+        "memory and compute are capped where the host runs MPS; elsewhere memory is capped by "
+        "the framework in gpulab's images, only advisory in others"
+    ),
 }
 
 
-def isolation(kind: SliceKind | str, mps: bool | None = None) -> tuple[str, str]:
+#: A seat without MPS in an image whose frameworks cap memory (images/site/gpulab_seatcap.py).
+_FRAMEWORK_CAP = (
+    "memory capped by the framework (PyTorch, TensorFlow, JAX: a process that bypasses them is "
+    "not capped), compute shared"
+)
+
+
+def isolation(
+    kind: SliceKind | str, mps: bool | None = None, framework_cap: bool = False
+) -> tuple[str, str]:
     """``(level, sentence)`` for a slice of ``kind``: the one wording the spawn form, the spawn
     progress and the service's pages use. ``level`` is ``"hard"`` (whole GPU, MIG: isolated in
     hardware) or ``"soft"`` (shared seat); ``mps`` says whether a seat's caps are enforced
-    (``None``: unknown). Raises ``ValueError`` for an unknown kind."""
+    (``None``: unknown); ``framework_cap`` that the image's frameworks cap a seat's memory
+    ("capped by the framework", between soft and MPS). Raises ``ValueError`` for an unknown
+    kind."""
     kind = SliceKind(kind)
     if kind is SliceKind.GPU:
         return "hard", "a whole GPU, yours alone"
     if kind is SliceKind.MIG:
         return "hard", "a MIG instance: hardware-isolated memory and compute"
-    return "soft", f"a shared seat: {_SEAT_CAPS[mps]}; not isolated from the other seats"
+    caps = _SEAT_CAPS[mps] if mps or not framework_cap else _FRAMEWORK_CAP
+    return "soft", f"a shared seat: {caps}; not isolated from the other seats"
 
 
 def describe_slice(
@@ -79,6 +95,8 @@ class Device:
     ``memory_bytes`` is the total framebuffer memory in bytes (``nvmlDeviceGetMemoryInfo().total``).
     ``compute_capability`` is ``(major, minor)`` or ``None`` when unknown (declared devices).
     ``vgpu_type`` is the vGPU profile (``"P40-1Q"``) for a vGPU guest, else ``None``.
+    ``driver_version`` is the host's NVIDIA driver (``nvmlSystemGetDriverVersion``, e.g.
+    ``(580, 65, 6)``), ``None`` when unknown.
     """
 
     uuid: str
@@ -89,6 +107,7 @@ class Device:
     mig_enabled: bool = False
     node: str = "local"
     vgpu_type: str | None = None
+    driver_version: tuple[int, ...] | None = None
 
     def describe(self) -> str:
         """``"GPU 0 (NVIDIA A100-SXM4-40GB)"``."""
@@ -108,7 +127,8 @@ class Slice:
     (a seat's cap). ``share`` is the fraction of the device it represents (1.0 for a whole GPU,
     ``g/7`` for an ``Ng`` MIG slice of an A100/H100 per its compute slices, the seat's compute share
     for a shared seat); usage accounting weighs GPU-seconds by it. ``rank`` orders slices of one kind
-    for placement (lower first).
+    for placement (lower first). ``compute_capability`` and ``driver_version`` are the device's
+    (:class:`Device`), for matching images to the GPUs they can use (``None``: unknown).
     """
 
     id: str
@@ -124,6 +144,8 @@ class Slice:
     seat: int | None = None
     seats: int | None = None
     rank: int = 0
+    compute_capability: tuple[int, int] | None = None
+    driver_version: tuple[int, ...] | None = None
 
     def describe(self) -> str:
         """A user-facing one-liner (:func:`describe_slice`):
@@ -139,10 +161,10 @@ class Slice:
             share=self.share,
         )
 
-    def explain(self, mps: bool | None = None) -> str:
+    def explain(self, mps: bool | None = None, framework_cap: bool = False) -> str:
         """:meth:`describe` and what it isolates (:func:`isolation`), for the spawn progress:
         ``"MIG 1g.10gb on GPU 0 (…) — a MIG instance: hardware-isolated memory and compute"``."""
-        return f"{self.describe()} — {isolation(self.kind, mps)[1]}"
+        return f"{self.describe()} — {isolation(self.kind, mps, framework_cap)[1]}"
 
     @property
     def isolation(self) -> str:
@@ -179,12 +201,18 @@ class SliceRequest:
       device name, e.g. ``"A100"``).
     - ``mig``: ``mig_profile`` is required (``"1g.10gb"``).
     - ``shared``: optional ``min_memory_bytes`` (the seat's cap must be at least this).
+
+    ``min_compute_capability`` (``(7, 5)``) and ``min_driver`` (``(580, 65, 6)``) are what the
+    profile's image needs of the device (:mod:`..lab.images`, from its labels; ``None``: no
+    need). A slice whose device's figure is unknown is not excluded by them.
     """
 
     kind: SliceKind | None = None
     min_memory_bytes: int = 0
     model: str | None = None
     mig_profile: str | None = None
+    min_compute_capability: tuple[int, int] | None = None
+    min_driver: tuple[int, ...] | None = None
 
     @property
     def wants_gpu(self) -> bool:
@@ -200,14 +228,30 @@ class SliceRequest:
 
         The one rule, also written in SQL by :func:`~..ledger.queries.slice_filter` (a test
         checks the two agree): same kind; the same ``mig_profile`` (none unless MIG); at least
-        ``min_memory_bytes``; ``model`` a case-insensitive substring of the device name."""
+        ``min_memory_bytes``; ``model`` a case-insensitive substring of the device name; the
+        device's compute capability and driver at least the image's minimums, where known."""
         return (
             self.kind is not None
             and s.kind is self.kind
             and s.mig_profile == self.wanted_mig_profile
             and s.memory_bytes >= self.min_memory_bytes
             and (not self.model or self.model.lower() in s.device_name.lower())
+            and (
+                self.min_compute_capability is None
+                or s.compute_capability is None
+                or s.compute_capability >= self.min_compute_capability
+            )
+            and (
+                self.min_driver is None
+                or s.driver_version is None
+                or s.driver_version >= self.min_driver
+            )
         )
+
+    @property
+    def unrestricted(self) -> SliceRequest:
+        """This request without the image's needs (what the profile itself asks for)."""
+        return SliceRequest(self.kind, self.min_memory_bytes, self.model, self.mig_profile)
 
     def describe(self) -> str:
         """``"MIG 1g.10gb"``, ``"whole GPU (A100, >= 40 GiB)"``, ``"shared GPU seat"``, ``"no GPU"``."""
@@ -222,6 +266,38 @@ class SliceRequest:
             details.append(f">= {format_bytes(self.min_memory_bytes)}")
         base = "whole GPU" if self.kind is SliceKind.GPU else "shared GPU seat"
         return f"{base} ({', '.join(details)})" if details else base
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"580.65.06"`` → ``(580, 65, 6)``; ``"7.5"`` → ``(7, 5)``. Raises ``ValueError`` for
+    anything but dot-separated integers."""
+    parts = text.strip().split(".")
+    if not text.strip() or not all(p.isdigit() for p in parts):
+        raise ValueError(f"not a version of dot-separated numbers: {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def format_version(v: Iterable[int]) -> str:
+    """``(580, 65, 6)`` → ``"580.65.06"`` (NVIDIA's two-digit minor parts); ``(7, 5)`` → ``"7.5"``."""
+    v = tuple(v)
+    if len(v) == 3:
+        return f"{v[0]}.{v[1]:02d}.{v[2]:02d}"
+    return ".".join(str(p) for p in v)
+
+
+def cc_key(cc: tuple[int, int] | None) -> int | None:
+    """A compute capability as one sortable integer: ``(7, 5)`` → ``75``, ``(12, 0)`` → ``120``
+    (the ledger's ``slices.cc_key``; minor versions stay below 10)."""
+    return None if cc is None else cc[0] * 10 + cc[1]
+
+
+def driver_key(version: tuple[int, ...] | None) -> int | None:
+    """A driver version as one sortable integer: ``(580, 65, 6)`` → ``580065006`` (the ledger's
+    ``slices.driver_key``; missing parts count 0)."""
+    if version is None:
+        return None
+    a, b, c = (tuple(version) + (0, 0, 0))[:3]
+    return a * 1_000_000 + b * 1_000 + c
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from .model import Device, Inventory, SharedSettings, Slice, Utilization
+from .model import Device, Inventory, SharedSettings, Slice, Utilization, parse_version
 from .slices import (
     DEFAULT_MIG_COMPUTE_SLICES,
     assemble,
@@ -150,6 +150,7 @@ def _scan(nvml: Any, node: str, shared: dict[str, SharedSettings]) -> Inventory:
     slices: list[Slice] = []
     warnings: list[str] = []
     fatal = _fatal_errors(nvml)
+    driver = _driver_version(nvml, warnings)
     for index in range(nvml.nvmlDeviceGetCount()):
         label = f"GPU {index}"
         try:
@@ -157,7 +158,7 @@ def _scan(nvml: Any, node: str, shared: dict[str, SharedSettings]) -> Inventory:
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
             label = f"GPU {index} ({uuid})"
             device, device_slices, device_warnings = _read_device(
-                nvml, handle, index, uuid, node, shared.get(uuid)
+                nvml, handle, index, uuid, node, shared.get(uuid), driver
             )
         except fatal:
             raise
@@ -179,8 +180,30 @@ def _scan(nvml: Any, node: str, shared: dict[str, SharedSettings]) -> Inventory:
     return assemble(devices, slices, "nvml", warnings)
 
 
+def _driver_version(nvml: Any, warnings: list[str]) -> tuple[int, ...] | None:
+    """The host's driver version (``nvmlSystemGetDriverVersion``: ``"580.65.06"``), or ``None``
+    (with a warning when NVML answers something that is not a version)."""
+    raw = _optional(nvml, nvml.nvmlSystemGetDriverVersion)
+    if raw is None:
+        return None
+    try:
+        return parse_version(_text(raw))
+    except ValueError:
+        warnings.append(
+            f"NVML reports driver version {_text(raw)!r}, not a version; images' driver "
+            "needs are not checked on this host"
+        )
+        return None
+
+
 def _read_device(
-    nvml: Any, handle: Any, index: int, uuid: str, node: str, settings: SharedSettings | None
+    nvml: Any,
+    handle: Any,
+    index: int,
+    uuid: str,
+    node: str,
+    settings: SharedSettings | None,
+    driver: tuple[int, ...] | None = None,
 ) -> tuple[Device, list[Slice], list[str]]:
     name = _text(nvml.nvmlDeviceGetName(handle))
     memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
@@ -196,6 +219,7 @@ def _read_device(
         mig_enabled=mig_enabled,
         node=node,
         vgpu_type=vgpu_type_from_name(name),
+        driver_version=driver,
     )
     where = f"{device.describe()} ({uuid})"
     if mig_enabled:

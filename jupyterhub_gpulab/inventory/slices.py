@@ -120,6 +120,14 @@ def vgpu_type_from_name(name: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _facts(device: Device) -> dict:
+    """What a slice carries of its device for matching images (:class:`SliceRequest`)."""
+    return {
+        "compute_capability": device.compute_capability,
+        "driver_version": device.driver_version,
+    }
+
+
 def whole_slice(device: Device) -> Slice:
     """The ``gpu`` slice for a whole device; rank = best fit (memory in MiB, then index)."""
     return Slice(
@@ -133,6 +141,7 @@ def whole_slice(device: Device) -> Slice:
         share=1.0,
         node=device.node,
         rank=(device.memory_bytes // _MIB) * 1000 + device.index,
+        **_facts(device),
     )
 
 
@@ -166,6 +175,7 @@ def mig_slice(
         node=device.node,
         mig_profile=profile,
         rank=device.index * 1000 + position,
+        **_facts(device),
     )
 
 
@@ -220,6 +230,7 @@ def seat_slices(device: Device, settings: SharedSettings) -> list[Slice]:
             seat=n,
             seats=settings.seats,
             rank=device.index * 1000 + n,
+            **_facts(device),
         )
         for n in range(settings.seats)
     ]

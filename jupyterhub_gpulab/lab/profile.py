@@ -26,7 +26,8 @@ class Profile:
     user. ``env`` is a read-only mapping (excluded from the hash). ``pids_limit`` (processes and
     threads) and ``cap_add`` (capability names such as ``"CHOWN"``, from Docker's default set)
     override the spawner's ``c.GPUDockerSpawner.pids_limit`` / ``cap_add`` for this profile
-    (``None``: the spawner's; see :mod:`.hardening`).
+    (``None``: the spawner's; see :mod:`.hardening`). ``shm_size`` is the size of the
+    container's ``/dev/shm`` in bytes (``None``: ``c.GPUDockerSpawner.shm_size``).
     """
 
     slug: str
@@ -44,6 +45,7 @@ class Profile:
     max_age: int | None = None
     pids_limit: int | None = None
     cap_add: tuple[str, ...] | None = None
+    shm_size: int | None = None
 
     @property
     def wants_gpu(self) -> bool:

@@ -65,6 +65,7 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROFILE_KEYS = (
     "slug", "display_name", "description", "image", "slice", "cpu_limit", "mem_limit", "env",
     "groups", "default", "idle_timeout", "gpu_idle_timeout", "max_age", "pids_limit", "cap_add",
+    "shm_size",
 )  # fmt: skip
 SLICE_KEYS = {
     "gpu": ("kind", "min_memory", "model"),
@@ -283,6 +284,19 @@ def _profile(entry: Mapping, where: str, errors: list[str]) -> Profile:
     if pids_limit is not None and (problem := pids_limit_problem(pids_limit)):
         errors.append(f"{where}: {problem}")
         pids_limit = None
+    shm = entry.get("shm_size")
+    if shm is not None:
+        try:
+            shm = parse_bytes(shm, "shm_size")
+            if shm < 64 * 2**20:
+                errors.append(
+                    f"{where}: shm_size {entry['shm_size']!r} is under Docker's own 64 MiB; "
+                    "PyTorch DataLoader workers need more, e.g. '1GiB'"
+                )
+                shm = None
+        except UnitError as e:
+            errors.append(f"{where}: {e}")
+            shm = None
     cap_add = None
     if entry.get("cap_add") is not None:
         cap_add, problems = cap_add_problems(entry["cap_add"])
@@ -300,6 +314,7 @@ def _profile(entry: Mapping, where: str, errors: list[str]) -> Profile:
         default=default is True,
         pids_limit=pids_limit,
         cap_add=cap_add,
+        shm_size=shm,
         **timeouts,
     )
 

@@ -7,7 +7,7 @@ import logging
 import sqlalchemy as sa
 
 from .. import clock
-from ..inventory.model import Inventory
+from ..inventory.model import Inventory, cc_key, driver_key, format_version
 from .models import Allocation, SyncReport
 from .schema import allocations, devices, slices
 
@@ -43,6 +43,7 @@ class InventorySync:
                 ),
                 "mig_enabled": d.mig_enabled,
                 "vgpu_type": d.vgpu_type,
+                "driver_version": format_version(d.driver_version) if d.driver_version else None,
                 "present": True,
                 "updated_at": now,
             }
@@ -116,6 +117,8 @@ class InventorySync:
                     "seat": s.seat,
                     "seats": s.seats,
                     "rank": s.rank,
+                    "cc_key": cc_key(s.compute_capability),
+                    "driver_key": driver_key(s.driver_version),
                     "present": True,
                     "available": s.device_uuid not in drained,
                 }

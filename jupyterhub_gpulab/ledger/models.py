@@ -75,7 +75,22 @@ def slice_from_row(row) -> Slice:
         seat=m["seat"],
         seats=m["seats"],
         rank=m["rank"],
+        compute_capability=_cc(m.get("cc_key")),
+        driver_version=_driver(m.get("driver_key")),
     )
+
+
+def _cc(key: int | None) -> tuple[int, int] | None:
+    """:func:`~..inventory.model.cc_key` undone: ``75`` → ``(7, 5)``."""
+    return None if key is None else divmod(int(key), 10)
+
+
+def _driver(key: int | None) -> tuple[int, ...] | None:
+    """:func:`~..inventory.model.driver_key` undone: ``580065006`` → ``(580, 65, 6)``."""
+    if key is None:
+        return None
+    key = int(key)
+    return (key // 1_000_000, key // 1_000 % 1_000, key % 1_000)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from .. import clock
-from ..inventory.model import SliceRequest
+from ..inventory.model import SliceRequest, cc_key, driver_key
 from .models import Allocation, CullWarning
 from .schema import allocations, devices, refusals, slices, warnings
 
@@ -30,6 +30,13 @@ def slice_filter(request: SliceRequest) -> list[sa.ColumnElement[bool]]:
         where.append(
             sa.func.lower(slices.c.device_name).contains(request.model.lower(), autoescape=True)
         )
+    # the image's needs; a device whose figure is unknown (NULL) is not excluded
+    if request.min_compute_capability is not None:
+        key = cc_key(request.min_compute_capability)
+        where.append(sa.or_(slices.c.cc_key.is_(None), slices.c.cc_key >= key))
+    if request.min_driver is not None:
+        key = driver_key(request.min_driver)
+        where.append(sa.or_(slices.c.driver_key.is_(None), slices.c.driver_key >= key))
     return where
 
 

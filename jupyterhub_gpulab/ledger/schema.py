@@ -41,6 +41,8 @@ devices = sa.Table(
     sa.Column("compute_capability", sa.String(16), nullable=True),
     sa.Column("mig_enabled", sa.Boolean, nullable=False, default=False),
     sa.Column("vgpu_type", sa.String(64), nullable=True),
+    # the host's NVIDIA driver, "580.65.06" (0006); None: unknown
+    sa.Column("driver_version", sa.String(32), nullable=True),
     # present: seen in the latest inventory read; drained: an admin took it out of service.
     sa.Column("present", sa.Boolean, nullable=False, default=True),
     sa.Column("drained", sa.Boolean, nullable=False, default=False),
@@ -70,6 +72,10 @@ slices = sa.Table(
     sa.Column("available", sa.Boolean, nullable=False, default=True),
     # The open allocation holding this slice (mirror of allocations; see module docstring).
     sa.Column("held_by", sa.Integer, nullable=True),
+    # Its device's compute capability and driver as sortable keys (inventory.model.cc_key,
+    # driver_key; 0006), compared with an image's needs at claim time; None: unknown.
+    sa.Column("cc_key", sa.Integer, nullable=True),
+    sa.Column("driver_key", sa.BigInteger, nullable=True),
 )
 
 sa.Index(
@@ -160,7 +166,7 @@ bookings = sa.Table(
     sa.Column("lead_s", sa.Integer, nullable=False, default=0),
     sa.Column("grace_s", sa.Integer, nullable=False, default=0),
     sa.Column("created_at", UTC_DATETIME, nullable=False),
-    # the seats are for members' servers of this name (a course's named server; 0006), any
+    # the seats are for members' servers of this name (a course's named server; 0007), any
     # server when NULL: a roster member's other servers count as anyone's
     sa.Column("server_name", sa.String(255), nullable=True),
 )
@@ -279,7 +285,7 @@ courses = sa.Table(
     sa.Column("created_at", UTC_DATETIME, nullable=False),
     sa.Column("updated_at", UTC_DATETIME, nullable=False),
     sa.Column("updated_by", sa.String(255), nullable=False),
-    # the record as c.GPULabCourses.courses last declared it (0006): the config is applied again
+    # the record as c.GPULabCourses.courses last declared it (0007): the config is applied again
     # only when it changes, so edits made on the course page survive restarts
     sa.Column("declared", sa.Text, nullable=True),
 )
@@ -307,12 +313,12 @@ course_prestarts = sa.Table(
     sa.Column("started_at", UTC_DATETIME, nullable=False),
     sa.Column("finished_at", UTC_DATETIME, nullable=True),
     sa.Column("summary", sa.Text, nullable=False, default=""),
-    # the running pre-start's last sign of life (0006): a run whose heartbeat ages past a few
+    # the running pre-start's last sign of life (0007): a run whose heartbeat ages past a few
     # check intervals was cut off (its service killed) and is resumed by the next pass
     sa.Column("heartbeat_at", UTC_DATETIME, nullable=True),
 )
 
-# One row per assignment deadline the service collected (0006), so a restarted service, or a
+# One row per assignment deadline the service collected (0007), so a restarted service, or a
 # second one, never collects the same deadline twice.
 course_deadlines = sa.Table(
     "course_deadlines",

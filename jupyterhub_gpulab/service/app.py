@@ -23,7 +23,7 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth
 from tornado import web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Integer, Unicode
+from traitlets import Bool, Integer, Unicode
 
 from ..errors import ConfigError
 from ..inventory import gpu_instance_ids
@@ -99,6 +99,19 @@ class GPULabService(CullerTraits, WaitlistTraits):
         crash-looping on "Address already in use". ``c.GPULabService.listen_timeout = 30``""",
     )
 
+    metrics_user_labels = Bool(
+        False,
+        config=True,
+        help="""Add per-user series to ``/services/gpulab/metrics``: who holds each slice
+        (``gpulab_slice_holder_info``) and each user's GPU-seconds this week
+        (``gpulab_user_used_gpu_seconds``).
+
+        Off by default, as JupyterHub's own metrics: user names become label values (one
+        series per open allocation and per active user), and every holder of
+        ``custom:gpulab:metrics`` (Prometheus, whoever reads its dashboards) sees who uses what.
+        ``c.GPULabService.metrics_user_labels = True``""",
+    )
+
     sample_interval = Duration(
         10,
         positive=True,
@@ -135,9 +148,11 @@ def make_app(
     hub_base: str = "/",
     grants: RoleGrants | None = None,
     courses=None,
+    metrics_user_labels: bool = False,
 ) -> web.Application:
     """The Tornado application under ``prefix`` (``/services/gpulab/``); ``grants``: the gpulab
-    scopes the hub's roles give each user, asked for at page logins (none by default)."""
+    scopes the hub's roles give each user, asked for at page logins (none by default);
+    ``metrics_user_labels``: ``c.GPULabService.metrics_user_labels``."""
     handlers = [
         (prefix, AdminPage),
         (prefix + "me", UserPage),
@@ -161,7 +176,7 @@ def make_app(
         gpulab_grants=grants or RoleGrants(),
         gpulab_jinja=jinja_env(),
         gpulab_courses=courses,
-        gpulab_metrics=Exposition(state, hub),
+        gpulab_metrics=Exposition(state, hub, user_labels=metrics_user_labels),
         log_function=_log_request,
     )
 
@@ -225,7 +240,7 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
         lab_profiles={p.slug: p for p in lab.profiles},
         images={p.slug: p.image for p in lab.profiles if p.image},
         lab_id=ledger.identity().uuid,
-        groups=groups_owner(config),
+        groups_owner=groups_owner(config),
     )
 
 
@@ -281,6 +296,7 @@ class Service:
             hub_base=hub_auth.hub_prefix.rsplit("hub/", 1)[0] or "/",
             grants=grants or RoleGrants.from_config(gpulab.config),
             courses=self.courses,
+            metrics_user_labels=settings.metrics_user_labels,
         )
         self._periodic: list[PeriodicCallback] = []
         self.server = None

@@ -5,11 +5,17 @@ at ``/hub/metrics`` (:mod:`jupyterhub_gpulab.hub.metrics`).
 
 ============================================  =================================================
 ``gpulab_slices``                             slices by ``node``, ``kind``, ``mig_profile``,
-                                              ``profile`` (the holder's profile slug; ``""``
-                                              when not held) and ``state``: ``free``,
-                                              ``held``, ``drained`` (device out of service),
-                                              ``vanished`` (not in the latest inventory read;
-                                              a held slice counts as ``held``)
+                                              ``profile`` (the holder's profile slug, or the
+                                              profile a reserved slice is kept for; ``""``
+                                              otherwise) and ``state``: ``free``, ``held``,
+                                              ``reserved`` (free, but kept for a course
+                                              session's roster), ``drained`` (device out of
+                                              service), ``vanished`` (not in the latest
+                                              inventory read; a held slice counts as ``held``)
+``gpulab_reservation_seats``                  seats of the reservations keeping slices now,
+                                              by ``phase`` (``lead``: before the session
+                                              starts; ``session``: started, within its grace)
+                                              and ``state`` (``claimed``, ``unclaimed``)
 ``gpulab_devices``                            devices by ``node`` and ``state`` (``in_service``,
                                               ``drained``, ``vanished``)
 ``gpulab_device_memory_bytes``                each device's memory (``node``, ``uuid``,
@@ -35,7 +41,7 @@ at ``/hub/metrics`` (:mod:`jupyterhub_gpulab.hub.metrics`).
 ============================================  =================================================
 
 Label values are created up front (every state, rule and configured group at 0); no label names
-a user. The ``reserved`` slice state is added when reservations exist (issue 12).
+a user unless ``c.GPULabService.metrics_user_labels`` is on (:class:`UserCollector`).
 
 A scrape reads the ledger (:class:`LedgerCollector`: a few grouped queries, ~200 series); the
 per-slice utilisation series (two per slice: 20,000 in a 10,000-slice lab) change only when the
@@ -45,6 +51,7 @@ a scrape appends that text.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -57,7 +64,7 @@ from ..ledger.census import census, gpu_seconds_by_group
 from .hubclient import HubClient
 from .state import LabState
 
-SLICE_STATES = ("free", "held", "drained", "vanished")
+SLICE_STATES = ("free", "held", "reserved", "drained", "vanished")
 DEVICE_STATES = ("in_service", "drained", "vanished")
 
 
@@ -117,6 +124,8 @@ class LedgerCollector:
     def __init__(self, state: LabState, hub: HubClient | None = None):
         self.state = state
         self.hub = hub
+        #: what this thread's latest collect() read that Exposition renders itself
+        self.read = threading.local()
 
     def collect(self) -> Iterator[Metric]:
         state, now = self.state, clock.utcnow()
@@ -139,29 +148,40 @@ class LedgerCollector:
                 counts.setdefault((node, kind, mig, "", st), 0)
             key = (node, kind, mig, profile, slice_state(present, available, held))
             counts[key] = counts.get(key, 0) + n
+        for (node, kind, mig, profile), n in c.reserved.items():
+            free = (node, kind, mig, "", "free")
+            moved = min(n, counts.get(free, 0))
+            counts[free] = counts.get(free, 0) - moved
+            key = (node, kind, mig, profile, "reserved")
+            counts[key] = counts.get(key, 0) + moved
         for key, n in sorted(counts.items()):
             g.add_metric(list(key), n)
         yield g
+        seats = GaugeMetricFamily(
+            "gpulab_reservation_seats",
+            "Seats of the reservations keeping slices now, by phase and state",
+            labels=["phase", "state"],
+        )
+        for (phase, st), n in sorted(c.seats.items()):
+            seats.add_metric([phase, st], n)
+        yield seats
 
     def _devices(self, c) -> Iterator[Metric]:
         by_state = GaugeMetricFamily(
             "gpulab_devices", "Devices by node and state", labels=["node", "state"]
         )
-        memory = GaugeMetricFamily(
-            "gpulab_device_memory_bytes",
-            "Each device's memory in bytes",
-            labels=["node", "uuid", "index", "name"],
-        )
         counts = {(self.state.node, st): 0 for st in DEVICE_STATES}
-        for d in sorted(c.devices, key=lambda d: (d["node"], d["index"])):
+        for d in c.devices:
             for st in DEVICE_STATES:
                 counts.setdefault((d["node"], st), 0)
             counts[(d["node"], device_state(d))] += 1
-            memory.add_metric([d["node"], d["uuid"], str(d["index"]), d["name"]], d["memory_bytes"])
         for (node, st), n in sorted(counts.items()):
             by_state.add_metric([node, st], n)
         yield by_state
-        yield memory
+        # gpulab_device_memory_bytes: rendered by Exposition from these rows
+        self.read.devices = tuple(
+            (d["node"], d["uuid"], str(d["index"]), d["name"], d["memory_bytes"]) for d in c.devices
+        )
 
     def _gpu_seconds(self, now) -> Metric:
         lab = self.state.lab
@@ -245,15 +265,82 @@ class LedgerCollector:
         yield stale
 
 
+class UserCollector:
+    """Per-user series, only with ``c.GPULabService.metrics_user_labels`` (user names become
+    label values: one series per open allocation and per user active this week):
+
+    - ``gpulab_slice_holder_info{node, slice, user, server, profile}`` 1 for each held slice
+      (join it with ``gpulab_slice_utilization_percent`` ``on (slice)`` for a holder's
+      utilisation);
+    - ``gpulab_user_used_gpu_seconds{user, period="week"}``: weighted GPU-seconds this week.
+    """
+
+    def __init__(self, state: LabState):
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state, now = self.state, clock.utcnow()
+        info = GaugeMetricFamily(
+            "gpulab_slice_holder_info",
+            "1 for each held slice, naming its holder (metrics_user_labels)",
+            labels=["node", "slice", "user", "server", "profile"],
+        )
+        for a in state.ledger.open_allocations():
+            info.add_metric([a.node, a.slice_id, a.user, a.server_name or "", a.profile or ""], 1)
+        yield info
+        start, end = period_window("week", now, tz=state.lab.tz)
+        used = GaugeMetricFamily(
+            "gpulab_user_used_gpu_seconds",
+            "Weighted GPU-seconds each user used in this period (metrics_user_labels)",
+            labels=["user", "period"],
+        )
+        for user, s in sorted(
+            gpu_seconds_by_group(state.ledger, start, end, now, by="user").items()
+        ):
+            used.add_metric([user, "week"], s)
+        yield used
+
+
+class _Families:
+    """A collector yielding fixed families (to render them with ``generate_latest``)."""
+
+    def __init__(self, *families: Metric):
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
+def _memory_text(devices: tuple) -> bytes:
+    memory = GaugeMetricFamily(
+        "gpulab_device_memory_bytes",
+        "Each device's memory in bytes",
+        labels=["node", "uuid", "index", "name"],
+    )
+    for node, uuid, index, name, size in devices:
+        memory.add_metric([node, uuid, index, name], size)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(memory))
+    return generate_latest(registry)
+
+
 class Exposition:
     """The service's metrics text: the ledger's, read at each :meth:`render`, then the latest
     sample's, rendered by :meth:`sampled` (call it after each sample) or on first need. Both
-    block: call them in a thread."""
+    block: call them in a thread. ``user_labels``: add :class:`UserCollector`'s series.
 
-    def __init__(self, state: LabState, hub: HubClient | None = None):
+    ``gpulab_device_memory_bytes`` (a series per device, read from the ledger at each scrape
+    with the device counts) is formatted again only when the devices read differ from the
+    previous scrape's: its text is most of a large lab's formatting time."""
+
+    def __init__(self, state: LabState, hub: HubClient | None = None, *, user_labels=False):
         self.state = state
         self.ledger = CollectorRegistry(auto_describe=False)
-        self.ledger.register(LedgerCollector(state, hub))
+        self.collector = LedgerCollector(state, hub)
+        self.ledger.register(self.collector)
+        self._memory: tuple[tuple, bytes] = ((), _memory_text(()))
+        if user_labels:
+            self.ledger.register(UserCollector(state))
         self.samples = CollectorRegistry(auto_describe=False)
         self.samples.register(SampleCollector(state))
         self._sample_text: tuple[object, bytes] | None = None
@@ -268,4 +355,9 @@ class Exposition:
 
     def render(self) -> bytes:
         """The whole exposition text (Prometheus text format)."""
-        return generate_latest(self.ledger) + self.sampled()
+        ledger = generate_latest(self.ledger)
+        devices = getattr(self.collector.read, "devices", ())
+        memory = self._memory
+        if memory[0] != devices:
+            memory = self._memory = (devices, _memory_text(devices))
+        return ledger + memory[1] + self.sampled()

@@ -27,7 +27,7 @@ LABEL_LAB_NAME = "org.jupyter.gpulab.lab-name"
 ATTACH_MODES = ("device_request", "cdi", "env")
 
 
-def slice_env(s: Slice | None, *, mps: bool = False) -> dict[str, str]:
+def slice_env(s: Slice | None, *, mps: bool = False, framework_cap: bool = False) -> dict[str, str]:
     """Environment for a container holding ``s`` (``None``: a CPU-only profile).
 
     - no slice: ``NVIDIA_VISIBLE_DEVICES=void`` (the NVIDIA runtime then exposes no GPU);
@@ -37,7 +37,10 @@ def slice_env(s: Slice | None, *, mps: bool = False) -> dict[str, str]:
       ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (0-100); always the frameworks' allow-growth switches
       (``TF_FORCE_GPU_ALLOW_GROWTH``, ``XLA_PYTHON_CLIENT_PREALLOCATE=false``) and
       ``PYTORCH_CUDA_ALLOC_CONF`` so a seat does not grab the whole device's memory, and
-      ``GPULAB_SEAT_MEMORY_BYTES`` / ``GPULAB_ISOLATION`` for notebooks to read.
+      ``GPULAB_SEAT_MEMORY_BYTES`` / ``GPULAB_ISOLATION`` for notebooks to read. The image's
+      start-up hook (``framework_cap``: its ``org.jupyter.gpulab.seat-cap`` label) caps the
+      frameworks at ``GPULAB_SEAT_MEMORY_BYTES``; ``GPULAB_ISOLATION`` is then ``framework``
+      (``mps`` with MPS, ``soft`` otherwise).
     """
     if s is None:
         return {"NVIDIA_VISIBLE_DEVICES": "void", "GPULAB_ISOLATION": "none"}
@@ -58,6 +61,8 @@ def slice_env(s: Slice | None, *, mps: bool = False) -> dict[str, str]:
                 "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
             }
         )
+        if framework_cap:
+            env["GPULAB_ISOLATION"] = "framework"
         if mps:
             env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(s.share * 100)))

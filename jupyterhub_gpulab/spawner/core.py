@@ -17,7 +17,9 @@ A backend implements (the core calls them, in this order for a start):
 - :meth:`_list_lab_objects` ``() -> [LabContainer]`` and :meth:`_remove_object` ``(id)``: this
   lab's labelled objects, in any state, and their removal, for the process's reconcile
   (:class:`~.reconcile.Reconciler`, started here);
-- optionally :meth:`_start_refusal` ``(exc)``: a failed start's refusal for the user.
+- optionally :meth:`_start_refusal` ``(exc)``: a failed start's refusal for the user;
+- optionally :meth:`_image_labels` ``(image) -> dict | None``: an image's labels, so a slice
+  whose GPU cannot run the profile's image is never claimed (:mod:`..lab.images`).
 
 and the Spawner's own ``poll()`` / ``stop()`` (the core wraps them). A concrete spawner class
 that leaves any of these out is refused when it is defined (``TypeError``): a backend that
@@ -34,12 +36,14 @@ from traitlets import Bool, HasTraits, Integer, Unicode
 from ..errors import ConfigError, SpawnRefused
 from ..hub import metrics
 from ..lab.config import GPULab
+from ..lab.images import ImageRequirements
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..lab.profiles import entitled_in
 from ..lab.traits import Duration
 from ..ledger import Claim, aio
 from .adoption import AdoptionMixin
+from .imagegate import ImageMixin
 from .reconcile import LabContainer
 from .reserve import ReservationMixin
 from .runtime import LabRuntime, get_runtime
@@ -54,7 +58,7 @@ BACKEND_METHODS = (
 )
 
 
-class SliceSpawnerCore(ReservationMixin, AdoptionMixin, HasTraits):
+class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, HasTraits):
     """Mixed in before the backend's Spawner class (e.g. DockerSpawner) in the MRO."""
 
     def __init_subclass__(cls, **kwargs):
@@ -129,6 +133,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, HasTraits):
     _removed_foreign: bool = False
     _current_profile: Profile | None = None
     _current_slice = None
+    _current_need: ImageRequirements | None = None
 
     _runtime: LabRuntime | None = None
 
@@ -240,6 +245,7 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, HasTraits):
         self.choice_notice = None
         self._forget_saved_options()
         self._no_container = True
+        self._current_need = None
         claim: Claim | None = None
         slug, outcome = None, "failure"
         try:
@@ -259,10 +265,11 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, HasTraits):
             if profile.wants_gpu:
                 # One trip to a thread for the budget, the claim and a refusal's record: under a
                 # burst every extra await queues behind the hub's own work for the other spawns.
-                claim = await aio.call(self._reserve, rt, profile, ctx, ent, self._asker())
+                need = self._current_need = await self.image_requirements(profile)
+                claim = await aio.call(self._reserve, rt, profile, ctx, ent, self._asker(), need)
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id
-                self._emit(30, f"Reserved {claim.slice.explain(self.mps)}")
+                self._emit(30, f"Reserved {claim.slice.explain(self.mps, need.seat_cap)}")
             else:
                 self._emit(30, "No GPU for this profile (CPU only)")
             result = await self._launch(rt, profile, claim)

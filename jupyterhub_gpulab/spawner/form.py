@@ -33,10 +33,10 @@ class FormRow:
     reserved: str | None = None  # "3 of 8 reserved for DL101 until 16:00 UTC"
 
 
-def _gives(req: SliceRequest, mps: bool | None) -> str:
+def _gives(req: SliceRequest, mps: bool | None, framework_cap: bool = False) -> str:
     if req.kind is None:
         return "No GPU"
-    return f"{req.describe()} — {isolation(req.kind, mps)[1]}"
+    return f"{req.describe()} — {isolation(req.kind, mps, framework_cap)[1]}"
 
 
 def _limits(p: Profile) -> str:
@@ -57,20 +57,27 @@ def form_rows(
     out_of_service: Callable[[SliceRequest], int] | None = None,
     mps: bool | None = None,
     reserved: Callable[[Profile], Sequence] | None = None,
+    image_gate: Callable[[Profile], tuple[SliceRequest, str | None, bool]] | None = None,
 ) -> list[FormRow]:
     """One row per entitled profile. ``capacity(request)`` gives ``(free, total)`` in service;
     ``out_of_service(request)`` counts matching slices that are drained; ``quota_reason`` (the
     user holds all the slices they may) disables every GPU profile; ``mps`` (the spawner's
     setting) says whether a seat's caps are enforced (:func:`~..inventory.model.isolation`);
     ``reserved(profile)`` gives the reservations (``Reserved`` notes) that keep free slices of
-    it from this user, shown as a badge; a profile whose free slices are all kept is disabled."""
+    it from this user, shown as a badge; a profile whose free slices are all kept is disabled.
+    ``image_gate(profile)`` gives ``(request, why, framework_cap)``: the profile's request
+    narrowed to the GPUs its image can run on (:mod:`..lab.images`), the sentence why none can
+    (the row is then disabled with it), and whether the image caps a seat's memory."""
     rows = []
     for p in entitled:
         reason = note = None
+        request, unservable, framework_cap = (
+            image_gate(p) if image_gate is not None else (p.slice, None, False)
+        )
         if p.slice.kind is None:
             cap = "CPU only"
         else:
-            free, total = capacity(p.slice)
+            free, total = capacity(request)
             cap = f"{free} of {total} free"
             kept = list(reserved(p)) if reserved is not None and free else []
             if kept:
@@ -83,7 +90,10 @@ def form_rows(
                         "right now; join the waitlist, try after that time, or pick another "
                         "profile."
                     )
-            if total == 0 and out_of_service is not None and out_of_service(p.slice):
+            if unservable:
+                cap = "no GPU here runs its image"
+                reason = unservable
+            elif total == 0 and out_of_service is not None and out_of_service(request):
                 cap = "out of service"
                 reason = "Out of service for maintenance right now; try again later."
             elif total == 0:
@@ -97,7 +107,7 @@ def form_rows(
                 slug=p.slug,
                 display_name=p.display_name,
                 description=p.description,
-                gives=_gives(p.slice, mps),
+                gives=_gives(p.slice, mps, framework_cap),
                 capacity=cap,
                 limits=_limits(p),
                 checked=False,

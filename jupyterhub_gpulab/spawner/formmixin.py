@@ -21,6 +21,7 @@ import inspect
 from jinja2 import TemplateError, TemplateSyntaxError
 from traitlets import HasTraits, TraitError, Unicode, validate
 
+from ..errors import SpawnRefused
 from ..lab.choice import (
     choose,
     options_from_form,
@@ -28,6 +29,7 @@ from ..lab.choice import (
     saved_choice_notice,
     saved_or_default,
 )
+from ..lab.images import unservable
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..ledger import aio
@@ -149,6 +151,20 @@ class ProfileFormMixin(HasTraits):
         rt = self.runtime()
         ctx = self.policy_context(rt)
         entitled = self.entitled(rt, ctx)
+        needs = {}
+        for p in entitled:
+            if p.wants_gpu:
+                try:
+                    needs[p.slug] = await self.image_requirements(p)
+                except SpawnRefused as e:  # mislabelled image: the start will say so
+                    self.log.error("%s: %s", p.slug, e.log_message)
+
+        def gate(p):
+            need = needs.get(p.slug)
+            if need is None:
+                return p.slice, None, False
+            why = unservable(need, p.slice, rt.lab.inventory.slices)
+            return need.restrict(p.slice), why, need.seat_cap
 
         def build():
             use = self._slice_use(rt, ctx, entitled)
@@ -169,6 +185,7 @@ class ProfileFormMixin(HasTraits):
                 reserved=lambda p: rt.ledger.reserved_for_others(
                     p.slice, ctx.groups, p.slug, self.name
                 ),
+                image_gate=gate,
             )
             return render_form(
                 rows,

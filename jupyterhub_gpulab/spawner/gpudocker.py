@@ -32,13 +32,17 @@ listing and removal of this lab's labelled containers. Only containers: a Swarm 
 
 from __future__ import annotations
 
+import time
+
+from docker.errors import ImageNotFound
 from dockerspawner import DockerSpawner
 from tornado.log import app_log
-from traitlets import Bool, default, validate
+from traitlets import Bool, Unicode, default, validate
 
 from ..errors import SpawnRefused
 from ..lab.profile import Profile
 from ..lab.traits import ChoiceEnum
+from ..units import UnitError, parse_bytes
 from . import container as ct
 from .core import SliceSpawnerCore
 from .formmixin import ProfileFormMixin, chain_ready_hook, ready_with_notice
@@ -82,9 +86,48 @@ class GPUDockerSpawner(
         """,
     )
 
+    shm_size = Unicode(
+        "1GiB",
+        config=True,
+        help="""Size of every container's ``/dev/shm`` (Docker's default is 64 MiB): PyTorch's
+        DataLoader workers pass batches through shared memory and fail with "bus error" in 64
+        MiB. Bytes or ``"1GiB"``, ``"2G"``; a profile's ``shm_size`` overrides it. Shared memory
+        that is used counts against the container's ``mem_limit``. Default ``"1GiB"``.
+
+        ``c.GPUDockerSpawner.shm_size = "2GiB"``
+        """,
+    )
+
+    @validate("shm_size")
+    def _check_shm_size(self, proposal):
+        try:
+            parse_bytes(proposal.value, "shm_size")
+        except UnitError as e:
+            raise ValueError(f"c.GPUDockerSpawner.shm_size: {e}; write e.g. '1GiB'") from None
+        return proposal.value
+
+    #: ``{image: (read at, labels)}``: image labels change only with a rebuild, and the form
+    #: asks for every profile's at each render.
+    _label_cache: dict[str, tuple[float, dict | None]] = {}
+    LABEL_CACHE_S = 30
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_refusal_filter(self.log, app_log)  # app_log: JupyterHub's User.spawn
+
+    async def _image_labels(self, image: str) -> dict | None:
+        """The image's labels from the engine (``docker image inspect``), cached 30 s; ``None``
+        for an image not on the host (it may be pulled at create: needs nothing then)."""
+        hit = self._label_cache.get(image)
+        if hit and time.monotonic() - hit[0] < self.LABEL_CACHE_S:
+            return hit[1]
+        try:
+            info = await self.docker("inspect_image", image)
+            labels = dict((info.get("Config") or {}).get("Labels") or {})
+        except ImageNotFound:
+            labels = None
+        self._label_cache[image] = (time.monotonic(), labels)
+        return labels
 
     # -- form; options and the saved choice are in formmixin.py ------------------------------
 
@@ -199,9 +242,11 @@ class GPUDockerSpawner(
     def get_env(self):
         env = super().get_env()
         profile_env = dict(self._current_profile.env) if self._current_profile else {}
-        return ct.merge_env(
-            env, profile_env, protected=ct.slice_env(self._current_slice, mps=self.mps)
+        need = self._current_need
+        protected = ct.slice_env(
+            self._current_slice, mps=self.mps, framework_cap=bool(need and need.seat_cap)
         )
+        return ct.merge_env(env, profile_env, self.gpulab_env(), protected=protected)
 
     def docker(self, method, *args, **kwargs):
         # The one seam where gpulab's device request and labels join the container, after
@@ -222,6 +267,11 @@ class GPUDockerSpawner(
         host_config.update(
             self.hardening_for(self._current_profile, host_config.get("SecurityOpt") or ())
         )
+        profile = self._current_profile
+        if profile is not None and profile.shm_size:
+            host_config["ShmSize"] = profile.shm_size
+        elif not host_config.get("ShmSize"):  # an admin's extra_host_config shm_size stays
+            host_config["ShmSize"] = parse_bytes(self.shm_size, "shm_size")
         kwargs["labels"] = {
             **(kwargs.get("labels") or {}),
             **ct.labels(

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from ..errors import SpawnRefused
 from ..fairuse.offers import budget_refusal
 from ..hub import metrics
+from ..lab.images import ImageRequirements, unservable
 from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
@@ -67,13 +68,22 @@ class ReservationMixin:
         await aio.call(self._record_refusal, rt, self._asker(), profile, err)
 
     def _reserve(
-        self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, ent: Entitlement, who: _Asker
+        self,
+        rt: LabRuntime,
+        profile: Profile,
+        ctx: PolicyContext,
+        ent: Entitlement,
+        who: _Asker,
+        need: ImageRequirements | None = None,
     ) -> Claim:
-        """Check the GPU-hour budget, then claim a slice (blocks: runs in a thread).
+        """Check the GPU-hour budget, then claim a slice whose GPU can run the profile's image
+        (``need``: its labels' requirements) (blocks: runs in a thread).
 
         A refusal is recorded before it is raised: :class:`SpawnRefused` with reason ``quota``
-        (budget spent, or the user's or group's slice limit) or ``no-free-slice``.
+        (budget spent, or the user's or group's slice limit), ``no-free-slice``, or
+        ``misconfigured`` when no slice of the profile can run its image (naming both).
         """
+        request = need.restrict(profile.slice) if need is not None else profile.slice
         budget = self._budget_refusal(rt, profile, ctx, who)
         if budget:
             err = SpawnRefused(budget, reason="quota")
@@ -81,7 +91,7 @@ class ReservationMixin:
             raise err
         try:
             return rt.ledger.claim(
-                profile.slice,
+                request,
                 user=who.user,
                 profile=profile.slug,
                 server_name=who.server_name,
@@ -92,7 +102,15 @@ class ReservationMixin:
             )
         except LedgerRefusal as e:
             reason = "quota" if e.reason == "quota" else "no-free-slice"
-            err = SpawnRefused(e.message, reason=reason)
+            why = None
+            if reason != "quota" and need is not None and need.needs_gpu_facts:
+                why = unservable(need, profile.slice, rt.lab.inventory.slices)
+            if why:
+                err = SpawnRefused(
+                    why, reason="misconfigured", log_message=f"{profile.slug}: {why}"
+                )
+            else:
+                err = SpawnRefused(e.message, reason=reason)
             self._record_refusal(rt, who, profile.slug, err)
             raise err from None
 

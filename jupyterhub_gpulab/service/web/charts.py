@@ -4,8 +4,8 @@ Pure builders: data in, :class:`markupsafe.Markup` out (every text escaped). Rea
 colour: each line has its own dash pattern and end marker and is labelled at its end; each bar
 has its own fill pattern and carries its value and name as text. Each chart is an ``<svg
 role="img">`` with a ``<title>``; pages put the same figures in a table next to it. Elements carry
-their figures in ``data-*`` attributes (``data-label``, ``data-value``, ``data-last``) so a test
-reads what is plotted.
+their figures in ``data-*`` attributes (``data-label``, ``data-value``, ``data-last``, a line's
+``data-values``: its points' y in order, empty where unknown) so a test reads what is plotted.
 """
 
 from __future__ import annotations
@@ -38,6 +38,14 @@ class Series:
 
 def _fmt(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".") if v != int(v) else str(int(v))
+
+
+def _label(v: float) -> str:
+    """A bar's or axis's figure: one decimal, two below 1 so a small non-zero value (a few
+    minutes of GPU time) never reads as 0."""
+    if 0 < abs(v) < 1:
+        return f"{v:.2f}".rstrip("0").rstrip(".") if round(v, 2) else f"{v:.1g}"
+    return _fmt(round(v, 1))
 
 
 def _marker(kind: str, x: float, y: float) -> str:
@@ -95,7 +103,11 @@ def line_chart(
     for i, s in enumerate(series):
         dash, marker = DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)]
         last = s.last
-        attrs = f'data-label="{escape(s.label)}" data-last="{"" if last is None else last}"'
+        values = " ".join("" if y is None else _fmt(y) for _, y in s.points)
+        attrs = (
+            f'data-label="{escape(s.label)}" data-last="{"" if last is None else last}" '
+            f'data-values="{values}"'
+        )
         out.append(f'<g class="series" {attrs} fill="currentColor">')
         segment: list[str] = []
         segments: list[list[str]] = []
@@ -187,7 +199,7 @@ def bar_chart(
         f'<line x1="{left}" x2="{left + pw}" y1="{py(0):.1f}" y2="{py(0):.1f}"/>'
         f'<text x="{left - 4}" y="{py(0) + 4:.1f}" text-anchor="end" stroke="none">0 {escape(unit)}</text>'
         f'<text x="{left - 4}" y="{py(y_max / 1.15) + 4:.1f}" text-anchor="end" stroke="none">'
-        f"{_fmt(round(y_max / 1.15, 1))} {escape(unit)}</text></g>",
+        f"{_label(y_max / 1.15)} {escape(unit)}</text></g>",
     ]
     n_cat = max(len(categories), 1)
     slot = pw / n_cat
@@ -206,7 +218,7 @@ def bar_chart(
                 f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" '
                 f'height="{py(0) - y:.1f}" fill="{paint}" stroke="currentColor"/>'
                 f'<text x="{x + bar_w / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle" '
-                f'font-size="10">{_fmt(round(v, 1))}</text>'
+                f'font-size="10">{_label(v)}</text>'
                 f'<text x="{x + bar_w / 2:.1f}" y="{py(0) + 12:.1f}" text-anchor="middle" '
                 f'font-size="9">{escape(group[:10])}</text></g>'
             )

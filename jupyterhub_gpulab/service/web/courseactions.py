@@ -60,10 +60,10 @@ class CourseActionPage(CoursePageBase):
             return self.back(slug, "success", f"Pulled into {n} running servers.")
         if action in ("collect", "return"):
             return await self._collect(course, action, arg("assignment", "").strip())
-        if action in ("add", "remove", "csv") and self.courses.roster_managed:
-            return self.back(
-                slug, "danger", "The roster comes from the identity provider; change it there."
-            )
+        if action in ("add", "remove", "csv"):
+            source = self.courses.roster_source(course)
+            if not source["editable"]:
+                return self.back(slug, "danger", source["description"] + " Nothing changed.")
         if action in ("add", "remove"):
             return await self._one(course, action, arg("user", "").strip())
         if action == "csv":

@@ -45,16 +45,6 @@ async def save_course(courses, course, who: str, origin: str = "admin") -> bool:
         raise refuse(400, "Not saved: " + "; ".join(e.errors)) from None
 
 
-def roster_editable(courses) -> None:
-    """A 409 when the authenticator owns group membership (SSO): the roster is read-only here."""
-    if courses.roster_managed:
-        raise refuse(
-            409,
-            "The roster comes from the identity provider (the authenticator manages groups): "
-            "change the course's group there; edits here would be undone at the next login.",
-        )
-
-
 #: Fields only an admin may change (who the course's people are).
 ADMIN_ONLY = ("roster_group", "staff_group", "slug")
 
@@ -78,6 +68,12 @@ class CourseHandler(JSONHandler):
             403,
             f"Only the staff of course {course.slug} (group {course.staff_group}) and admins may do this.",
         )
+
+    def require_editable_roster(self, course) -> None:
+        """A 409 when the roster's group is not the hub's to edit (campus SSO, LTI)."""
+        source = self.courses.roster_source(course)
+        if not source["editable"]:
+            raise refuse(409, source["description"] + " Nothing changed.")
 
     async def parse(self, record: dict, old=None):
         """The course of ``record``, once valid and its new repositories reachable (``old``:
@@ -119,7 +115,7 @@ class CoursesAPI(CourseHandler):
                 409, f"Course {course.slug} exists; PUT courses/{course.slug} to change it."
             )
         await save_course(self.courses, course, self.who)
-        if not self.courses.roster_managed:
+        if self.courses.groups_owner.may_edit:  # else the provider creates them at logins
             await set_members(self.hub, course.roster_group, set(), set())
             await set_members(self.hub, course.staff_group, set(), set())
         self.write_json(
@@ -162,7 +158,7 @@ class CourseAPI(CourseHandler):
 class RosterAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
-        roster_editable(self.courses)
+        self.require_editable_roster(course)
         body = self.json_body({"add", "remove"})
         add, remove = (set(_names(body.get(k, []), k)) for k in ("add", "remove"))
         known = await known_users(self.hub, add)
@@ -186,7 +182,7 @@ class RosterAPI(CourseHandler):
 class RosterCSVAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
-        roster_editable(self.courses)
+        self.require_editable_roster(course)
         text = self.request.body.decode("utf-8", "replace")
         if self.request.files.get("csv"):
             text = self.request.files["csv"][0]["body"].decode("utf-8", "replace")

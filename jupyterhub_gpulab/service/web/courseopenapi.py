@@ -87,8 +87,13 @@ VIEW = obj(
                 }
             )
         ),
-        "roster_managed": BOOL,
-        "roster_source": STRING,
+        "roster_source": obj(
+            {
+                "owner": {"type": "string", "enum": ["hub", "oidc", "lti"]},
+                "editable": BOOL,
+                "description": STRING,
+            }
+        ),
         "sessions": array(
             obj(
                 {

@@ -94,7 +94,7 @@ class CoursesPage(CoursePageBase):
             self.flash("danger", f"Course not created: {why}")
             self.redirect(self.prefix + "courses")
             return
-        if not self.courses.roster_managed:
+        if self.courses.groups_owner.may_edit:  # else the provider creates them at logins
             await set_members(self.hub, course.roster_group, set(), set())
             await set_members(self.hub, course.staff_group, set(), set())
         self.back(course.slug, "success", f"Course {course.slug} created.")

@@ -118,8 +118,7 @@ async def course_view(state, hub, courses, course) -> dict:
         "course": course.to_dict(),
         "server_name": course.server_name,
         "roster": rows,
-        "roster_managed": courses.roster_managed,
-        "roster_source": courses.groups.describe(course.roster_group),
+        "roster_source": courses.roster_source(course),
         "sessions": [
             {
                 "start": s.isoformat(),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ...hub.hubconfig import METRICS_SCOPE
+from ...hub.hubconfig import METRICS_SCOPE, access_scope
 from ...ledger import aio
 from .base import JSONHandler, refuse
 
@@ -19,7 +19,9 @@ class MetricsHandler(JSONHandler):
             raise refuse(
                 403,
                 "Not authenticated: send 'Authorization: Bearer <JupyterHub token>' with a token "
-                f"holding {METRICS_SCOPE}.",
+                f"holding {METRICS_SCOPE} and access to this service ({access_scope('gpulab')}; "
+                "configure_prometheus grants both). A token with only read:metrics scrapes "
+                "/hub/metrics, not this.",
             )
         if METRICS_SCOPE not in self.scopes and not self.can_read:
             raise refuse(403, f"This needs the scope {METRICS_SCOPE}.")

@@ -1,7 +1,7 @@
 """course deadlines, a heartbeat on pre-start records, the config's version of a course
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-08 09:00:00.000000
 
 Additive: a new table ``course_deadlines`` (one row per assignment deadline the service has
@@ -17,8 +17,8 @@ before). Existing rows are untouched.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

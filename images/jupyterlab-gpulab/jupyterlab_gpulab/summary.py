@@ -1,0 +1,73 @@
+"""The status bar's line from the service's ``GET me`` record. Pure, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+#: What each isolation level means for the student, short (the service's words, shortened).
+LEVELS = {
+    "hard": "isolated",
+    "soft": "shared",
+    "framework": "shared, capped by the framework",
+    "mps": "shared, capped by MPS",
+}
+
+
+def _gib(n: int | None) -> str:
+    if not n:
+        return "?"
+    g = n / 2**30
+    return f"{g:.0f} GiB" if g >= 10 or g == int(g) else f"{g:.1f} GiB"
+
+
+def _isolation(env: Mapping[str, str], level: str | None) -> str | None:
+    # the container knows best: the spawner's GPULAB_ISOLATION, and the image's hook
+    mine = env.get("GPULAB_ISOLATION")
+    if mine == "soft" and env.get("GPULAB_SEAT_MEMORY_BYTES"):
+        mine = "framework"
+    return mine or level
+
+
+def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
+    """``{"text", "title", "level", "slice", "gpu_hours", "page"}`` for server ``server_name``
+    of the user ``me`` describes. ``level`` is ``"low"`` when under 10 % of the budget is
+    left (or it is spent), else ``"ok"``."""
+    server = next((s for s in me.get("servers") or () if s.get("name") == server_name), None)
+    sl = server.get("slice") if server else None
+    if sl:
+        kind = (
+            sl.get("mig_profile")
+            and f"MIG {sl['mig_profile']}"
+            or {
+                "gpu": "whole GPU",
+                "shared": "shared seat",
+            }.get(sl.get("kind"), sl.get("kind") or "GPU")
+        )
+        iso = _isolation(env, sl.get("isolation"))
+        gpu = f"{kind}, {_gib(sl.get('memory_bytes'))}, {LEVELS.get(iso, iso)}"
+        title = sl.get("description") or gpu
+        if sl.get("isolation_detail"):
+            title += f" — {sl['isolation_detail']}"
+    else:
+        gpu, title = "no GPU", "This server holds no GPU slice (a CPU-only profile)."
+    hours = me.get("gpu_hours") or {}
+    budget = hours.get("budget")
+    level = "ok"
+    if budget:
+        left = max(0.0, float(budget.get("remaining_hours") or 0.0))
+        limit = float(budget.get("limit_hours") or 0.0)
+        quota = f"{left:.1f} of {limit:g} GPU-h left"
+        if budget.get("exhausted") or (limit and left < 0.1 * limit):
+            level = "low"
+    else:
+        quota = f"{float(hours.get('used_hours') or 0.0):.1f} GPU-h used, no budget"
+    if hours.get("describe"):
+        title += f"\n{hours['describe']}"
+    return {
+        "text": f"GPU: {gpu} · {quota}",
+        "title": title,
+        "level": level,
+        "slice": sl,
+        "gpu_hours": hours,
+        "page": "/services/gpulab/me",
+    }

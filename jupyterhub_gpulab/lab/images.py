@@ -1,0 +1,389 @@
+"""What a single-user image needs of the GPU it lands on: its labels, read and written here.
+
+Pure logic, no I/O. ``images/build-image.sh`` writes the labels (``python -m
+jupyterhub_gpulab.lab.images labels …``, from the image's lock file and the facts below); the
+spawner's claim, the spawn form and ``gpulab check-config`` read them back
+(:func:`requirements_from_labels`) and narrow a profile's slice request to the devices the image
+can use (:meth:`ImageRequirements.restrict`, then :meth:`~..inventory.model.SliceRequest.matches`
+and its SQL twin, the one rule). An image without these labels (any image gpulab did not
+build) requires nothing: every slice may serve it.
+
+Labels (all strings):
+
+- ``org.jupyter.gpulab.image``: ``base``, ``pytorch``, ``tensorflow``;
+  ``org.jupyter.gpulab.variant``: ``cpu`` or ``cuda``;
+- ``org.jupyter.gpulab.framework.<name>``: the version of each framework in the image (``torch``,
+  ``torchvision``, ``tensorflow``, ``keras``, ``jupyterlab``, ``jupyterhub``);
+- ``org.jupyter.gpulab.cuda``: the CUDA major version its libraries need (absent: none);
+- ``org.jupyter.gpulab.cuda.min-driver``: the lowest NVIDIA driver (``"580.65.06"``);
+- ``org.jupyter.gpulab.cuda.min-compute-capability``: the lowest compute capability (``"7.5"``);
+- ``org.jupyter.gpulab.seat-cap``: ``framework`` when the image caps a shared seat's memory in
+  its frameworks (``images/site/gpulab_seatcap.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from ..inventory.model import Slice, SliceRequest, format_version, parse_version
+
+PREFIX = "org.jupyter.gpulab."
+LABEL_IMAGE = PREFIX + "image"
+LABEL_VARIANT = PREFIX + "variant"
+LABEL_FRAMEWORK = PREFIX + "framework."
+LABEL_CUDA = PREFIX + "cuda"
+LABEL_MIN_DRIVER = PREFIX + "cuda.min-driver"
+LABEL_MIN_CC = PREFIX + "cuda.min-compute-capability"
+LABEL_SEAT_CAP = PREFIX + "seat-cap"
+
+#: Packages whose version an image's labels state, when its lock file pins them.
+FRAMEWORKS = ("torch", "torchvision", "tensorflow", "tensorflow-cpu", "keras", "jax", "jupyterlab", "jupyterhub")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CudaFacts:
+    """What the CUDA libraries of one major version need of the host: the lowest driver
+    (Linux x86_64) and the lowest compute capability, with where that is written."""
+
+    min_driver: str
+    min_compute_capability: tuple[int, int]
+    source: str
+
+
+#: By CUDA major version. The images' CUDA libraries are pip wheels (``nvidia-*``), which run on
+#: any driver of their major's minimum (CUDA minor version compatibility).
+CUDA_FACTS = {
+    12: CudaFacts(
+        "525.60.13",
+        (5, 0),
+        # CUDA 12.0 release notes, "CUDA Driver" Table 2 (minor version compatibility: CUDA 12.x
+        # needs >= 525.60.13 on Linux); CUDA 12 removed Kepler (sm_35/37), keeping sm_50 and up.
+        "CUDA 12.x minor version compatibility (CUDA Toolkit 12.0 release notes, Table 2): "
+        "driver >= 525.60.13; CUDA 12 supports compute capability 5.0 and newer",
+    ),
+    13: CudaFacts(
+        "580.65.06",
+        (7, 5),
+        # CUDA 13.0 release notes: Table 3 "CUDA Toolkit and Corresponding Driver Versions"
+        # (13.0 GA, Linux x86_64 >= 580.65.06); "offline compilation and library support for
+        # the Maxwell, Pascal and Volta architectures (compute capability < 7.5) removed",
+        # announced in the CUDA 12.9 release notes.
+        "CUDA Toolkit 13.0 release notes, Table 3: driver >= 580.65.06; Maxwell, Pascal and "
+        "Volta (compute capability < 7.5) no longer supported",
+    ),
+}
+
+#: The lowest architecture a framework's CUDA wheels are compiled for, where it is higher than
+#: its CUDA major's (the build also reads the installed framework's own list and takes the
+#: higher: ``torch._C._cuda_getArchFlags()``, TensorFlow's ``build_info``).
+FRAMEWORK_MIN_CC = {
+    # PyTorch 2.8 release notes: the CUDA 12.8+ wheels dropped Maxwell, Pascal and Volta
+    # (sm_50-sm_70); its CUDA 13.0 wheels start at sm_75 as well.
+    ("torch", 12): ((7, 5), "PyTorch 2.8 release notes: CUDA 12.8+ wheels start at sm_75"),
+    ("torch", 13): ((7, 5), "PyTorch CUDA 13.0 wheels: TORCH_CUDA_ARCH_LIST starts at 7.5"),
+    # tensorflow.org/install/pip: ">= 525.60.13"; TensorFlow's hermetic CUDA builds compile
+    # sm_60 and newer (.bazelrc HERMETIC_CUDA_COMPUTE_CAPABILITIES).
+    ("tensorflow", 12): ((6, 0), "TensorFlow pip wheels: sm_60 and newer"),
+}
+
+_CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?==(\d+)\.")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
+
+
+@dataclass(frozen=True)
+class ImageRequirements:
+    """What an image needs of a GPU: ``cuda_major`` (``None``: no CUDA libraries, any device or
+    none), ``min_driver`` and ``min_compute_capability`` as integer tuples, ``frameworks``
+    (``{"torch": "2.13.0"}``) and ``seat_cap`` (``True``: the frameworks cap a seat's memory)."""
+
+    image: str = ""
+    cuda_major: int | None = None
+    min_driver: tuple[int, ...] | None = None
+    min_compute_capability: tuple[int, int] | None = None
+    frameworks: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False, compare=False
+    )
+    seat_cap: bool = False
+
+    @property
+    def needs_gpu_facts(self) -> bool:
+        return self.min_driver is not None or self.min_compute_capability is not None
+
+    def restrict(self, request: SliceRequest) -> SliceRequest:
+        """``request`` narrowed to the devices this image can use (unchanged for no GPU or no
+        requirement)."""
+        if request.kind is None or not self.needs_gpu_facts:
+            return request
+        return replace(
+            request,
+            min_driver=self.min_driver,
+            min_compute_capability=self.min_compute_capability,
+        )
+
+    def describe(self) -> str:
+        """``"CUDA 13: NVIDIA driver >= 580.65.06 and compute capability >= 7.5"``."""
+        needs = []
+        if self.min_driver:
+            needs.append(f"NVIDIA driver >= {format_version(self.min_driver)}")
+        if self.min_compute_capability:
+            needs.append(f"compute capability >= {format_version(self.min_compute_capability)}")
+        head = f"CUDA {self.cuda_major}" if self.cuda_major else "its CUDA libraries"
+        return f"{head} needs {' and '.join(needs)}" if needs else "no particular GPU"
+
+
+def requirements_from_labels(image: str, labels: Mapping[str, str] | None) -> ImageRequirements:
+    """The requirements an image's labels state; none for an image without gpulab's labels.
+    Raises ``ValueError`` naming the label for a malformed value (a config error)."""
+    labels = labels or {}
+
+    def version(key: str) -> tuple[int, ...] | None:
+        raw = labels.get(key)
+        if raw in (None, ""):
+            return None
+        try:
+            return parse_version(raw)
+        except ValueError:
+            raise ValueError(
+                f"image {image}: label {key}={raw!r} is not a version such as '7.5'"
+            ) from None
+
+    cuda = labels.get(LABEL_CUDA) or None
+    if cuda is not None and not cuda.isdigit():
+        raise ValueError(f"image {image}: label {LABEL_CUDA}={cuda!r} is not a CUDA major version")
+    cc = version(LABEL_MIN_CC)
+    if cc is not None and len(cc) != 2:
+        raise ValueError(f"image {image}: label {LABEL_MIN_CC} must be major.minor, e.g. '7.5'")
+    return ImageRequirements(
+        image=image,
+        cuda_major=int(cuda) if cuda else None,
+        min_driver=version(LABEL_MIN_DRIVER),
+        min_compute_capability=cc,  # type: ignore[arg-type]
+        frameworks=MappingProxyType(
+            {
+                k[len(LABEL_FRAMEWORK) :]: v
+                for k, v in labels.items()
+                if k.startswith(LABEL_FRAMEWORK)
+            }
+        ),
+        seat_cap=labels.get(LABEL_SEAT_CAP) == "framework",
+    )
+
+
+def device_problem(
+    req: ImageRequirements,
+    device: str,
+    compute_capability: tuple[int, int] | None,
+    driver_version: tuple[int, ...] | None,
+) -> str | None:
+    """Why the GPU ``device`` (``"GPU 0 (Tesla P40)"``) cannot serve the image, naming both, or
+    ``None`` when it can or its facts are unknown (then the gate cannot judge and lets it be)."""
+    short = []
+    if (
+        req.min_compute_capability
+        and compute_capability is not None
+        and compute_capability < req.min_compute_capability
+    ):
+        short.append(f"compute capability {format_version(compute_capability)}")
+    if req.min_driver and driver_version is not None and driver_version < req.min_driver:
+        short.append(f"driver {format_version(driver_version)}")
+    if not short:
+        return None
+    return (
+        f"image {req.image} ({req.describe()}) cannot run on {device}: it has {' and '.join(short)}"
+    )
+
+
+def gate_report(
+    req: ImageRequirements, request: SliceRequest, slices: Iterable[Slice]
+) -> tuple[int, int, list[str]]:
+    """``(servable, matching, problems)`` for a profile asking ``request`` (its own, without
+    the image's needs) with an image needing ``req``: how many of the inventory's ``slices``
+    match the profile and can run the image, how many match it at all, and one sentence per
+    device that cannot (:func:`device_problem`, naming the image and the device)."""
+    mine = [s for s in slices if request.unrestricted.matches(s)]
+    restricted = req.restrict(request.unrestricted)
+    servable = [s for s in mine if restricted.matches(s)]
+    problems: dict[str, str] = {}
+    for s in mine:
+        if s in servable or s.device_uuid in problems:
+            continue
+        where = f"GPU {s.device_index} ({s.device_name})"
+        problem = device_problem(req, where, s.compute_capability, s.driver_version)
+        if problem:
+            problems[s.device_uuid] = problem
+    return len(servable), len(mine), list(problems.values())
+
+
+def unservable(
+    req: ImageRequirements, request: SliceRequest, slices: Iterable[Slice]
+) -> str | None:
+    """The sentence for a user and an admin when no slice the profile may get can run its
+    image (``None`` when one can, or when the profile matches no slice at all)."""
+    servable, matching, problems = gate_report(req, request, slices)
+    if servable or not matching or not problems:
+        return None
+    return (
+        "No GPU this profile may use can run its image: "
+        + "; ".join(problems)
+        + ". An administrator must give the profile an image for these GPUs (e.g. a CUDA 12 "
+        "build) or a GPU that can run it."
+    )
+
+
+def check_profiles(
+    profiles: Iterable, slices: Iterable[Slice], labels_of
+) -> tuple[list[str], list[str]]:
+    """``(errors, warnings)`` of ``gpulab check-config`` about the GPU profiles' images:
+    an error for a profile no slice of which can run its image (or a mislabelled image), a
+    warning for one some of whose slices cannot (they are skipped at claim time), and for an
+    image the engine does not have. ``labels_of(image)`` gives its labels or raises
+    ``LookupError`` when the image is not there."""
+    slices = list(slices)
+    errors: list[str] = []
+    warnings: list[str] = []
+    for p in profiles:
+        if not p.wants_gpu:
+            continue
+        try:
+            need = requirements_from_labels(p.image, labels_of(p.image))
+        except LookupError:
+            warnings.append(
+                f"profile {p.slug!r}: image {p.image} is not on this host's Docker engine, so "
+                "what it needs of a GPU is not checked (build it: images/build-image.sh)"
+            )
+            continue
+        except ValueError as e:
+            errors.append(f"profile {p.slug!r}: {e}")
+            continue
+        servable, matching, problems = gate_report(need, p.slice, slices)
+        if matching and not servable and problems:
+            errors.append(
+                f"profile {p.slug!r}: none of its {matching} slice(s) can run its image: "
+                + "; ".join(problems)
+                + ". Give it an image for these GPUs (a CUDA 12 build) or other GPUs."
+            )
+        elif problems:
+            warnings.append(
+                f"profile {p.slug!r}: {servable} of its {matching} slices can run its image, "
+                "the others are skipped: " + "; ".join(problems)
+            )
+    return errors, warnings
+
+
+# -- writing the labels (images/build-image.sh) -----------------------------------------------
+
+
+def pins(lock_lines: Iterable[str]) -> dict[str, str]:
+    """``{normalised name: version}`` of a hash-pinned lock file's ``name==version`` lines."""
+    out = {}
+    for line in lock_lines:
+        m = _PIN.match(line.strip())
+        if m:
+            out[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+    return out
+
+
+def cuda_major_of(lock_lines: Iterable[str]) -> int | None:
+    """The CUDA major version of a lock's ``nvidia-cuda-runtime`` wheel (``-cu12`` or the
+    CUDA 13 name without a suffix), or ``None`` without one (a CPU lock)."""
+    for line in lock_lines:
+        m = _CUDA_RUNTIME.match(line.strip())
+        if m:
+            return int(m.group(1) or m.group(2))
+    return None
+
+
+def labels_for(
+    image: str,
+    variant: str,
+    lock_lines: Iterable[str],
+    arch_min: tuple[int, int] | None = None,
+    seat_cap: bool = True,
+) -> dict[str, str]:
+    """The labels of an image built from ``lock_lines`` (see the module docstring).
+    ``arch_min`` is the lowest compute capability the installed framework was compiled for,
+    when the build could read it; the label takes the highest of it and the facts. Raises
+    ``ValueError`` for a CUDA variant whose CUDA major has no facts here."""
+    lines = list(lock_lines)
+    pinned = pins(lines)
+    out = {LABEL_IMAGE: image, LABEL_VARIANT: variant}
+    for name in FRAMEWORKS:
+        if name in pinned:
+            key = "tensorflow" if name == "tensorflow-cpu" else name
+            out[LABEL_FRAMEWORK + key] = pinned[name]
+    if seat_cap:
+        out[LABEL_SEAT_CAP] = "framework"
+    major = cuda_major_of(lines)
+    if variant == "cpu" or major is None:
+        return out
+    facts = CUDA_FACTS.get(major)
+    if facts is None:
+        raise ValueError(f"no driver facts for CUDA {major}: add them to CUDA_FACTS ({__name__})")
+    floor = [facts.min_compute_capability]
+    for (framework, cuda), (cc, _source) in FRAMEWORK_MIN_CC.items():
+        if cuda == major and framework in pinned:
+            floor.append(cc)
+    if arch_min:
+        floor.append(arch_min)
+    out[LABEL_CUDA] = str(major)
+    out[LABEL_MIN_DRIVER] = facts.min_driver
+    out[LABEL_MIN_CC] = format_version(max(floor))
+    return out
+
+
+def lowest_arch(arch_flags: Iterable[str]) -> tuple[int, int] | None:
+    """The lowest compute capability in a framework's architecture list (``"sm_75"``,
+    ``"compute_90"``, ``"sm_120a"``): ``(7, 5)``; ``None`` for an empty list."""
+    found = []
+    for flag in arch_flags:
+        m = re.match(r"^(?:sm|compute)_(\d+)(\d)[a-z]?$", flag.strip())
+        if m:
+            found.append((int(m.group(1)), int(m.group(2))))
+    return min(found) if found else None
+
+
+def facts_labels(framework: str, cuda_major: int) -> dict[str, str]:
+    """The CUDA labels of an image whose ``framework`` (``torch``, ``tensorflow``) uses CUDA
+    ``cuda_major``, from the facts alone (images built on another base, e.g. docker-stacks).
+    Raises ``ValueError`` for a CUDA major without facts."""
+    facts = CUDA_FACTS.get(cuda_major)
+    if facts is None:
+        raise ValueError(
+            f"no driver facts for CUDA {cuda_major}: add them to CUDA_FACTS ({__name__})"
+        )
+    cc = max([facts.min_compute_capability] + [
+        c for (f, m), (c, _s) in FRAMEWORK_MIN_CC.items() if f == framework and m == cuda_major
+    ])  # fmt: skip
+    return {
+        LABEL_CUDA: str(cuda_major),
+        LABEL_MIN_DRIVER: facts.min_driver,
+        LABEL_MIN_CC: format_version(cc),
+    }
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m jupyterhub_gpulab.lab.images labels IMAGE VARIANT LOCK [ARCH_FLAG…]`` or
+    ``… facts FRAMEWORK CUDA_MAJOR``: print ``key=value`` lines, one label each (for ``docker
+    import --change`` / ``docker build --label``)."""
+    if len(argv) == 3 and argv[0] == "facts":
+        for key, value in sorted(facts_labels(argv[1], int(argv[2])).items()):
+            print(f"{key}={value}")
+        return 0
+    if len(argv) < 4 or argv[0] != "labels":
+        print(_main.__doc__)
+        return 2
+    image, variant, lock = argv[1], argv[2], argv[3]
+    with open(lock, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for key, value in sorted(labels_for(image, variant, lines, lowest_arch(argv[4:])).items()):
+        print(f"{key}={value}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(_main(sys.argv[1:]))

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# gpu-check.sh [SLICE_UUID] — the real-GPU check of the framework images (issue 10, item 7).
+#
+# Run on a host with an NVIDIA GPU, its driver and the NVIDIA Container Toolkit, as root, from
+# a clone (no GPU on the development and CI machines: there it only says so and exits 2).
+#  1. builds the CUDA PyTorch image (images/build-image.sh --variant cuda pytorch; several GB
+#     the first time);
+#  2. picks a slice from `gpulab inventory --json` (the first MIG instance, else the first GPU;
+#     or SLICE_UUID, a GPU-… or MIG-… UUID) and checks the image's labels against it with the
+#     gate gpulab uses at claim time (compute capability, driver);
+#  3. starts a container with a Docker device request for that one UUID (`--gpus device=UUID`,
+#     what GPUDockerSpawner sends) and, in it: torch.cuda.device_count() == 1, the device's
+#     name and memory are the slice's (NVML's figures), a matmul on the GPU matches the CPU's,
+#     and with GPULAB_SEAT_MEMORY_BYTES = 1 GiB an allocation of 2 GiB fails while 256 MiB works
+#     (the seat cap hook), and without the variable the same 2 GiB allocation works.
+# It never changes the GPU's settings (no MIG mode or instance changes, no resets, no clocks).
+# The last line of stdout is one JSON object with the results; exit 0 when every check passed.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || {
+    echo '{"ran": false, "why": "no NVIDIA GPU or driver on this host (nvidia-smi -L failed)"}'
+    exit 2
+}
+PYTHON=$(scripts/ensure-venv.sh | tail -n 1)
+scripts/ensure-docker.sh
+echo "gpu-check: building the CUDA PyTorch image (first time: several GB)" >&2
+image=$(images/build-image.sh --variant cuda base pytorch | tail -n 1)
+"$PYTHON" - "$image" "${1:-}" <<'EOF'
+import json, subprocess, sys
+
+from jupyterhub_gpulab.inventory import discover
+from jupyterhub_gpulab.lab.images import device_problem, requirements_from_labels
+
+image, wanted = sys.argv[1], sys.argv[2]
+inv = discover()
+slices = [s for s in inv.slices if s.kind.value in ("mig", "gpu")]
+pick = next((s for s in slices if s.visible_id == wanted), None) if wanted else (
+    next((s for s in slices if s.kind.value == "mig"), None) or (slices[0] if slices else None))
+result = {"ran": True, "image": image, "driver": inv.devices[0].driver_version if inv.devices else None}
+if pick is None:
+    print(json.dumps({**result, "ok": False, "why": f"no slice {wanted or ''} in {inv.warnings}"}))
+    sys.exit(1)
+labels = json.loads(subprocess.run(["docker", "image", "inspect", "--format",
+                                    "{{json .Config.Labels}}", image], capture_output=True,
+                                   text=True, check=True).stdout)
+need = requirements_from_labels(image, labels)
+problem = device_problem(need, pick.describe(), pick.compute_capability, pick.driver_version)
+result.update(slice=pick.visible_id, slice_kind=pick.kind.value, name=pick.device_name,
+              memory_bytes=pick.memory_bytes, compute_capability=pick.compute_capability,
+              needs=need.describe(), gate=problem or "serves")
+if problem:  # the gate refuses this slice; a claim would skip it, so the run would be pointless
+    print(json.dumps({**result, "ok": True, "note": "the gate keeps this image off this GPU"}))
+    sys.exit(0)
+CHECK = r'''
+import json, os, torch
+out = {"device_count": torch.cuda.device_count()}
+p = torch.cuda.get_device_properties(0)
+out.update(torch_name=p.name, torch_memory=p.total_memory)
+a = torch.randn(1024, 1024)
+b = torch.randn(1024, 1024)
+out["matmul_ok"] = bool(torch.allclose((a.cuda() @ b.cuda()).cpu(), a @ b, atol=1e-2, rtol=1e-3))
+def alloc(n):
+    try:
+        x = torch.empty(n, dtype=torch.uint8, device="cuda"); del x; torch.cuda.empty_cache(); return True
+    except torch.OutOfMemoryError:
+        return False
+out["small_ok"] = alloc(256 * 2**20)
+out["big_ok"] = alloc(2 * 2**30)
+print(json.dumps(out))
+'''
+runs = {}
+for label, env in (("capped", ["-e", f"GPULAB_SEAT_MEMORY_BYTES={2**30}"]), ("uncapped", [])):
+    r = subprocess.run(["docker", "run", "--rm", "--gpus", f"device={pick.visible_id}", *env,
+                        image, "python", "-c", CHECK], capture_output=True, text=True)
+    if r.returncode:
+        print(json.dumps({**result, "ok": False, "why": r.stderr[-2000:]}))
+        sys.exit(1)
+    runs[label] = json.loads(r.stdout.strip().splitlines()[-1])
+c, u = runs["capped"], runs["uncapped"]
+checks = {
+    "one_device": c["device_count"] == 1,
+    "name_matches": pick.device_name.split(" MIG ")[0] in c["torch_name"],
+    # CUDA reports a little less than NVML's total (its own reservations): within 5 %
+    "memory_matches": abs(c["torch_memory"] - pick.memory_bytes) <= 0.05 * pick.memory_bytes,
+    "matmul": c["matmul_ok"],
+    "seat_cap_refuses_over_cap": c["small_ok"] and not c["big_ok"],
+    "uncapped_allocates": u["big_ok"] or pick.memory_bytes < 3 * 2**30,
+}
+print(json.dumps({**result, "runs": runs, "checks": checks, "ok": all(checks.values())}))
+sys.exit(0 if all(checks.values()) else 1)
+EOF
