@@ -102,7 +102,10 @@ def test_prestart_of_a_roster_of_8_puts_the_notebooks_in_every_home(lab):
         assert hub.server(u, "ml101")["user_options"] == {"profile": "course-lab"}
         assert read_home(f"{hub.node}-home-{u}", "ml101/intro.py") == "print('week 1')\n", u
     # started with the course's own pre-start token, not the service's
-    assert "(gpulab-prestart-ml101@" in hub.log_tail(3000)
+    log = hub.log_tail(3000)
+    assert "(gpulab-prestart-ml101@" in log
+    # …which watches the roster's servers with one listing a second, not one request per server
+    assert "GET /hub/api/users?state=active" in log and "users/s1 (gpulab-prestart" not in log
     view = api(hub, tokens["ta1"], "GET", "courses/ml101").json()
     assert {r["user"]: r["server"] for r in view["roster"]} == {u: "running" for u in STUDENTS}
 
@@ -374,3 +377,48 @@ def test_the_course_page_in_a_browser_start_all_progress_collect(lab, browser): 
     assert b.find_element(By.ID, "pv-added").text == "none"
     assert not b.find_elements(By.ID, "csv-apply")
     save_screenshot(b, ARTIFACTS / "course-page-csv-preview.png")
+
+
+def test_the_pages_forms_create_a_course_and_edit_its_sessions_and_seats(lab):
+    """As an admin and a TA use the pages (forms, no API): a course its profile cannot serve is
+    refused with the reason (it was an HTTP 500), a good one created; a session and seats added
+    from the course page; a bad session changes nothing."""
+    from datetime import datetime, timedelta, timezone
+
+    from html_support import parse_html
+    from service_support import service_xsrf
+
+    hub, repo, tokens = lab
+    admin = login(hub, "admin")
+    page = hub.url + PREFIX + "courses"
+    admin.get(page, timeout=30)
+    form = {"slug": "cv400", "title": "Vision 400", "profile": "course-lab", "reserve": "2",
+            "lead_minutes": "15", "_xsrf": service_xsrf(admin)}  # fmt: skip
+    r = admin.post(page, data=form, timeout=60)
+    assert r.status_code == 200 and "Course not created" in r.text and "holds none" in r.text
+    assert api(hub, tokens["admin"], "GET", "courses/cv400").status_code == 404
+    r = admin.post(page, data={**form, "profile": "course-seat"}, timeout=60)
+    assert r.status_code == 200 and r.url.endswith("courses/cv400"), r.url
+    assert "Course cv400 created" in r.text
+    action = page + "/cv400/actions/"
+    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) + timedelta(days=2)
+    when = {"start": start.strftime("%Y-%m-%dT%H:%M"),
+            "end": (start + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")}  # fmt: skip
+    r = admin.post(action + "date", data={**when, "_xsrf": service_xsrf(admin)}, timeout=60)
+    assert "Session added" in r.text, r.text[-2000:]
+    bad = {"start": when["end"], "end": when["start"], "_xsrf": service_xsrf(admin)}
+    r = admin.post(action + "date", data=bad, timeout=60)
+    assert "Not saved" in r.text and "must be after start" in r.text
+    r = admin.post(action + "seats", data={"prestart-form": "1", "prestart": "on",
+                   "lead_minutes": "10", "reserve": "3", "reserve_lead_minutes": "30",
+                   "grace_minutes": "5", "_xsrf": service_xsrf(admin)}, timeout=60)  # fmt: skip
+    assert "3 seats reserved" in r.text
+    doc = parse_html(r.text)
+    rows = doc.find_all("tr", cls="session")
+    assert len(rows) == 1 and "3 (0 in use)" in rows[0].text()
+    view = api(hub, tokens["admin"], "GET", "courses/cv400").json()
+    assert view["course"]["reserve_lead_minutes"] == 30 and view["course"]["lead_minutes"] == 10
+    [b] = [x for x in requests.get(hub.url + PREFIX + "api/bookings?hours=72",
+           headers={"Authorization": f"token {tokens['admin']}"}, timeout=30).json()["bookings"]
+           if x["holder"] == "cv400"]  # fmt: skip
+    assert (b["count"], b["lead_s"], b["grace_s"]) == (3, 1800, 300)

@@ -57,9 +57,10 @@ def staff_scopes(roster: str, service: str = "gpulab") -> list[str]:
 
 
 def prestart_scopes(roster: str) -> list[str]:
-    """The pre-start token: start, stop and read the roster's servers; nothing else."""
+    """The pre-start token: start, stop and read the roster's servers, and list the roster (one
+    look at every starting server); nothing else."""
     f = f"!group={roster}"
-    return [f"servers{f}", f"read:users:name{f}"]
+    return [f"servers{f}", f"read:users:name{f}", f"list:users{f}"]
 
 
 def prestart_token(secret: bytes, slug: str) -> str:
