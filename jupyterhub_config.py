@@ -95,7 +95,9 @@ c.DockerSpawner.start_timeout = 120
 c.DockerSpawner.http_timeout = 60
 # ADMIN: persistent home directories (one Docker volume per user). Containers are always removed
 # when their server stops (c.DockerSpawner.remove = False is refused): keep files in volumes.
-c.DockerSpawner.volumes = {"gpulab-home-{username}": "/home/jovyan"}
+# Courses pull their notebooks into these homes and collect assignments from them.
+home_volume = os.environ.get("GPULAB_HOME_VOLUME", "gpulab-home-{username}")
+c.DockerSpawner.volumes = {home_volume: "/home/jovyan"}
 # ADMIN: the size of /dev/shm (PyTorch DataLoader workers need more than Docker's 64 MiB);
 # a profile's "shm_size" overrides it.
 c.GPUDockerSpawner.shm_size = "1GiB"
@@ -271,6 +273,14 @@ if demo:
     c.GPULabService.cull_warn_before = "1m"
 # else the defaults: a pass every minute, warnings 10 minutes ahead
 # c.GPULabService.cull_dry_run = True
+
+# Courses (README, "Courses"): admins create them on /services/gpulab/courses, staff run them
+# from the course page. ADMIN: declare courses here too (c.GPULabCourses.courses = [{...}]).
+c.GPULabCourses.home_volume = home_volume
+c.GPULabCourses.course_volume = os.environ.get("GPULAB_COURSE_VOLUME", "gpulab-course-{slug}")
+from jupyterhub_gpulab.courses.hubhook import configure_courses  # noqa: E402
+
+configure_courses(c)  # after configure_service: course servers, staff roles, pre-start tokens
 
 # Metrics (README, "Metrics"): Prometheus scrapes /hub/metrics and /services/gpulab/metrics with
 # this token; dcgm-exporter, run with --hpc-job-mapping-dir on the same folder, names each GPU's

@@ -108,15 +108,25 @@ def _course_errors(config: Config) -> list[str]:
     profiles' slugs)."""
     from .courses.config import GPULabCourses
     from .courses.model import CourseError
+    from .courses.reserve import fit_problems
+    from .lab.profiles import load_profiles
 
     slugs = {p.get("slug") for p in GPULab(config=config).profiles if isinstance(p, dict)}
     try:
-        GPULabCourses(config=config).declared(slugs)
+        declared = GPULabCourses(config=config).declared(slugs)
     except CourseError as e:
         return [f"c.GPULabCourses.{m}" for m in e.errors]
     except TraitError as e:
         return [f"c.GPULabCourses: {e}"]
-    return []
+    try:
+        profiles = {p.slug: p for p in load_profiles(GPULab(config=config).profiles)}
+    except ValueError:
+        return []  # the profiles' own errors are listed by the lab's check
+    return [
+        f"c.GPULabCourses.courses: {m}"
+        for c in declared
+        for m in fit_problems(c, profiles.get(c.profile))
+    ]
 
 
 def _uses_gpulab_spawner(config: Config) -> bool:

@@ -45,6 +45,8 @@ Reasons and their HTTP statuses (:data:`STATUS_BY_REASON`):
 
 - 400 ``bad-choice``, ``unknown-profile``, ``not-entitled``, ``no-profile``: the request itself is
   wrong; the message lists what the user may pick (:class:`ProfileChoiceError`).
+- 403 ``not-in-course``: a course's server (a named server called as the course), started by
+  someone neither on its roster nor on its staff (:mod:`jupyterhub_gpulab.courses.hubhook`).
 - 429 ``quota``: the user (or their group) holds as many slices as allowed; stopping
   a server fixes it. 429 is what JupyterHub itself answers for ``active_server_limit``.
 - 503 ``no-free-slice``: every slice of that kind is held; try later or pick another profile.
@@ -121,6 +123,7 @@ STATUS_BY_REASON: dict[str, int] = {
     "unknown-profile": 400,
     "not-entitled": 400,
     "no-profile": 400,
+    "not-in-course": 403,
     "quota": 429,
     "no-free-slice": 503,
     "gpu-runtime-missing": 503,

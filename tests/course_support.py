@@ -90,7 +90,13 @@ def course_hub(tmp_path: Path, course: dict, *, extra: str = "") -> Hub:
     node = "gpulabcrs" + secrets.token_hex(3)
     port = free_port()
     profiles = PROFILES + [
-        {"slug": "course-lab", "display_name": "Course (JupyterLab)", "image": LAB_IMAGE}
+        {"slug": "course-lab", "display_name": "Course (JupyterLab)", "image": LAB_IMAGE},
+        {
+            "slug": "course-seat",
+            "display_name": "Course (JupyterLab, T4 seat)",
+            "image": LAB_IMAGE,
+            "slice": {"kind": "shared"},
+        },
     ]
     workdir = tmp_path / node
     workdir.mkdir(parents=True)

@@ -45,12 +45,15 @@ def homes():
     as_student(
         home.format(username="ann"),
         "mkdir -p ~/assignments/hw1/data && echo 'answer = 42' > ~/assignments/hw1/a.py"
-        " && echo 1,2 > ~/assignments/hw1/data/d.csv && ln -s /etc/passwd ~/assignments/hw1/pw",
+        " && echo 1,2 > ~/assignments/hw1/data/d.csv && ln -s /etc/passwd ~/assignments/hw1/pw"
+        # a large home: reading its owner must not stream (or wait on) all of it
+        " && head -c 30000000 /dev/zero > ~/dataset.bin",
     )
     as_student(home.format(username="bob"), "mkdir -p ~/assignments/other && echo x > ~/notes.txt")
     as_student(
         home.format(username="cat"),
-        "mkdir -p ~/assignments/hw1 && head -c 300000 /dev/zero > ~/assignments/hw1/big.bin",
+        # far larger than the bound: reading stops at the bound and the copy ends at once
+        "mkdir -p ~/assignments/hw1 && head -c 30000000 /dev/zero > ~/assignments/hw1/big.bin",
     )
     yield prefix, home
     remove_volumes(prefix)
@@ -71,7 +74,7 @@ def test_collect_reports_submitted_missing_and_oversized_and_return_gives_feedba
     assert report["ann"]["state"] == "submitted" and report["ann"]["files"] == 2
     assert report["ann"]["skipped"] == ["pw"]  # a link is never followed out of the home
     assert report["bob"] == {"state": "missing", "reason": "no assignments/hw1 folder"}
-    assert report["cat"]["state"] == "oversized"
+    assert report["cat"]["state"] == "oversized", report["cat"]
     assert report["dan"] == {"state": "missing", "reason": "no home yet"}
     assert not files.exists(home.format(username="dan"))  # looking made no volume
     folder = report["ann"]["folder"]

@@ -25,7 +25,7 @@ from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, login, user_token, wait_for_service
 from test_service_browser import browser  # noqa: F401 (the fixture)
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
 STUDENTS = [f"s{i}" for i in range(1, 9)]
 
@@ -102,7 +102,10 @@ def test_prestart_of_a_roster_of_8_puts_the_notebooks_in_every_home(lab):
         assert hub.server(u, "ml101")["user_options"] == {"profile": "course-lab"}
         assert read_home(f"{hub.node}-home-{u}", "ml101/intro.py") == "print('week 1')\n", u
     # started with the course's own pre-start token, not the service's
-    assert "(gpulab-prestart-ml101@" in hub.log_tail(3000)
+    log = hub.log_tail(3000)
+    assert "(gpulab-prestart-ml101@" in log
+    # …which watches the roster's servers with one listing a second, not one request per server
+    assert "GET /hub/api/users?state=" in log and "users/s1 (gpulab-prestart" not in log
     view = api(hub, tokens["ta1"], "GET", "courses/ml101").json()
     assert {r["user"]: r["server"] for r in view["roster"]} == {u: "running" for u in STUDENTS}
 
@@ -151,6 +154,26 @@ def test_a_ta_acts_on_the_rosters_servers_only(lab):
     # …and may stop (and start) a roster member's course server
     r = hub.api("DELETE", "/users/s3/servers/ml101", headers=ta)
     assert r.status_code in (202, 204), r.text
+
+
+def test_staff_cannot_give_their_course_another_roster_or_staff_group(lab):
+    hub, repo, tokens = lab
+    # With "students" as its roster, the TA would act on every student's servers.
+    for change in ({"roster_group": "students"}, {"staff_group": "students"}):
+        r = api(hub, tokens["ta1"], "PUT", "courses/ml101", json=change)
+        assert r.status_code == 403 and "Only an admin" in r.json()["message"], r.text
+    course = api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"]
+    assert (course["roster_group"], course["staff_group"]) == ("ml101", "ml101-staff")
+
+
+def test_a_course_server_is_for_its_roster_and_staff_only(lab):
+    hub, repo, tokens = lab
+    # "outsider" names a server like the course: refused, with why; nothing starts
+    r = hub.spawn("outsider", name="ml101")
+    assert r.status_code == 403, r.text
+    assert "for its roster" in r.json()["message"]
+    assert "ml101" not in containers_of(hub.node, "ml101")
+    assert not (hub.server("outsider", "ml101") or {}).get("ready")
 
 
 def test_a_student_cannot_open_the_course_page(lab):
@@ -256,7 +279,8 @@ def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_pr
     record = {
         "slug": "dl201",
         "title": "Deep learning 201",
-        "profiles": ["course-lab"],
+        "profiles": ["course-seat"],
+        "reserve": 3,
         "content": [{"repo": repo.url, "dir": "dl201"}],
         "sessions": {
             "dates": [
@@ -285,6 +309,24 @@ def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_pr
     for u in ("t1", "t2"):
         assert read_home(f"{hub.node}-home-{u}", "dl201/intro.py") is not None
     assert view["sessions"][0]["prestart"] == "2 of 2 ready"
+    # the session's 3 seats of the T4 (4 seats) are kept: the two students took two of them,
+    # charged to the booking; the third stays kept, so one walk-in fits and the next is told
+    assert view["sessions"][0]["reserved"] == {
+        "id": view["sessions"][0]["reserved"]["id"], "count": 3, "in_use": 2,
+    }  # fmt: skip
+    assert view["reservation"]["calendar"][0]["holders"] == ["dl201"]
+    r = hub.spawn("outsider", {"profile": "shared-seat"})
+    assert r.status_code < 400, r.text
+    hub.wait_ready("outsider")
+    hub.create_user("walkin", ["students"])
+    r = hub.spawn("walkin", {"profile": "shared-seat"})
+    assert r.status_code == 503 and "1 of 4 reserved for dl201 until" in r.json()["message"], r.text
+    hub.stop_server("outsider")
+    # a second course at the same time needs 3 more seats: refused, naming dl201; not created
+    clash = {**record, "slug": "cv300", "title": "Vision 300", "content": []}
+    r = api(hub, tokens["admin"], "POST", "courses", json=clash)
+    assert r.status_code == 409 and "dl201" in r.json()["message"], r.text
+    assert api(hub, tokens["admin"], "GET", "courses/cv300").status_code == 404
     audit = api(hub, tokens["admin"], "GET", "courses/dl201/audit").json()["audit"]
     assert [(a["who"], a["action"]) for a in audit] == [
         ("schedule", "start-all"),
@@ -335,3 +377,48 @@ def test_the_course_page_in_a_browser_start_all_progress_collect(lab, browser): 
     assert b.find_element(By.ID, "pv-added").text == "none"
     assert not b.find_elements(By.ID, "csv-apply")
     save_screenshot(b, ARTIFACTS / "course-page-csv-preview.png")
+
+
+def test_the_pages_forms_create_a_course_and_edit_its_sessions_and_seats(lab):
+    """As an admin and a TA use the pages (forms, no API): a course its profile cannot serve is
+    refused with the reason (it was an HTTP 500), a good one created; a session and seats added
+    from the course page; a bad session changes nothing."""
+    from datetime import datetime, timedelta, timezone
+
+    from html_support import parse_html
+    from service_support import service_xsrf
+
+    hub, repo, tokens = lab
+    admin = login(hub, "admin")
+    page = hub.url + PREFIX + "courses"
+    admin.get(page, timeout=30)
+    form = {"slug": "cv400", "title": "Vision 400", "profile": "course-lab", "reserve": "2",
+            "lead_minutes": "15", "_xsrf": service_xsrf(admin)}  # fmt: skip
+    r = admin.post(page, data=form, timeout=60)
+    assert r.status_code == 200 and "Course not created" in r.text and "holds none" in r.text
+    assert api(hub, tokens["admin"], "GET", "courses/cv400").status_code == 404
+    r = admin.post(page, data={**form, "profile": "course-seat"}, timeout=60)
+    assert r.status_code == 200 and r.url.endswith("courses/cv400"), r.url
+    assert "Course cv400 created" in r.text
+    action = page + "/cv400/actions/"
+    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) + timedelta(days=2)
+    when = {"start": start.strftime("%Y-%m-%dT%H:%M"),
+            "end": (start + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")}  # fmt: skip
+    r = admin.post(action + "date", data={**when, "_xsrf": service_xsrf(admin)}, timeout=60)
+    assert "Session added" in r.text, r.text[-2000:]
+    bad = {"start": when["end"], "end": when["start"], "_xsrf": service_xsrf(admin)}
+    r = admin.post(action + "date", data=bad, timeout=60)
+    assert "Not saved" in r.text and "must be after start" in r.text
+    r = admin.post(action + "seats", data={"prestart-form": "1", "prestart": "on",
+                   "lead_minutes": "10", "reserve": "3", "reserve_lead_minutes": "30",
+                   "grace_minutes": "5", "_xsrf": service_xsrf(admin)}, timeout=60)  # fmt: skip
+    assert "3 seats reserved" in r.text
+    doc = parse_html(r.text)
+    rows = doc.find_all("tr", cls="session")
+    assert len(rows) == 1 and "3 (0 in use)" in rows[0].text()
+    view = api(hub, tokens["admin"], "GET", "courses/cv400").json()
+    assert view["course"]["reserve_lead_minutes"] == 30 and view["course"]["lead_minutes"] == 10
+    [b] = [x for x in requests.get(hub.url + PREFIX + "api/bookings?hours=72",
+           headers={"Authorization": f"token {tokens['admin']}"}, timeout=30).json()["bookings"]
+           if x["holder"] == "cv400"]  # fmt: skip
+    assert (b["count"], b["lead_s"], b["grace_s"]) == (3, 1800, 300)

@@ -131,3 +131,30 @@ def test_the_policy_key_decides_who_may_be_preempted(policies, preemptible):
     loaded = load_policies(policies, [])
     ctx = PolicyContext.of(list(policies), False, loaded)
     assert ctx.preemptible is preemptible
+
+
+def test_only_a_user_who_finds_nothing_free_may_preempt(tmp_path, at):
+    """Where a slice is free the waitlist offers it: no running server is taken for that user.
+    A free slice that a course's reservation keeps counts as taken."""
+    from ledger_support import lab_inventory
+
+    from jupyterhub_gpulab.fairuse.offers import starved
+    from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+    from jupyterhub_gpulab.ledger import Ledger
+
+    gpu = SliceRequest(kind=SliceKind.GPU, model="A40")
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    ledger.sync_inventory(
+        lab_inventory([{"uuid": "GPU-a40", "index": 0, "name": "NVIDIA A40", "memory": "48GiB"}])
+    )
+    held = ledger.claim(gpu, user="student", profile="a40", server_name="")
+    entry = ledger.join_waitlist("res", "a40", gpu, priority=10)
+    assert starved(ledger, entry)  # taken: preemption may free it
+    ledger.release(held.allocation.id, "stopped")
+    assert not starved(ledger, entry)  # the A40 is free: the waitlist will offer it
+    ledger.book(
+        holder="DL101", groups=["dl101"], profile="a40", request=gpu, count=1,
+        starts_at=at.now, ends_at=at.now + timedelta(hours=2), lead_s=600, grace_s=600,
+    )  # fmt: skip
+    assert starved(ledger, entry)  # free, but kept for DL101's session
+    ledger.close()

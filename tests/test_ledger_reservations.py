@@ -163,6 +163,52 @@ def test_rebooking_the_same_session_replaces_it(ledger, at):
     assert ledger.bookings() == []
 
 
+def spec(start, ref, *, count=5, hours=2, holder="DL101", groups=ROSTER):
+    return dict(
+        holder=holder, groups=groups, profile="student", request=SEAT, count=count,
+        starts_at=start, ends_at=start + timedelta(hours=hours), lead_s=15 * MINUTE,
+        grace_s=10 * MINUTE, ref=ref,
+    )  # fmt: skip
+
+
+def test_a_course_books_its_sessions_all_or_nothing(ledger, at):
+    day = at.now.replace(microsecond=0) + timedelta(days=1)
+    mine = [spec(day, "course:dl101/1"), spec(day + timedelta(days=7), "course:dl101/2")]
+    first = ledger.replace_bookings("course:dl101/", mine)
+    assert [b.ref for b in ledger.bookings()] == ["course:dl101/1", "course:dl101/2"]
+    # Another course's second session cannot fit beside DL101's: none of its sessions is booked.
+    other = [spec(day + timedelta(days=3), "course:ml200/1", holder="ML200", groups=["ml"]),
+             spec(day + timedelta(hours=1), "course:ml200/2", holder="ML200", groups=["ml"])]  # fmt: skip
+    with pytest.raises(BookingConflict) as e:
+        ledger.replace_bookings("course:ml200/", other)
+    assert "DL101" in e.value.message and [b.holder for b in e.value.conflicts] == ["DL101"]
+    assert [b.holder for b in ledger.bookings()] == ["DL101", "DL101"]
+    # Booking the same sessions again changes nothing; a changed one keeps its id; a session
+    # no longer wanted is cancelled.
+    assert ledger.replace_bookings("course:dl101/", mine) == first
+    again = ledger.replace_bookings("course:dl101/", [spec(day, "course:dl101/1", count=6)])
+    assert [(b.id, b.count) for b in again] == [(first[0].id, 6)]
+    assert [b.ref for b in ledger.bookings()] == ["course:dl101/1"]
+    with pytest.raises(ValueError):
+        ledger.replace_bookings("course:dl101/", [spec(day, "course:ml200/9")])
+    assert ledger.replace_bookings("course:dl101/", []) == []
+    assert ledger.bookings() == []
+
+
+def test_changing_a_session_in_progress_keeps_its_members_charged(ledger, at):
+    start = at.now + timedelta(minutes=5)
+    ledger.replace_bookings("course:dl101/", [spec(start, "course:dl101/1", count=5)])
+    seated = [seat(ledger, f"student{i}", ["dl101-students"]) for i in range(5)]
+    assert len({c.allocation.booking_id for c in seated}) == 1
+    # The instructor lowers the seats to 4 mid-session: the five seated still count as the
+    # course's, so walk-ins may take the three seats nobody keeps, and no more.
+    ledger.replace_bookings("course:dl101/", [spec(start, "course:dl101/1", count=4)])
+    assert len([seat(ledger, f"w{i}", ["physics"]) for i in range(3)]) == 3
+    with pytest.raises(NoFreeSlice):
+        seat(ledger, "w3", ["physics"])
+    assert ledger.double_allocations() == []
+
+
 def test_bookings_and_charges_survive_a_restart(url, at):
     first = Ledger(url)
     start = at.now + timedelta(minutes=5)
@@ -296,3 +342,40 @@ def test_two_processes_never_seat_a_non_member_on_a_reserved_slice(backend, tmp_
     assert _max_overlap(outsiders) == 3, "non-members should have filled the free seats"
     assert setup.double_allocations() == []
     setup.close()
+
+
+def test_a_course_s_seats_are_for_its_course_servers(ledger, at):
+    # DL101's session keeps 3 of 8 seats for its course servers (the named server "dl101"): a
+    # member doing homework on their default server meanwhile takes an unreserved seat, and
+    # leaves the course's seats to the classmates who come to the session.
+    start = at.now + timedelta(minutes=5)
+    book(ledger, start, count=3, server_name="dl101")
+    homework = seat(ledger, "student0", ["dl101-students"])
+    assert homework.allocation.booking_id is None
+    walkins = [seat(ledger, f"w{i}", ["physics"]) for i in range(4)]  # 8 - 3 kept - 1
+    with pytest.raises(NoFreeSlice) as e:
+        seat(ledger, "w4", ["physics"])
+    assert "3 of 8 reserved for DL101" in e.value.message
+    with pytest.raises(NoFreeSlice):  # a member's default server: no course seat either
+        seat(ledger, "student1", ["dl101-students"])
+    for i in range(3):
+        c = ledger.claim(SEAT, user=f"student{i + 1}", profile="student", server_name="dl101",
+                         groups=["dl101-students"])  # fmt: skip
+        assert c.allocation.booking_id is not None
+    assert len(walkins) == 4 and ledger.double_allocations() == []
+
+
+def test_a_refusal_names_only_reservations_of_the_slice_asked_for(url, at):
+    ledger = Ledger(url)
+    try:
+        gpu = SliceRequest(kind=SliceKind.GPU)
+        ledger.sync_inventory(lab_inventory(SEATS_LAB + [
+            {"uuid": "GPU-a40", "index": 2, "name": "NVIDIA A40", "memory": "48GiB"}]))  # fmt: skip
+        book(ledger, at.now + timedelta(minutes=5), count=5)  # seats, not the A40
+        ledger.claim(gpu, user="r0", profile="a40")
+        with pytest.raises(NoFreeSlice) as e:
+            ledger.claim(gpu, user="r1", profile="a40", groups=["research"])
+        assert "reserved" not in e.value.message and "0 of 1 free" in e.value.message
+        assert ledger.reserved_for_others(gpu, ["research"]) == []
+    finally:
+        ledger.close()

@@ -196,3 +196,30 @@ def test_offers_respect_reservations(ledger, at):
     # The freed seat is reserved: the outsider first in line is skipped, the member offered it.
     assert [e.user for e in ledger.offer_next(entitle, HOLD)] == ["student1"]
     assert ledger.open_allocations("student1")[0].booking_id is not None
+
+
+def test_a_member_takes_a_seat_kept_for_their_session_past_the_queue(ledger, at):
+    # Both seats are kept for DL101 from 14:00; two homework users queued at 13:55 (the lab was
+    # full) must not keep a class member waiting for a seat they could not take anyway.
+    held = full_lab(ledger)
+    start = at.now + timedelta(minutes=5)
+    ledger.book(
+        holder="DL101", groups=["dl101"], profile="student", request=SEAT, count=2,
+        starts_at=start, ends_at=start + timedelta(hours=2), lead_s=15 * MINUTE,
+        grace_s=10 * MINUTE,
+    )  # fmt: skip
+    join(ledger, "hw1")
+    join(ledger, "hw2")
+    for c in held:
+        ledger.release(c.allocation.id, "stopped")
+    got = seat(ledger, "student1", groups=["dl101"])
+    assert got.allocation.booking_id is not None
+    # the queued homework users are still refused the other kept seat, in order
+    with pytest.raises(NoFreeSlice) as e:
+        seat(ledger, "hw1", groups=["physics"])
+    assert "reserved for DL101" in e.value.message
+    assert [e.user for e in ledger.waitlist("student")] == ["hw1", "hw2"]
+    # once the seats return to everyone (grace), the queue's order holds again for members too
+    at.now = start + timedelta(minutes=11)
+    with pytest.raises(QueueFirst):
+        seat(ledger, "student2", groups=["dl101"])

@@ -331,3 +331,71 @@ def test_a_student_sees_reserved_seats_then_is_offered_a_freed_slice(hub, ledger
         save_screenshot(browser, ARTIFACTS / "home-waitlist-offer.png")
     finally:
         ledger.leave_waitlist("student")
+
+
+@pytest.mark.browser
+def test_a_queued_student_s_open_page_notifies_them_of_the_offer(hub, ledger, browser):
+    """On their gpulab page, a queued student who allowed notifications gets a browser
+    notification when a slice is held for them, and the page shows the offer (it reloads)."""
+    from selenium.webdriver.common.by import By
+
+    browser.execute_cdp_cmd(
+        "Browser.grantPermissions", {"origin": hub.url, "permissions": ["notifications"]}
+    )
+    # record what the page's own script shows (headless chromium displays nothing)
+    browser.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": "const Real = window.Notification;"
+            "window.Notification = function (title, o) {"
+            "  const seen = JSON.parse(sessionStorage.getItem('notes') || '[]');"
+            "  seen.push(title + ': ' + (o && o.body)); sessionStorage.setItem('notes', JSON.stringify(seen));"
+            "  return new Real(title, o); };"
+            "Object.defineProperty(window.Notification, 'permission', {get: () => Real.permission});"
+            "window.Notification.requestPermission = (...a) => Real.requestPermission(...a);"
+        },
+    )
+    held = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="x")
+        for u in ("researcher", "instructor")
+    ]
+    try:
+        log_in(browser, hub, "student", f"{PREFIX}me", heading="My GPU")
+        join = wait_until(
+            lambda: browser.find_elements(
+                By.CSS_SELECTOR, "form.join-waitlist[data-profile='mig-small'] button"
+            ),
+            30,
+            "the join button",
+        )
+        # chromedriver misplaces clicks below the first screen of the hub's page layout (the
+        # button is the topmost element at its point): click it as the page's own script would
+        browser.execute_script("arguments[0].click()", join[0])
+        wait_until(
+            lambda: browser.execute_script(
+                "const e = document.querySelector('.waitlist-entry');"
+                "return e && e.dataset.state === 'waiting';"
+            ),
+            30,
+            "my place in the queue",
+        )
+        ledger.release(held[0].allocation.id, "stopped")
+        notes = wait_until(
+            lambda: browser.execute_script("return JSON.parse(sessionStorage.getItem('notes') || '[]')"),
+            90,
+            "the browser notification",
+        )  # fmt: skip
+        assert "held for you" in notes[0] and "mig-small" in notes[0]
+        wait_until(
+            lambda: browser.execute_script(
+                "const e = document.querySelector('.waitlist-entry');"
+                "return e && e.dataset.state === 'offered';"
+            ),
+            30,
+            "the offer on the reloaded page",
+        )
+        save_screenshot(browser, ARTIFACTS / "user-page-waitlist-offer.png")
+    finally:
+        ledger.leave_waitlist("student")
+        for h in held:
+            ledger.release(h.allocation.id, "test-cleanup")

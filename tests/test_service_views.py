@@ -339,13 +339,17 @@ def test_an_unmanaged_service_has_no_command_but_its_token():
 def test_openapi_documents_every_api_route():
     doc = openapi("/services/gpulab/")
     documented = {"/services/gpulab/api" + p for p in doc["paths"]}
+    from jupyterhub_gpulab.service.web.courseapi import course_handlers
+
     routes = set()
-    for pattern, _ in api_handlers("/services/gpulab/"):
+    handlers = api_handlers("/services/gpulab/") + course_handlers("/services/gpulab/")
+    for pattern, _ in handlers:
         path = pattern.replace("(?P<allocation_id>[^/]+)", "{id}").replace(
             "(?P<uuid>[^/]+)", "{uuid}"
         )
         path = path.replace("(?P<user>[^/]+)", "{user}").replace("(?P<name>[^/]*)", "{name}")
         path = path.replace("(?P<profile>[^/]+)", "{profile}").replace("(?P<node>[^/]+)", "{node}")
+        path = path.replace("/(?P<slug>[a-z][a-z0-9-]{1,39})", "/{slug}")
         path = path.replace("\\.", ".").replace("api/?", "api/")
         if path.endswith("api/.*"):  # the catch-all: a 404 for any other path
             continue

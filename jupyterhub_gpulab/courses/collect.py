@@ -16,7 +16,6 @@ written back take the owner of the folder they land in.
 from __future__ import annotations
 
 import io
-import re
 import tarfile
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -27,11 +26,12 @@ import docker
 from docker.errors import NotFound
 
 from .. import clock
+from .records import NAME
 
 __all__ = ["VolumeFiles", "collect", "give_back", "ASSIGNMENT"]
 
-#: Assignment names: one folder name.
-ASSIGNMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: Assignment names: one folder name (the course record's rule).
+ASSIGNMENT = NAME
 #: Where a volume is mounted in the helper container.
 MOUNT = "/v"
 
@@ -75,18 +75,36 @@ class VolumeFiles:
         finally:
             c.remove(force=True)
 
+    @contextmanager
+    def _archive(self, container, path: str):
+        """The tar stream of ``path`` in ``container`` (an open HTTP response), closed on exit.
+
+        docker-py's ``get_archive`` returns a generator whose connection stays open when the
+        reader stops early; the engine then blocks writing the rest of the archive and holds
+        the container, so removing it hangs until the client's timeout (60 s). Closing the
+        response drops the connection and ends the engine's copy at once."""
+        api = self.client.api
+        res = api.get(
+            f"{api.base_url}/v{api.api_version}/containers/{container.id}/archive",
+            params={"path": path},
+            stream=True,
+        )
+        try:
+            if res.status_code == 404:
+                raise FileNotFoundError(path)
+            api._raise_for_status(res)
+            yield res
+        finally:
+            res.close()
+
     def read_tree(self, volume: str, path: str, max_bytes: int) -> tuple[list[Entry], list[str]]:
         """The regular files and folders under ``path`` (relative to the volume's root), and
         the names skipped (links and the like). Raises ``FileNotFoundError`` when ``path`` is
-        absent, :class:`TooLarge` past ``max_bytes`` of file content."""
-        with self._mounted(volume, read_only=True) as c:
-            try:
-                stream, _stat = c.get_archive(f"{MOUNT}/{path}")
-            except NotFound:
-                raise FileNotFoundError(path) from None
+        absent, :class:`TooLarge` past ``max_bytes`` of file content (reading stops there)."""
+        with self._mounted(volume, read_only=True) as c, self._archive(c, f"{MOUNT}/{path}") as res:
             buf = bytearray()
             limit = max_bytes + 64 * 1024 + max_bytes // 8  # tar headers and padding
-            for chunk in stream:
+            for chunk in res.iter_content(64 * 1024):
                 buf += chunk
                 if len(buf) > limit:
                     raise TooLarge(path)
@@ -109,10 +127,10 @@ class VolumeFiles:
 
     def owner(self, volume: str, path: str = "") -> tuple[int, int]:
         """``(uid, gid)`` of ``path`` in ``volume`` (its root by default)."""
-        with self._mounted(volume, read_only=True) as c:
-            stream, _ = c.get_archive(f"{MOUNT}/{path}".rstrip("/") + "/")
+        where = f"{MOUNT}/{path}".rstrip("/") + "/"
+        with self._mounted(volume, read_only=True) as c, self._archive(c, where) as res:
             head = bytearray()
-            for chunk in stream:
+            for chunk in res.iter_content(512):
                 head += chunk
                 if len(head) >= 512:
                     break

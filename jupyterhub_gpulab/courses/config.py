@@ -97,6 +97,22 @@ class GPULabCourses(Configurable):
         ``c.GPULabCourses.check_interval = 30``""",
     )
 
+    reserve_horizon_days = Integer(
+        120,
+        config=True,
+        help="""How far ahead (days) a course's sessions are booked when it sets ``reserve``:
+        conflicts within it are refused when the course is saved; sessions entering it later
+        are booked by the service's periodic pass. ``c.GPULabCourses.reserve_horizon_days = 120``
+        """,
+    )
+
+    reserve_sync_every = Float(
+        600.0,
+        config=True,
+        help="""Seconds between the service's passes that book the sessions entering the horizon
+        (and retry sessions that did not fit). ``c.GPULabCourses.reserve_sync_every = 600``""",
+    )
+
     def declared(self, profiles: set[str] | None = None) -> list[Course]:
         """The declared courses, validated (raises :class:`~.model.CourseError`)."""
         return parse_courses(self.courses, profiles=profiles)

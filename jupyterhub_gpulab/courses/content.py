@@ -11,8 +11,8 @@ reported in ``~/.gpulab/content.log`` and the container log; the server starts a
 
 from __future__ import annotations
 
+import asyncio
 import shlex
-import subprocess
 
 from .model import ContentSource, Course
 
@@ -50,23 +50,28 @@ def start_command(course: Course, home: str) -> list[str]:
     return ["sh", "-c", script, "gpulab-course", "jupyterhub-singleuser"]
 
 
-def check_reachable(repo: str, branch: str, timeout_s: float = 20) -> str | None:
+async def check_reachable(repo: str, branch: str, timeout_s: float = 20) -> str | None:
     """``None`` when ``git ls-remote`` finds ``branch`` at ``repo`` from this host, else a
-    message for the staff (the repository's answer is not echoed)."""
+    message for the staff (the repository's answer is not echoed). Runs git as a subprocess of
+    the event loop, never blocking it; gives up after ``timeout_s`` seconds."""
     try:
-        r = subprocess.run(
-            ["git", "ls-remote", "--heads", repo, branch],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
+        proc = await asyncio.create_subprocess_exec(
+            "git", "ls-remote", "--heads", repo, branch,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
             env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin:/usr/local/bin"},
-        )
-    except subprocess.TimeoutExpired:
-        return f"the repository {repo} did not answer within {timeout_s:g} s"
+        )  # fmt: skip
     except FileNotFoundError:
         return "git is not installed where the gpulab service runs"
-    if r.returncode != 0:
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return f"the repository {repo} did not answer within {timeout_s:g} s"
+    if proc.returncode != 0:
         return f"the repository {repo} cannot be reached or read (git ls-remote failed)"
-    if not r.stdout.strip():
+    if not out.strip():
         return f"the repository {repo} has no branch {branch!r}"
     return None

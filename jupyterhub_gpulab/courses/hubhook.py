@@ -2,11 +2,15 @@
 
 What it adds (after ``configure_service``)::
 
-    c.Spawner.pre_spawn_hook   a course server (a named server whose name is a course slug) starts
-                               with the course profile unless the request named another of the
-                               course's, pulls the course repositories into the home first
-                               (:func:`.content.start_command`), and a staff member's also mounts
-                               the course folder at ~/<slug>-staff
+    c.Spawner.pre_spawn_hook   a course server (a named server whose name is a course slug) is
+                               for the course's roster, staff and JupyterHub admins (anyone
+                               else: HTTP 403); it is refused once the course's GPU-hour budget is
+                               spent (429, :mod:`.budget`); it starts with the course profile
+                               unless the request named another of the course's, pulls the
+                               course repositories into the home first
+                               (:func:`.content.start_command`), mounts the course's
+                               ``shared_folder`` read-only at ~/<slug>-shared, and a staff
+                               member's also mounts the course folder at ~/<slug>-staff
     c.JupyterHub.load_roles    per course known at hub start (declared, or stored by an admin):
                                gpulab-course-<slug>-staff for the staff group: start, stop, open
                                and read the roster's servers (``servers!group=<roster>`` …), nothing
@@ -32,8 +36,11 @@ import time
 log = logging.getLogger("gpulab.courses")
 
 PRESTART_SERVICE = "gpulab-prestart-{slug}"
-#: What the gpulab service's own token needs besides SERVICE_SCOPES for courses.
-COURSE_SERVICE_SCOPES = ["admin:groups", "servers", "access:servers"]
+#: What the gpulab service's own token needs besides SERVICE_SCOPES for courses: rosters (the
+#: hub's groups) and starting course servers. Not ``access:servers``: nothing of the courses uses
+#: a user's server through the proxy (distribute and collect go through Docker), and that scope
+#: would let the service use every user's server.
+COURSE_SERVICE_SCOPES = ["admin:groups", "servers"]
 
 
 def staff_scopes(roster: str, service: str = "gpulab") -> list[str]:
@@ -50,9 +57,10 @@ def staff_scopes(roster: str, service: str = "gpulab") -> list[str]:
 
 
 def prestart_scopes(roster: str) -> list[str]:
-    """The pre-start token: start, stop and read the roster's servers; nothing else."""
+    """The pre-start token: start, stop and read the roster's servers, and list the roster (one
+    look at every starting server); nothing else."""
     f = f"!group={roster}"
-    return [f"servers{f}", f"read:users:name{f}"]
+    return [f"servers{f}", f"read:users:name{f}", f"list:users{f}"]
 
 
 def prestart_token(secret: bytes, slug: str) -> str:
@@ -61,7 +69,8 @@ def prestart_token(secret: bytes, slug: str) -> str:
 
 
 class _CourseCache:
-    """The ledger's courses as the hook sees them, re-read at most every ``ttl`` seconds."""
+    """The ledger's courses as the hook sees them (:class:`~.store.StoredCourse`), re-read at
+    most every ``ttl`` seconds."""
 
     def __init__(self, db_url: str, ttl: float = 5.0):
         self.db_url, self.ttl = db_url, ttl
@@ -74,9 +83,25 @@ class _CourseCache:
             from .store import CourseStore
 
             store = CourseStore(shared_ledger(self.db_url).engine)
-            self._courses = {s.course.slug: s.course for s in store.all()}
+            self._courses = {s.course.slug: s for s in store.all()}
             self._at = time.monotonic()
         return self._courses.get(slug)
+
+
+def _budget_refusal(spawner, stored) -> str | None:
+    """The course's GPU-hour budget refusal for a start now (blocking: reads the ledger)."""
+    from .. import clock
+    from .budget import refusal, used_gpu_hours, window_start
+
+    course = stored.course
+    rt = spawner.runtime() if hasattr(spawner, "runtime") else None
+    profile = rt.lab.profile(course.profile) if rt is not None else None
+    if course.gpu_hours is None or rt is None or profile is None or not profile.wants_gpu:
+        return None
+    now = clock.utcnow()
+    start = window_start(rt.lab.term, stored.created_at, now)
+    used = used_gpu_hours(course, rt.ledger.allocations_between(start, now), start, now)
+    return refusal(course, used)
 
 
 def make_pre_spawn_hook(db_url: str, home_path: str, course_volume: str, before=None):
@@ -91,22 +116,40 @@ def make_pre_spawn_hook(db_url: str, home_path: str, course_volume: str, before=
                 await r
         if not spawner.name:
             return
+        from ..errors import SpawnRefused
         from ..ledger import aio
 
-        course = await aio.call(cache.get, spawner.name)
-        if course is None:
+        stored = await aio.call(cache.get, spawner.name)
+        if stored is None:
             return
+        course = stored.course
+        groups = {g.name for g in spawner.user.groups}
+        staff = course.staff_group in groups
+        if not (staff or course.roster_group in groups or spawner.user.admin):
+            raise SpawnRefused(
+                f"The server {course.server_name!r} is course {course.title}'s, for its roster "
+                f"(group {course.roster_group}) and staff. Pick another server name, or ask the "
+                "course's staff to add you.",
+                reason="not-in-course",
+            )
+        refused = await aio.call(_budget_refusal, spawner, stored)
+        if refused:
+            raise SpawnRefused(refused, reason="quota")
         from .content import start_command
 
         wanted = (spawner.user_options or {}).get("profile")
         if course.profiles and wanted not in course.profiles:
             spawner.user_options = {"profile": course.profile}
         spawner.cmd = start_command(course, home_path)
-        groups = {g.name for g in spawner.user.groups}
-        if course.staff_group in groups:
-            volumes = dict(spawner.volumes)
+        volumes = dict(spawner.volumes)
+        if course.shared_folder:
+            volumes[course.shared_folder] = {
+                "bind": f"{home_path}/{course.slug}-shared",
+                "mode": "ro",
+            }
+        if staff:
             volumes[course_volume.format(slug=course.slug)] = f"{home_path}/{course.slug}-staff"
-            spawner.volumes = volumes
+        spawner.volumes = volumes
         spawner.log.info(
             "%s is course %s's server: profile %s, %d content source(s)",
             spawner._log_name,

@@ -1,5 +1,6 @@
-"""The service's side of courses: the stored records, who is staff, pre-start runs (scheduled
-``lead_minutes`` before each session and on "Start all"), stop all and distribute.
+"""The service's side of courses: the stored records (saved together with their sessions'
+reservations), who is staff, pre-start runs (on "Start all", and scheduled: :mod:`.schedule`),
+stop all, distribute, collect and return.
 
 Runs in the gpulab service's event loop; ledger calls go through ``aio.call``.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
 
 from tornado.escape import url_escape
 
@@ -18,10 +18,11 @@ from ..ledger import aio
 from ..service.hubclient import HubClient, HubError
 from .config import GPULabCourses
 from .hubhook import prestart_token
-from .model import Course
+from .model import Course, CourseError
 from .prestart import PrestartRun
+from .reserve import book_course, fit_problems, prefix_of
 from .roster import roster_of
-from .sessions import sessions_between
+from .schedule import run_pass, sync_reservations
 from .store import CourseStore
 
 log = logging.getLogger("gpulab.courses")
@@ -36,15 +37,23 @@ class CourseManager:
         *,
         tz,
         secret: bytes | None,
+        ledger=None,
         spawn_limit: int = 100,
-        profiles: set[str] | None = None,
+        lab_profiles: dict | None = None,
         images: dict[str, str] | None = None,
         lab_id: str = "",
         groups_owner: GroupsOwner | None = None,
     ):
+        """``ledger``: the lab's :class:`~..ledger.Ledger` (reservations); ``lab_profiles``:
+        ``{slug: Profile}`` of the lab; ``groups_owner``: who owns the hub's groups
+        (:class:`~..auth.roster.GroupsOwner`; default: the hub): under SSO or LTI the rosters
+        are read from the identity provider's groups and not edited here."""
         self.store, self.settings, self.hub, self.tz = store, settings, hub, tz
+        self.ledger = ledger
         #: who fills the roster and staff groups (the hub, the identity provider, the LMS)
         self.groups_owner = groups_owner or GroupsOwner("hub")
+        self.lab_profiles = lab_profiles or {}
+        profiles = set(self.lab_profiles) if lab_profiles is not None else None
         #: profile slug -> image, for the helper containers of collect / return
         self.images = images or {}
         self.lab_id = lab_id
@@ -55,6 +64,10 @@ class CourseManager:
         #: the latest start-all (or stop-all) of each course, by slug
         self.runs: dict[str, PrestartRun] = {}
         self._tasks: set[asyncio.Task] = set()
+        #: slug -> sessions that could not be reserved (the latest sync), for the course page
+        self.booking_problems: dict[str, list[str]] = {}
+        #: monotonic time of the last reservations sync (:mod:`.schedule`)
+        self.reservations_synced_at = float("-inf")
 
     def roster_source(self, course) -> dict:
         """Where ``course``'s roster comes from: ``{"owner": kind, "editable": bool,
@@ -67,9 +80,47 @@ class CourseManager:
         }
 
     async def declare(self) -> None:
-        changed = await aio.call(self.store.declare, self.settings.declared(self.profiles))
+        """Store the courses of the config and book their sessions (what fits; conflicts are
+        logged and shown on the course page)."""
+        declared = self.settings.declared(self.profiles)
+        changed = await aio.call(self.store.declare, declared)
         if changed:
             log.info("Courses from the config stored: %s", ", ".join(changed))
+        for course in declared:
+            await sync_reservations(self, course)
+
+    def profile_of(self, course: Course):
+        """The lab's :class:`~..lab.profile.Profile` a course's servers start with, or ``None``."""
+        return self.lab_profiles.get(course.profile)
+
+    async def save(self, course: Course, *, by: str, origin: str = "admin") -> bool:
+        """Create or replace ``course`` (audited) after booking its sessions' reservations, all
+        or none; ``False`` when nothing changed. Raises :class:`~..ledger.BookingConflict`
+        naming the session the lab cannot hold (nothing is saved then) and
+        :class:`~.model.CourseError` for a course its profile cannot serve
+        (:func:`.reserve.fit_problems`)."""
+        problems = fit_problems(course, self.profile_of(course))
+        if problems:
+            raise CourseError(problems)
+        if self.ledger is not None:
+            await aio.call(
+                book_course,
+                self.ledger,
+                course,
+                self.profile_of(course),
+                now=clock.utcnow(),
+                tz=self.tz,
+                horizon_days=self.settings.reserve_horizon_days,
+            )
+            self.booking_problems[course.slug] = []
+        return await aio.call(self.store.put, course, by=by, origin=origin)
+
+    async def bookings_of(self, course: Course) -> list:
+        """The course's reservations from now on (one per session)."""
+        if self.ledger is None:
+            return []
+        found = await aio.call(self.ledger.bookings, clock.utcnow())
+        return [b for b in found if (b.ref or "").startswith(prefix_of(course.slug))]
 
     async def course(self, slug: str) -> Course | None:
         stored = await aio.call(self.store.get, slug)
@@ -109,6 +160,8 @@ class CourseManager:
         """Begin starting every roster member's course server; returns the run at once."""
         current = self.runs.get(course.slug)
         if current is not None and not current.done:
+            if session_start is not None and current.session_start is None:
+                current.session_start = session_start  # its end is this session's pre-start
             return current
         users = sorted(await roster_of(self.hub, course))
         run = PrestartRun(course, users, session_start=session_start)
@@ -138,10 +191,17 @@ class CourseManager:
             )
         except Exception:
             log.exception("Pre-start of %s failed", run.course.slug)
-        if run.session_start is not None:
-            await aio.call(
-                self.store.finish_prestart, run.course.slug, run.session_start, run.summary()
+        if run.session_start is None:
+            return
+        if run.interrupted:
+            log.warning(
+                "Pre-start of %s was cut off (the hub stopped answering); the next pass resumes it",
+                run.course.slug,
             )
+            return
+        await aio.call(
+            self.store.finish_prestart, run.course.slug, run.session_start, run.summary()
+        )
 
     async def stop_all(self, course: Course, *, by: str) -> PrestartRun:
         users = sorted(await roster_of(self.hub, course))
@@ -152,21 +212,8 @@ class CourseManager:
         return run
 
     async def check_due(self) -> None:
-        """Start the pre-start of every session whose lead time has come (once per session,
-        also across service restarts)."""
-        now = clock.utcnow()
-        for stored in await aio.call(self.store.all):
-            c = stored.course
-            lead = timedelta(minutes=c.lead_minutes)
-            for start, end in sessions_between(c, now, now + lead + timedelta(seconds=1), self.tz):
-                if start - lead <= now < end and await aio.call(
-                    self.store.begin_prestart, c.slug, start
-                ):
-                    log.info("Pre-starting %s for its session at %s", c.slug, start)
-                    try:
-                        await self.start_all(c, by="schedule", session_start=start)
-                    except Exception:
-                        log.exception("Pre-start of %s could not begin", c.slug)
+        """The scheduled pass: pre-starts, deadlines, reservations (:mod:`.schedule`)."""
+        await run_pass(self)
 
     # -- files: collect, return, distribute (docker-py, blocking: one thread per action) ------
 

@@ -11,7 +11,18 @@ problem (each naming the field and the accepted form). Example::
                               "from": "2026-09-07", "until": "2026-12-18"}],
                   "dates": [{"start": "2026-10-02T14:00", "end": "2026-10-02T16:00"}],
                   "ical": "BEGIN:VCALENDAR…"},
-     "lead_minutes": 15, "gpu_hours": 400, "collect_max_bytes": 20_000_000}
+     "lead_minutes": 15, "prestart": True,
+     "reserve": 12, "reserve_lead_minutes": 60, "grace_minutes": 10,
+     "assignments": [{"name": "hw1", "due": "2026-10-09T23:59"}],
+     "gpu_hours": 400, "collect_max_bytes": 20_000_000}
+
+Every roster member's course server is started ``lead_minutes`` before each session (unless
+``prestart`` is false). ``reserve`` slices of the course's profile are kept for its roster and
+staff from ``reserve_lead_minutes`` (default: ``lead_minutes``; never less) before each session
+until it ends; what nobody claimed ``grace_minutes`` after
+the start returns to everyone (:mod:`.reserve`). Each assignment with a ``due`` time is collected
+by the service once at that time (:mod:`.schedule`); ``gpu_hours`` caps the GPU-hours all course
+servers may use together over the term (:mod:`.budget`).
 
 Times are wall-clock times in the lab's time zone (``c.GPULab.quota_timezone``). Each student's
 course server is the named server :attr:`Course.server_name` (the slug, valid under JupyterHub 6's
@@ -22,13 +33,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, time
 from typing import Any
-from urllib.parse import urlparse
 
 from ..errors import ConfigError
+from .records import (
+    DAYS,
+    Assignment,
+    ContentSource,
+    OneOff,
+    WeeklyRule,
+    parse_assignment,
+    parse_content,
+    parse_one_off,
+    parse_weekly,
+)
 
 __all__ = [
+    "Assignment",
     "ContentSource",
     "Course",
     "CourseError",
@@ -44,11 +65,6 @@ __all__ = [
 SLUG = re.compile(r"^[a-z][a-z0-9-]{1,39}$")
 #: Group names: JupyterHub accepts most text; we keep to what fits a URL path and a scope filter.
 GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
-#: A content folder in the student's home: one path component.
-DIR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-#: Branch names (git check-ref-format, simplified).
-BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 KEYS = {
     "slug",
     "title",
@@ -62,6 +78,11 @@ KEYS = {
     "lead_minutes",
     "gpu_hours",
     "collect_max_bytes",
+    "prestart",
+    "reserve",
+    "reserve_lead_minutes",
+    "grace_minutes",
+    "assignments",
 }
 #: Default bound on one student's collected assignment (bytes).
 COLLECT_MAX_BYTES = 50 * 1024**2
@@ -69,35 +90,6 @@ COLLECT_MAX_BYTES = 50 * 1024**2
 
 class CourseError(ConfigError):
     """A course record is invalid: ``errors`` lists every problem, each naming its field."""
-
-
-@dataclass(frozen=True)
-class ContentSource:
-    """A git repository pulled into ``~/<dir>`` with nbgitpuller at every start."""
-
-    repo: str
-    branch: str = "main"
-    dir: str = ""
-
-
-@dataclass(frozen=True)
-class WeeklyRule:
-    """Sessions on ``days`` from ``start`` to ``end`` (lab-local wall-clock), every week from
-    ``first`` to ``last`` (dates, inclusive)."""
-
-    days: tuple[str, ...]
-    start: time
-    end: time
-    first: date
-    last: date
-
-
-@dataclass(frozen=True)
-class OneOff:
-    """One session, ``[start, end)`` in lab-local wall-clock time (naive datetimes)."""
-
-    start: datetime
-    end: datetime
 
 
 @dataclass(frozen=True)
@@ -116,12 +108,22 @@ class Course:
     lead_minutes: int = 15
     gpu_hours: float | None = None
     collect_max_bytes: int = COLLECT_MAX_BYTES
+    prestart: bool = True
+    reserve: int = 0
+    reserve_lead_minutes: int | None = None
+    grace_minutes: int = 10
+    assignments: tuple[Assignment, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def server_name(self) -> str:
         """Each student's course server (a JupyterHub named server)."""
         return self.slug
+
+    @property
+    def seats_lead_minutes(self) -> int:
+        """Minutes before a session from which its reserved seats are kept."""
+        return self.lead_minutes if self.reserve_lead_minutes is None else self.reserve_lead_minutes
 
     @property
     def profile(self) -> str:
@@ -134,6 +136,9 @@ class Course:
         d.pop("extra")
         d["profiles"] = list(self.profiles)
         d["content"] = [asdict(c) for c in self.content]
+        d["assignments"] = [
+            {"name": a.name, "due": _minutes(a.due) if a.due else None} for a in self.assignments
+        ]
         d["sessions"] = {
             "weekly": [
                 {
@@ -147,8 +152,8 @@ class Course:
             ],
             "dates": [
                 {
-                    "start": o.start.isoformat(timespec="minutes"),
-                    "end": o.end.isoformat("T", "minutes"),
+                    "start": _minutes(o.start),
+                    "end": _minutes(o.end),
                 }
                 for o in self.dates
             ],
@@ -159,6 +164,11 @@ class Course:
         return d
 
 
+def _minutes(t) -> str:
+    """``2026-10-02T14:00`` (seconds only when the time has them, so a record round-trips)."""
+    return t.isoformat(timespec="seconds" if t.second or t.microsecond else "minutes")
+
+
 def _text(raw: dict, key: str, errors: list[str], where: str, *, default: str = "") -> str:
     v = raw.get(key, default)
     if v is None:
@@ -167,127 +177,6 @@ def _text(raw: dict, key: str, errors: list[str], where: str, *, default: str = 
         errors.append(f"{where}: {key!r} must be a string, not {type(v).__name__}")
         return default
     return v.strip()
-
-
-def _parse_time(v: object, what: str, errors: list[str]) -> time | None:
-    try:
-        return time.fromisoformat(str(v)) if isinstance(v, str) else None
-    except ValueError:
-        pass
-    errors.append(f"{what} must be a time such as '10:00', not {v!r}")
-    return None
-
-
-def _parse_date(v: object, what: str, errors: list[str]) -> date | None:
-    try:
-        if isinstance(v, str):
-            return date.fromisoformat(v)
-    except ValueError:
-        pass
-    errors.append(f"{what} must be a date such as '2026-09-07', not {v!r}")
-    return None
-
-
-def _parse_local(v: object, what: str, errors: list[str]) -> datetime | None:
-    try:
-        if isinstance(v, str):
-            dt = datetime.fromisoformat(v)
-            if dt.tzinfo is None:
-                return dt
-            errors.append(f"{what}: give the lab's local time without an offset, not {v!r}")
-            return None
-    except ValueError:
-        pass
-    errors.append(f"{what} must be a local date and time such as '2026-10-02T14:00', not {v!r}")
-    return None
-
-
-def _weekly(raw: object, where: str, errors: list[str]) -> WeeklyRule | None:
-    if not isinstance(raw, dict):
-        errors.append(f"{where} must be a dict with days, start, end, from, until")
-        return None
-    unknown = set(raw) - {"days", "start", "end", "from", "until"}
-    if unknown:
-        errors.append(f"{where}: unknown keys {sorted(unknown)}")
-    days = raw.get("days")
-    if isinstance(days, str):
-        days = [days]
-    ok_days = (
-        isinstance(days, list)
-        and days
-        and all(isinstance(d, str) and d.lower()[:3] in DAYS for d in days)
-    )
-    if not ok_days:
-        errors.append(f"{where}: 'days' must list days such as ['mon', 'wed'], not {days!r}")
-    n = len(errors)
-    start = _parse_time(raw.get("start"), f"{where}.start", errors)
-    end = _parse_time(raw.get("end"), f"{where}.end", errors)
-    first = _parse_date(raw.get("from"), f"{where}.from", errors)
-    last = _parse_date(raw.get("until"), f"{where}.until", errors)
-    if len(errors) > n or not ok_days:
-        return None
-    if end <= start:
-        errors.append(f"{where}: end {end:%H:%M} must be after start {start:%H:%M}")
-        return None
-    if last < first:
-        errors.append(f"{where}: 'until' {last} is before 'from' {first}")
-        return None
-    wanted = {DAYS.index(d.lower()[:3]) for d in days}
-    span = (last - first).days + 1
-    if not any(((first.weekday() + i) % 7) in wanted for i in range(min(span, 7))):
-        errors.append(
-            f"{where} never fires: no {', '.join(sorted({d.lower()[:3] for d in days}))} "
-            f"between {first} and {last}"
-        )
-        return None
-    ordered = tuple(d for d in DAYS if DAYS.index(d) in wanted)
-    return WeeklyRule(days=ordered, start=start, end=end, first=first, last=last)
-
-
-def _one_off(raw: object, where: str, errors: list[str]) -> OneOff | None:
-    if not isinstance(raw, dict):
-        errors.append(f"{where} must be a dict with start and end")
-        return None
-    n = len(errors)
-    start = _parse_local(raw.get("start"), f"{where}.start", errors)
-    end = _parse_local(raw.get("end"), f"{where}.end", errors)
-    if len(errors) > n:
-        return None
-    if end <= start:
-        errors.append(f"{where}: end {end} must be after start {start}")
-        return None
-    return OneOff(start=start, end=end)
-
-
-def _content(raw: object, where: str, errors: list[str]) -> ContentSource | None:
-    if isinstance(raw, str):
-        raw = {"repo": raw}
-    if not isinstance(raw, dict):
-        errors.append(f"{where} must be a dict with repo, branch, dir")
-        return None
-    unknown = set(raw) - {"repo", "branch", "dir"}
-    if unknown:
-        errors.append(f"{where}: unknown keys {sorted(unknown)}")
-    repo = raw.get("repo")
-    u = urlparse(repo) if isinstance(repo, str) else None
-    if u is None or u.scheme not in ("https", "http", "git", "ssh") or not u.netloc:
-        errors.append(
-            f"{where}: 'repo' must be a git URL (https://, git:// or ssh://), not {repo!r}"
-        )
-        return None
-    if u.password:
-        errors.append(f"{where}: 'repo' must not carry a password; use a deploy key or token")
-        return None
-    branch = raw.get("branch") or "main"
-    if not isinstance(branch, str) or not BRANCH.match(branch) or ".." in branch:
-        errors.append(f"{where}: 'branch' {branch!r} is not a branch name")
-        return None
-    default_dir = u.path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "course"
-    d = raw.get("dir") or default_dir
-    if not isinstance(d, str) or not DIR.match(d) or d in (".", ".."):
-        errors.append(f"{where}: 'dir' {d!r} must be one folder name (letters, digits, . _ -)")
-        return None
-    return ContentSource(repo=repo, branch=branch, dir=d)
 
 
 def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = "") -> Course:
@@ -330,7 +219,9 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
     if not isinstance(content_raw, list):
         errors.append(f"{where}: 'content' must be a list of repositories")
         content_raw = []
-    content = [_content(c, f"{where}: content[{i}]", errors) for i, c in enumerate(content_raw)]
+    content = [
+        parse_content(c, f"{where}: content[{i}]", errors) for i, c in enumerate(content_raw)
+    ]
     dirs = [c.dir for c in content if c]
     if len(dirs) != len(set(dirs)):
         errors.append(f"{where}: two content sources use the same folder: {dirs}")
@@ -339,11 +230,11 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
         errors.append(f"{where}: 'sessions' must be a dict of weekly, dates, ical")
         sessions = {}
     weekly = [
-        _weekly(r, f"{where}: sessions.weekly[{i}]", errors)
+        parse_weekly(r, f"{where}: sessions.weekly[{i}]", errors)
         for i, r in enumerate(sessions.get("weekly") or [])
     ]
     dates = [
-        _one_off(r, f"{where}: sessions.dates[{i}]", errors)
+        parse_one_off(r, f"{where}: sessions.dates[{i}]", errors)
         for i, r in enumerate(sessions.get("dates") or [])
     ]
     ical = sessions.get("ical") or ""
@@ -364,6 +255,44 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
     cmax = raw.get("collect_max_bytes", COLLECT_MAX_BYTES)
     if not isinstance(cmax, int) or isinstance(cmax, bool) or cmax <= 0:
         errors.append(f"{where}: 'collect_max_bytes' must be a positive number of bytes")
+    reserve = raw.get("reserve", 0)
+    if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve <= 10_000:
+        errors.append(f"{where}: 'reserve' must be a whole number of slices >= 0, not {reserve!r}")
+    prestart = raw.get("prestart", True)
+    if not isinstance(prestart, bool):
+        errors.append(f"{where}: 'prestart' must be true or false, not {prestart!r}")
+    seats_lead = raw.get("reserve_lead_minutes")
+    if seats_lead is not None and (
+        not isinstance(seats_lead, int)
+        or isinstance(seats_lead, bool)
+        or not 0 <= seats_lead <= 24 * 60
+    ):
+        errors.append(
+            f"{where}: 'reserve_lead_minutes' must be whole minutes from 0 to 1440, not {seats_lead!r}"
+        )
+    elif seats_lead is not None and isinstance(lead, int) and seats_lead < lead:
+        errors.append(
+            f"{where}: 'reserve_lead_minutes' ({seats_lead}) must not be shorter than "
+            f"'lead_minutes' ({lead}): servers pre-started before the seats are kept would not "
+            "count as the course's"
+        )
+    grace = raw.get("grace_minutes", 10)
+    if not isinstance(grace, int) or isinstance(grace, bool) or not 0 <= grace <= 24 * 60:
+        errors.append(
+            f"{where}: 'grace_minutes' must be whole minutes from 0 to 1440, not {grace!r}"
+        )
+    if isinstance(reserve, int) and reserve > 0 and not profs:
+        errors.append(f"{where}: 'reserve' needs a profile whose slices to reserve ('profiles')")
+    tasks_raw = raw.get("assignments") or []
+    if not isinstance(tasks_raw, list):
+        errors.append(f"{where}: 'assignments' must be a list of {{name, due}}")
+        tasks_raw = []
+    tasks = [
+        parse_assignment(a, f"{where}: assignments[{i}]", errors) for i, a in enumerate(tasks_raw)
+    ]
+    names = [a.name for a in tasks if a]
+    if len(names) != len(set(names)):
+        errors.append(f"{where}: two assignments have the same name: {names}")
     shared = _text(raw, "shared_folder", errors, where)
     if shared and not shared.startswith("/"):
         errors.append(f"{where}: 'shared_folder' must be an absolute host path, not {shared!r}")
@@ -384,6 +313,11 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
         lead_minutes=lead,
         gpu_hours=float(budget) if budget is not None else None,
         collect_max_bytes=cmax,
+        prestart=prestart,
+        reserve=reserve,
+        reserve_lead_minutes=seats_lead,
+        grace_minutes=grace,
+        assignments=tuple(tasks),
     )
 
 

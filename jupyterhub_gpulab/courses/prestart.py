@@ -8,7 +8,10 @@ retries and back-off, and keep a live record of how each one went.
 ``hub`` is a :class:`~jupyterhub_gpulab.service.hubclient.HubClient` whose token may only start
 the roster's servers (the course's pre-start service token, :mod:`.hubhook`). The hub's
 refusal of one server (a gpulab ``SpawnRefused``: quota, no free slice) is recorded with its
-message and retried while retries are left; one server's failure never stops the others.
+message and retried while retries are left; one server's failure never stops the others. A run
+during which the hub stopped answering (killed, restarting) is :attr:`PrestartRun.interrupted`:
+nothing is known of those servers, so the run is not recorded as done and the next pass resumes
+it (:mod:`.schedule`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from datetime import datetime
 from tornado.escape import url_escape
 
 from .. import clock
-from ..service.hubclient import HubClient, HubError
+from ..service.hubclient import HubClient, HubError, HubUnreachable
 from .model import Course
 
 log = logging.getLogger("gpulab.courses")
@@ -53,6 +56,8 @@ class PrestartRun:
     started_at: datetime = field(default_factory=clock.utcnow)
     finished_at: datetime | None = None
     servers: dict[str, ServerProgress] = field(default_factory=dict)
+    #: the hub stopped answering during the run: its outcome is unknown, resume it
+    interrupted: bool = False
 
     def __post_init__(self):
         self.servers = {u: ServerProgress(u) for u in sorted(self.users)}
@@ -116,9 +121,13 @@ class PrestartRun:
                 await asyncio.sleep(delay)
                 delay *= 2
 
+        watch = _Watch(hub, self.course.server_name)
+        self._watch = watch
+        watcher = asyncio.ensure_future(watch.run())
         try:
             await asyncio.gather(*(one(p) for p in self.servers.values()))
         finally:
+            watcher.cancel()
             self.finished_at = clock.utcnow()
             log.info("Pre-start of %s: %s", self.course.slug, self.summary())
 
@@ -130,9 +139,12 @@ class PrestartRun:
         body = {"profile": self.course.profile} if self.course.profile else {}
         try:
             await hub.call("POST", self._path(p.user), body)
+        except HubUnreachable as e:
+            p.state, p.reason, self.interrupted = "failed", e.message, True
+            return False
         except HubError as e:
-            if e.status == 400 and "already running" in e.message:
-                pass  # a running server counts once it answers
+            if e.status == 400 and ("already running" in e.message or "is pending" in e.message):
+                pass  # a running (or starting) server counts once it answers
             else:
                 p.state = "refused" if e.status in (400, 403, 429, 503) else "failed"
                 p.reason = e.message
@@ -140,30 +152,32 @@ class PrestartRun:
         return await self._wait_ready(hub, p, timeout_s)
 
     async def _wait_ready(self, hub: HubClient, p: ServerProgress, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
+        posted = time.monotonic()
+        deadline = posted + timeout_s
         seen_pending = False
+        watch = getattr(self, "_watch", None)
         while time.monotonic() < deadline:
             try:
-                _, model = await hub.call("GET", f"users/{url_escape(p.user, plus=False)}")
+                if watch is not None and watch.listing:
+                    server, fresh = await watch.server(p.user, after=posted)
+                else:  # the token may not list the roster: ask for this user alone
+                    _, model = await hub.call("GET", f"users/{url_escape(p.user, plus=False)}")
+                    server, fresh = (model.get("servers") or {}).get(self.course.server_name), True
             except HubError as e:
                 p.state, p.reason = "failed", e.message
+                self.interrupted = self.interrupted or isinstance(e, HubUnreachable)
                 return False
-            server = (model.get("servers") or {}).get(self.course.server_name)
             if server and server.get("ready"):
                 p.state, p.ready_at = "ready", clock.utcnow()
                 return True
             if server and server.get("pending"):
                 seen_pending = True
-            elif (
-                server is None
-                and seen_pending
-                or server is None
-                and time.monotonic() > deadline - timeout_s + 5
-            ):
+            elif fresh and server is None and (seen_pending or time.monotonic() > posted + 5):
                 p.state = "failed"
                 p.reason = "the server stopped while starting (its spawn failed; see the hub log)"
                 return False
-            await asyncio.sleep(POLL_S)
+            if watch is None or not watch.listing:
+                await asyncio.sleep(POLL_S)
         p.state, p.reason = "failed", f"not ready within {timeout_s:g} s"
         return False
 
@@ -180,3 +194,50 @@ class PrestartRun:
 
         await asyncio.gather(*(one(p) for p in self.servers.values()))
         self.finished_at = clock.utcnow()
+
+
+class _Watch:
+    """One look at the hub every :data:`POLL_S` for the whole run: the roster's running and
+    pending servers (``GET /hub/api/users?state=active``, page by page), instead of one request
+    per starting server per second (60 servers were 60 requests a second to a hub busy starting
+    them). A token that may not list users (a course's roles from before ``list:users``) makes
+    ``listing`` false and the run asks per server as before."""
+
+    def __init__(self, hub: HubClient, server_name: str):
+        self.hub, self.server_name = hub, server_name
+        self.listing = True
+        self._servers: dict[str, dict] = {}
+        self._at = float("-inf")
+        self._error: HubError | None = None
+        self._new = asyncio.Event()
+
+    async def run(self) -> None:
+        while True:
+            asked = time.monotonic()
+            try:
+                users = await self.hub.active_users()
+                self._servers = {
+                    u["name"]: (u.get("servers") or {}).get(self.server_name) for u in users
+                }
+                self._at, self._error = asked, None
+            except HubError as e:
+                if e.status == 403 and not isinstance(e, HubUnreachable):
+                    self.listing = False
+                else:
+                    self._error = e
+            except Exception as e:  # never leave the run's servers waiting on a dead watch
+                log.exception("Pre-start: listing the roster's servers failed")
+                self._error = HubError(500, f"listing the servers failed ({type(e).__name__})")
+            self._new.set()
+            self._new = asyncio.Event()
+            if not self.listing:
+                return
+            await asyncio.sleep(POLL_S)
+
+    async def server(self, user: str, *, after: float) -> tuple[dict | None, bool]:
+        """``user``'s course server as the next look saw it (``None``: not running or
+        pending), and whether that look began after ``after`` (monotonic seconds)."""
+        await self._new.wait()
+        if self._error is not None:
+            raise self._error
+        return self._servers.get(user), self._at >= after

@@ -9,6 +9,7 @@ the course pages and API say so and edit nothing (:func:`set_members` is for hub
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from dataclasses import dataclass
@@ -48,17 +49,22 @@ async def staff_of(hub: HubClient, course: Course) -> set[str]:
     return await group_members(hub, course.staff_group)
 
 
-async def known_users(hub: HubClient, names: set[str]) -> set[str]:
-    """Which of ``names`` the hub knows (one request per name; rosters are uploaded rarely)."""
-    found = set()
-    for n in names:
-        try:
-            await hub.call("GET", "users/" + url_escape(n, plus=False))
-            found.add(n)
-        except HubError as e:
-            if e.status != 404:
-                raise
-    return found
+async def known_users(hub: HubClient, names: set[str], *, at_once: int = 16) -> set[str]:
+    """Which of ``names`` the hub knows: one request per name, ``at_once`` in flight (a
+    5,000-name CSV takes seconds, not minutes)."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def known(n: str) -> str | None:
+        async with gate:
+            try:
+                await hub.call("GET", "users/" + url_escape(n, plus=False))
+                return n
+            except HubError as e:
+                if e.status != 404:
+                    raise
+                return None
+
+    return {n for n in await asyncio.gather(*(known(n) for n in sorted(names))) if n}
 
 
 async def set_members(hub: HubClient, group: str, add: set[str], remove: set[str]) -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 
 from .. import clock
 from ..ledger.db import READ
-from ..ledger.schema import course_audit, course_prestarts, courses
+from ..ledger.schema import course_audit, course_deadlines, course_prestarts, courses
 from .model import Course, parse_course
 
 __all__ = ["AuditEntry", "CourseStore", "StoredCourse"]
@@ -35,6 +36,7 @@ class StoredCourse:
     origin: str
     updated_at: datetime
     updated_by: str
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class CourseStore:
             origin=row.origin,
             updated_at=_utc(row.updated_at),
             updated_by=row.updated_by,
+            created_at=_utc(row.created_at),
         )
 
     def put(self, course: Course, *, by: str, origin: str = "admin", action: str = "") -> bool:
@@ -138,9 +141,24 @@ class CourseStore:
         return bool(n)
 
     def declare(self, declared: list[Course], *, by: str = "config") -> list[str]:
-        """Store the courses declared in the config (created, or updated where the config
-        changed them); the slugs changed. Courses made by admins are left alone."""
-        return [c.slug for c in declared if self.put(c, by=by, origin="config")]
+        """Store the courses declared in the config; the slugs changed. A course is written
+        when it is new or when its record *in the config* changed since the last start (the
+        config's version is kept in ``courses.declared``): edits made on the course page since
+        then stay across restarts until the admin changes that course in the config."""
+        changed = []
+        for c in declared:
+            text = json.dumps(c.to_dict(), sort_keys=True)
+            with self._read() as conn:
+                row = conn.execute(
+                    sa.select(courses.c.declared).where(courses.c.slug == c.slug)
+                ).first()
+            if row is not None and row.declared == text:
+                continue  # the config did not change: the stored record (maybe edited) stays
+            if self.put(c, by=by, origin="config"):
+                changed.append(c.slug)
+            with self.engine.begin() as conn:
+                conn.execute(courses.update().where(courses.c.slug == c.slug).values(declared=text))
+        return changed
 
     def audit(self, slug: str | None = None, limit: int = 200) -> list[AuditEntry]:
         q = sa.select(course_audit).order_by(course_audit.c.id.desc()).limit(limit)
@@ -154,24 +172,56 @@ class CourseStore:
 
     # -- pre-start bookkeeping -----------------------------------------------------------------
 
-    def begin_prestart(self, slug: str, session_start: datetime) -> bool:
-        """Mark the pre-start of ``slug``'s session at ``session_start`` as begun; ``False`` if
-        one already began (another pass, or before a restart)."""
+    def begin_prestart(
+        self, slug: str, session_start: datetime, *, stale_after_s: float = 120.0
+    ) -> bool:
+        """Whether the caller runs the pre-start of ``slug``'s session at ``session_start``:
+        ``True`` when none began (it is recorded now), or when one began but was cut off (not
+        finished, no heartbeat for ``stale_after_s`` seconds: its service was killed) and the
+        caller takes it over; ``False`` when one finished or runs (another pass, another
+        service, or before a restart). Atomic across processes (the primary key settles a
+        race on PostgreSQL; SQLite writers are serialised)."""
+        now = clock.utcnow()
+        key = (course_prestarts.c.course == slug, course_prestarts.c.session_start == session_start)
+        stale = now - timedelta(seconds=stale_after_s)
+        try:
+            with self.engine.begin() as conn:
+                row = conn.execute(sa.select(course_prestarts).where(*key)).first()
+                if row is None:
+                    conn.execute(
+                        course_prestarts.insert().values(
+                            course=slug, session_start=session_start, started_at=now,
+                            heartbeat_at=now, summary="",
+                        )
+                    )  # fmt: skip
+                    return True
+                taken = conn.execute(
+                    course_prestarts.update()
+                    .where(
+                        *key,
+                        course_prestarts.c.finished_at.is_(None),
+                        sa.func.coalesce(
+                            course_prestarts.c.heartbeat_at, course_prestarts.c.started_at
+                        )
+                        < stale,
+                    )
+                    .values(heartbeat_at=now)
+                ).rowcount
+                return taken == 1
+        except IntegrityError:
+            return False  # another service recorded it first
+
+    def heartbeat(self, slug: str, session_start: datetime) -> None:
+        """The running pre-start of that session is alive (see :meth:`begin_prestart`)."""
         with self.engine.begin() as conn:
-            exists = conn.execute(
-                sa.select(course_prestarts.c.course).where(
+            conn.execute(
+                course_prestarts.update()
+                .where(
                     course_prestarts.c.course == slug,
                     course_prestarts.c.session_start == session_start,
                 )
-            ).first()
-            if exists:
-                return False
-            conn.execute(
-                course_prestarts.insert().values(
-                    course=slug, session_start=session_start, started_at=clock.utcnow(), summary=""
-                )
+                .values(heartbeat_at=clock.utcnow())
             )
-        return True
 
     def finish_prestart(self, slug: str, session_start: datetime, summary: str) -> None:
         with self.engine.begin() as conn:
@@ -192,5 +242,71 @@ class CourseStore:
             ).all()
         return {
             _utc(r.session_start): (_utc(r.finished_at) if r.finished_at else None, r.summary)
+            for r in rows
+        }
+
+    # -- deadlines ---------------------------------------------------------------------------
+
+    def begin_deadline(
+        self, slug: str, assignment: str, due_at: datetime, *, stale_after_s: float = 600.0
+    ) -> bool:
+        """Whether the caller collects ``assignment`` of ``slug`` for its deadline ``due_at``:
+        ``True`` once (recorded now; again only for a collect cut off ``stale_after_s`` ago
+        without finishing), ``False`` for every other caller and pass."""
+        now = clock.utcnow()
+        key = (
+            course_deadlines.c.course == slug,
+            course_deadlines.c.assignment == assignment,
+            course_deadlines.c.due_at == due_at,
+        )
+        try:
+            with self.engine.begin() as conn:
+                row = conn.execute(sa.select(course_deadlines).where(*key)).first()
+                if row is None:
+                    conn.execute(
+                        course_deadlines.insert().values(
+                            course=slug, assignment=assignment, due_at=due_at, started_at=now,
+                            summary="",
+                        )
+                    )  # fmt: skip
+                    return True
+                return (
+                    conn.execute(
+                        course_deadlines.update()
+                        .where(
+                            *key,
+                            course_deadlines.c.finished_at.is_(None),
+                            course_deadlines.c.started_at < now - timedelta(seconds=stale_after_s),
+                        )
+                        .values(started_at=now)
+                    ).rowcount
+                    == 1
+                )
+        except IntegrityError:
+            return False
+
+    def finish_deadline(self, slug: str, assignment: str, due_at: datetime, summary: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                course_deadlines.update()
+                .where(
+                    course_deadlines.c.course == slug,
+                    course_deadlines.c.assignment == assignment,
+                    course_deadlines.c.due_at == due_at,
+                )
+                .values(finished_at=clock.utcnow(), summary=summary[:2000])
+            )
+
+    def deadlines(self, slug: str) -> dict[tuple[str, datetime], tuple[datetime | None, str]]:
+        """``{(assignment, due_at): (finished_at, summary)}`` of the deadlines collected."""
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(course_deadlines).where(course_deadlines.c.course == slug)
+            ).all()
+        return {
+            (r.assignment, _utc(r.due_at)): (
+                _utc(r.finished_at) if r.finished_at else None,
+                r.summary,
+            )
             for r in rows
         }

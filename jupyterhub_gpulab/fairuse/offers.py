@@ -52,3 +52,15 @@ def offer_limits(
         "charge_groups": ent.charge_groups,
         "groups": sorted(ctx.groups),
     }
+
+
+def starved(ledger, entry) -> bool:
+    """Whether queued ``entry`` (a waitlist entry: ``request``, ``profile``) finds no slice it
+    could be offered now: every free slice of its request is kept by a reservation (counted as
+    kept from it, whoever it is) or there is none. Preemption serves only such entries: where a
+    slice is free, the waitlist offers it instead (reads the ledger)."""
+    free, _total = ledger.capacity(entry.request)
+    if free <= 0:
+        return True
+    kept = sum(n.unclaimed for n in ledger.reserved_for_others(entry.request, (), entry.profile))
+    return free <= kept

@@ -3,7 +3,8 @@ Pure logic, no I/O; the culler warns and stops the chosen server through its own
 ``preempt`` in :mod:`.culler`), and the waitlist offers the freed slice to the first in line.
 
 The rule (off unless ``c.GPULabService.preemption = True``; per policy, ``preemptible``): for
-each profile's first waiting user (the waitlist's order) whose priority is higher than some
+each profile's first waiting user who finds no slice free (the caller passes only those:
+:func:`.offers.starved`) (the waitlist's order) whose priority is higher than some
 running servers' owners', pick among the servers that hold a slice satisfying the queued
 request, whose owner is preemptible and of lower priority, and whose GPU has been idle
 (:func:`.culler.gpu_idle_since`) for at least ``min_idle_s``: the lowest priority first, then

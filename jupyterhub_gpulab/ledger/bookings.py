@@ -36,6 +36,46 @@ def request_from(m) -> SliceRequest:
     )
 
 
+def booking_values(
+    *,
+    holder,
+    groups,
+    profile,
+    request,
+    count,
+    starts_at,
+    ends_at,
+    lead_s=0,
+    grace_s=0,
+    ref=None,
+    server_name=None,
+) -> dict:
+    """A booking's row (see :meth:`.placement.Reservations.book`); ``ValueError`` when malformed."""
+    starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
+    if count < 1:
+        raise ValueError(f"a booking reserves at least 1 slice, not {count}")
+    if ends_at <= starts_at:
+        raise ValueError("a booking must end after it starts")
+    if lead_s < 0 or grace_s < 0:
+        raise ValueError("lead and grace are seconds >= 0")
+    groups = sorted(set(groups))
+    if not groups:
+        raise ValueError("a booking needs at least one group (the roster, the staff)")
+    return dict(
+        holder=holder[:64],
+        ref=ref,
+        server_name=server_name,
+        groups=groups,
+        profile=profile,
+        count=int(count),
+        starts_at=starts_at,
+        ends_at=ends_at,
+        lead_s=int(lead_s),
+        grace_s=int(grace_s),
+        **request_values(request),
+    )
+
+
 @dataclass(frozen=True)
 class Booking:
     """A reservation (see the module docstring). Times are aware UTC; ``lead_s``/``grace_s`` in
@@ -52,6 +92,8 @@ class Booking:
     ends_at: datetime
     lead_s: int
     grace_s: int
+    #: the seats are for members' servers of this name (a course's server), any when None
+    server_name: str | None = None
 
     @property
     def window_start(self) -> datetime:
@@ -69,8 +111,11 @@ class Booking:
     def is_open(self, now: datetime) -> bool:
         return self.window_start <= now < self.ends_at
 
-    def admits(self, groups: Collection[str]) -> bool:
-        """Whether a user in ``groups`` is one of the booking's roster or staff."""
+    def admits(self, groups: Collection[str], server_name: str | None = None) -> bool:
+        """Whether a user in ``groups`` is one of the booking's roster or staff (starting the
+        server the booking is for, when it names one)."""
+        if self.server_name is not None and server_name != self.server_name:
+            return False
         return any(g in self.groups for g in groups)
 
     def describe(self) -> str:
@@ -95,6 +140,7 @@ class Booking:
             ends_at=as_utc(m["ends_at"]),
             lead_s=m["lead_s"],
             grace_s=m["grace_s"],
+            server_name=m.get("server_name"),
         )
 
 

@@ -159,7 +159,7 @@ class Ledger(
 
         The waitlist (:mod:`.waitlist`): a user holding an offer for ``profile`` gets the held
         slice; anyone else is refused (:class:`~.waitlist.QueueFirst`) while the free slices are
-        no more than the users queued ahead. ``hold_until`` makes the claim an offer for waitlist
+        no more than the users queued ahead, except a member taking a seat their session keeps. ``hold_until`` makes the claim an offer for waitlist
         entry ``queue_entry`` (a hold with no server, see :meth:`offer_next`).
 
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
@@ -208,8 +208,11 @@ class Ledger(
             # keeps a user off the slice their server already runs on.
             guard = entry = None
             if only_slice is None:
-                entry = self._queue_gate(conn, request, user, profile, queue_entry)
-                guard = self._guard(conn, request, profile, groups, clock.utcnow())
+                guard = self._guard(conn, request, profile, groups, clock.utcnow(), server_name)
+                # a member taking a seat kept for their session waits behind nobody: the users
+                # queued for the profile could not take that seat anyway
+                kept = guard is not None and guard.seat_kept
+                entry = self._queue_gate(conn, request, user, profile, queue_entry, kept)
             booking_id = guard.charged.id if guard is not None and guard.charged else None
             kept = False
             while not kept:

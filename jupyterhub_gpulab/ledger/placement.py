@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from .. import clock
 from ..clock import as_utc
 from ..inventory.model import SliceRequest
-from .bookings import Booking, BookingConflict, Reserved, _Row, request_values
+from .bookings import Booking, BookingConflict, Reserved, _Row, booking_values
 from .models import slice_from_row
 from .queries import slice_filter
 from .schema import allocations, bookings, slices
@@ -72,11 +72,13 @@ class _Limit:
 class _Guard:
     """One claim's view of the bookings (built inside its transaction)."""
 
-    def __init__(self, request, charged, limits):
+    def __init__(self, request, charged, limits, now=None):
         self.request = request
         #: the booking a member's claim is charged to, or None
         self.charged: Booking | None = charged
         self.limits: list[_Limit] = limits
+        #: the claim takes a seat its member's booking keeps now (inside lead..grace)
+        self.seat_kept = charged is not None and now is not None and charged.protects(now)
 
     @property
     def _charged_id(self):
@@ -93,9 +95,12 @@ class _Guard:
         )
 
     def notes(self) -> list[Reserved]:
+        """The seats kept from this claim by bookings of its own kind of slice (a booking of
+        shared seats says nothing to someone asking for a whole GPU)."""
         return [
             n
             for lim in self.limits
+            if lim.request == self.request or _overlaps(lim.request, self.request)
             for n in lim.notes
             if n.unclaimed > 0 and (self.charged is None or n.booking_id != self.charged.id)
         ]
@@ -119,44 +124,69 @@ class Reservations:
         lead_s: int = 0,
         grace_s: int = 0,
         ref: str | None = None,
+        server_name: str | None = None,
     ) -> Booking:
         """Reserve ``count`` slices satisfying ``request`` (profile slug ``profile``) for the
         members of ``groups`` over ``[starts_at - lead_s, ends_at)``; unclaimed seats return to
         everyone at ``starts_at + grace_s``. ``ref`` (a course session's own id) makes booking
-        idempotent: an existing booking with the same ``ref`` is replaced.
+        idempotent: an existing booking with the same ``ref`` is replaced. ``server_name``: the
+        seats are for members' servers of that name (a course's server: a member's other servers
+        count as anyone's), any server when ``None``.
 
         Raises ``ValueError`` for a malformed booking (count < 1, end before start, negative
         lead/grace, no group) and :class:`BookingConflict` when the inventory cannot hold it
         together with the bookings it overlaps (named in the message)."""
-        starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
-        if count < 1:
-            raise ValueError(f"a booking reserves at least 1 slice, not {count}")
-        if ends_at <= starts_at:
-            raise ValueError("a booking must end after it starts")
-        if lead_s < 0 or grace_s < 0:
-            raise ValueError("lead and grace are seconds >= 0")
-        groups = sorted(set(groups))
-        if not groups:
-            raise ValueError("a booking needs at least one group (the roster, the staff)")
-        values = dict(
-            holder=holder[:64],
-            ref=ref,
-            groups=groups,
-            profile=profile,
-            count=int(count),
-            starts_at=starts_at,
-            ends_at=ends_at,
-            lead_s=int(lead_s),
-            grace_s=int(grace_s),
-            created_at=clock.utcnow(),
-            **request_values(request),
-        )
+        values = booking_values(
+            holder=holder, groups=groups, profile=profile, request=request, count=count,
+            starts_at=starts_at, ends_at=ends_at, lead_s=lead_s, grace_s=grace_s, ref=ref,
+            server_name=server_name,
+        )  # fmt: skip
         with self._write() as conn:
             self._lock_reservations(conn)
-            if ref is not None:
-                conn.execute(bookings.delete().where(bookings.c.ref == ref))
-            new = Booking.from_row(_Row(dict(values, id=0)))
-            self._check_fits(conn, new)
+            old = self._existing(conn, ref) if ref is not None else {}
+            return self._put_booking(conn, values, old.get(ref))
+
+    def replace_bookings(self, prefix: str, specs: list[dict]) -> list[Booking]:
+        """Make the bookings whose ``ref`` starts with ``prefix`` and that have not ended be
+        ``specs`` (keyword arguments of :meth:`book`, each ``ref`` starting with ``prefix``), in
+        one transaction: all fit, or :class:`BookingConflict` (or ``ValueError``) names the
+        first that does not and nothing changes. An unchanged booking keeps its row; a changed
+        one keeps its id, so the allocations charged to it stay charged. A course books its
+        sessions this way (``prefix="course:ml101/"``); ``specs=[]`` cancels them."""
+        rows = [booking_values(**spec) for spec in specs]
+        if any(not (v["ref"] or "").startswith(prefix) for v in rows):
+            raise ValueError(f"every booking's ref must start with {prefix!r}")
+        with self._write() as conn:
+            self._lock_reservations(conn)
+            old = self._existing(conn, prefix, like=True)
+            wanted = {v["ref"] for v in rows}
+            gone = [b.id for r, b in old.items() if r not in wanted]
+            if gone:
+                conn.execute(bookings.delete().where(bookings.c.id.in_(gone)))
+            return [self._put_booking(conn, v, old.get(v["ref"])) for v in rows]
+
+    @staticmethod
+    def _existing(conn, ref: str, *, like: bool = False) -> dict[str, Booking]:
+        """``{ref: booking}`` of the bookings with ``ref`` (or a ref starting with it) that
+        have not ended."""
+        match = bookings.c.ref.startswith(ref, autoescape=True) if like else bookings.c.ref == ref
+        q = sa.select(bookings).where(match, bookings.c.ends_at > clock.utcnow())
+        return {b.ref: b for b in (Booking.from_row(r) for r in conn.execute(q))}
+
+    def _put_booking(self, conn, values: dict, old: Booking | None) -> Booking:
+        """Insert booking ``values`` in place of ``old`` (kept as it is when nothing changed,
+        else replaced under the same id) after checking that it fits with the others."""
+        new = Booking.from_row(_Row(dict(values, id=old.id if old else 0)))
+        if old is not None:
+            if old == new:
+                return old
+            conn.execute(bookings.delete().where(bookings.c.id == old.id))
+        self._check_fits(conn, new)
+        values = dict(values, created_at=clock.utcnow())
+        if old is not None:
+            values["id"] = old.id
+            conn.execute(bookings.insert().values(values))
+        else:
             values["id"] = conn.execute(
                 bookings.insert().values(values).returning(bookings.c.id)
             ).scalar_one()
@@ -232,10 +262,17 @@ class Reservations:
     # -- the claim's guard ------------------------------------------------------------------
 
     def _guard(
-        self, conn, request: SliceRequest, profile: str, groups: Collection[str], now: datetime
+        self,
+        conn,
+        request: SliceRequest,
+        profile: str,
+        groups: Collection[str],
+        now: datetime,
+        server_name: str | None = None,
     ) -> _Guard | None:
-        """The bookings' limits on one claim, read inside its transaction (``None``: no booking
-        is open now). Takes the reservations lock on PostgreSQL while any booking protects."""
+        """The bookings' limits on one claim of ``server_name``, read inside its transaction
+        (``None``: no booking is open now). Takes the reservations lock on PostgreSQL while any
+        booking protects."""  # fmt: skip
         open_now = [
             b
             for b in (
@@ -259,7 +296,9 @@ class Reservations:
             (
                 b
                 for b in open_now
-                if b.profile == profile and b.admits(groups) and used.get(b.id, 0) < b.count
+                if b.profile == profile
+                and b.admits(groups, server_name)
+                and used.get(b.id, 0) < b.count
             ),
             None,
         )
@@ -292,7 +331,7 @@ class Reservations:
             ]  # fmt: skip
             counts = {b.id: b.count for b in bs}
             limits.append(_Limit(req, total, others, counts, used, notes))
-        return _Guard(request, charged, limits)
+        return _Guard(request, charged, limits, now)
 
     @staticmethod
     def _used(conn, booking_ids: list[int]) -> dict[int, int]:
@@ -304,22 +343,19 @@ class Reservations:
         return {bid: n for bid, n in conn.execute(q)}
 
     def reserved_for_others(
-        self, request: SliceRequest, groups: Collection[str], profile: str = ""
+        self,
+        request: SliceRequest,
+        groups: Collection[str],
+        profile: str = "",
+        server_name: str | None = None,
     ) -> list[Reserved]:
-        """The seats of ``request``'s slices kept now for bookings the user (in ``groups``) is
-        not a member of, for the form: ``[Reserved(holder="DL101", unclaimed=3, total=8, …)]``."""
+        """The seats of ``request``'s slices kept now for bookings the user (in ``groups``,
+        starting ``server_name``) may not take, for the form: ``[Reserved(holder="DL101",
+        unclaimed=3, total=8, …)]``."""  # fmt: skip
         now = clock.utcnow()
         with self._read() as conn:
-            guard = self._guard(conn, request, profile, groups, now)
-        if guard is None:
-            return []
-        return [
-            n
-            for lim in guard.limits
-            if lim.request == request or _overlaps(lim.request, request)
-            for n in lim.notes
-            if n.unclaimed > 0 and (guard.charged is None or n.booking_id != guard.charged.id)
-        ]
+            guard = self._guard(conn, request, profile, groups, now, server_name)
+        return [] if guard is None else guard.notes()
 
     def capacity_calendar(
         self, profiles: dict[str, SliceRequest], start: datetime, hours: int

@@ -10,7 +10,7 @@ The ``lab`` table holds the lab's identity: one row, written once by migration 0
 ``uuid`` every container of this lab carries as a label. Two labs (two ledgers) may share one
 Docker engine; each touches only containers labelled with its own id.
 
-The ``nodes`` table (0007) holds each host's service state; a node out of service makes its
+The ``nodes`` table (0008) holds each host's service state; a node out of service makes its
 slices unavailable (``slices.available``), so the claim's index of free slices never offers them.
 
 Migrations live in ``migrations/`` (Alembic); change a table there and here together.
@@ -53,7 +53,7 @@ devices = sa.Table(
     sa.Column("updated_at", UTC_DATETIME, nullable=False),
 )
 
-# The hosts the ledger's devices are on (migration 0007): one row per node name, made when a hub
+# The hosts the ledger's devices are on (migration 0008): one row per node name, made when a hub
 # syncs its own inventory or a node agent first reports. ``available`` is the one summary the
 # slices follow (``slices.available`` is false on a node that is not): not ``drained`` by an admin,
 # not ``unreachable`` (its agent stopped reporting: the service judges, :mod:`..service.nodes`),
@@ -200,6 +200,9 @@ bookings = sa.Table(
     sa.Column("lead_s", sa.Integer, nullable=False, default=0),
     sa.Column("grace_s", sa.Integer, nullable=False, default=0),
     sa.Column("created_at", UTC_DATETIME, nullable=False),
+    # the seats are for members' servers of this name (a course's named server; 0007), any
+    # server when NULL: a roster member's other servers count as anyone's
+    sa.Column("server_name", sa.String(255), nullable=True),
 )
 sa.Index("ix_bookings_ends_at", bookings.c.ends_at)
 sa.Index("ix_bookings_ref", bookings.c.ref)
@@ -316,6 +319,9 @@ courses = sa.Table(
     sa.Column("created_at", UTC_DATETIME, nullable=False),
     sa.Column("updated_at", UTC_DATETIME, nullable=False),
     sa.Column("updated_by", sa.String(255), nullable=False),
+    # the record as c.GPULabCourses.courses last declared it (0007): the config is applied again
+    # only when it changes, so edits made on the course page survive restarts
+    sa.Column("declared", sa.Text, nullable=True),
 )
 
 # Every change to a course, its roster, content, sessions, and every start all / collect /
@@ -338,6 +344,22 @@ course_prestarts = sa.Table(
     metadata,
     sa.Column("course", sa.String(40), primary_key=True),
     sa.Column("session_start", UTC_DATETIME, primary_key=True),
+    sa.Column("started_at", UTC_DATETIME, nullable=False),
+    sa.Column("finished_at", UTC_DATETIME, nullable=True),
+    sa.Column("summary", sa.Text, nullable=False, default=""),
+    # the running pre-start's last sign of life (0007): a run whose heartbeat ages past a few
+    # check intervals was cut off (its service killed) and is resumed by the next pass
+    sa.Column("heartbeat_at", UTC_DATETIME, nullable=True),
+)
+
+# One row per assignment deadline the service collected (0007), so a restarted service, or a
+# second one, never collects the same deadline twice.
+course_deadlines = sa.Table(
+    "course_deadlines",
+    metadata,
+    sa.Column("course", sa.String(40), primary_key=True),
+    sa.Column("assignment", sa.String(100), primary_key=True),
+    sa.Column("due_at", UTC_DATETIME, primary_key=True),
     sa.Column("started_at", UTC_DATETIME, nullable=False),
     sa.Column("finished_at", UTC_DATETIME, nullable=True),
     sa.Column("summary", sa.Text, nullable=False, default=""),

@@ -297,11 +297,12 @@ class Waitlist:
         return Allocation.from_row(_Mapped(m))
 
     def _queue_gate(
-        self, conn, request: SliceRequest, user: str, profile: str, queue_entry: int | None
+        self, conn, request: SliceRequest, user: str, profile: str, queue_entry, kept=False
     ) -> int | None:
         """Inside a claim: the waitlist entry this claim serves (``queue_entry``, or the user's
-        own entry when first in line), after refusing with :class:`QueueFirst` a claim that
-        would take a slice someone ahead is waiting for."""
+        own entry when first in line, or whenever ``kept``: a seat reserved for them), after
+        refusing with :class:`QueueFirst` a claim that would take a slice someone ahead is
+        waiting for."""
         if queue_entry is not None:
             return queue_entry
         waiting = list(
@@ -313,17 +314,12 @@ class Waitlist:
         )
         if not waiting:
             return None
-        if waiting[0].user == user:
-            return waiting[0].id
-        free = conn.execute(
-            sa.select(sa.func.count())
-            .select_from(slices)
-            .where(
-                *slice_filter(request),
-                slices.c.available == sa.true(),
-                slices.c.held_by.is_(None),
-            )
-        ).scalar_one()
+        mine = next((w.id for w in waiting if w.user == user), None)
+        if waiting[0].user == user or kept:
+            return mine
+        free_here = (slices.c.available == sa.true(), slices.c.held_by.is_(None))
+        q = sa.select(sa.func.count()).select_from(slices)
+        free = conn.execute(q.where(*slice_filter(request), *free_here)).scalar_one()
         ahead = next((i for i, w in enumerate(waiting) if w.user == user), len(waiting))
         if free <= ahead:
             raise QueueFirst(

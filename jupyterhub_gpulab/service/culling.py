@@ -56,6 +56,7 @@ from ..fairuse.cullplan import (
     to_clear,
     warnings_map,
 )
+from ..fairuse.offers import starved
 from ..fairuse.preempt import choose
 from ..fairuse.rounds import RoundReport, cull_round
 from ..hub.servers import HubServer
@@ -219,7 +220,7 @@ class Culler:
         """Mark the servers chosen to give their slice to a queued higher-priority user
         (:mod:`..fairuse.preempt`; reads the ledger)."""
         ledger = self.state.ledger
-        waiting = [e for e in ledger.waitlist() if e.state == "waiting"]
+        waiting = [e for e in ledger.waitlist() if e.state == "waiting" and starved(ledger, e)]
         if not waiting:
             return servers
         held = {k: v[0].slice_id for k, v in self._held.items() if v}

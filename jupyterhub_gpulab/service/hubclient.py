@@ -32,6 +32,11 @@ class HubError(StatusError):
     to show (the hub's own message, never the token or the URL's query)."""
 
 
+class HubUnreachable(HubError):
+    """No answer from the hub at all (connection refused or reset, timeout: Tornado's 599):
+    the request may not have happened; the hub said nothing about it."""
+
+
 def _hub_message(e: HTTPClientError) -> str:
     """The hub's own error message (JSON ``message``), never its request or our token."""
     body = e.response.body if e.response is not None else b""
@@ -71,9 +76,11 @@ class HubClient:
         try:
             resp = await self.http.fetch(req)
         except HTTPClientError as e:
+            if e.code == 599:
+                raise HubUnreachable(599, "the hub did not answer") from None
             raise HubError(e.code, _hub_message(e)) from None
         except OSError as e:
-            raise HubError(503, f"the hub cannot be reached ({e.strerror or e})") from None
+            raise HubUnreachable(503, f"the hub cannot be reached ({e.strerror or e})") from None
         return resp.code, json.loads(resp.body) if resp.body else None
 
     async def active_users(self) -> list[dict]:

@@ -211,7 +211,9 @@ class ProfileFormMixin(HasTraits):
                 quota_reason=quota_reason,
                 out_of_service=rt.ledger.out_of_service,
                 mps=self.mps,
-                reserved=lambda p: rt.ledger.reserved_for_others(p.slice, ctx.groups, p.slug),
+                reserved=lambda p: rt.ledger.reserved_for_others(
+                    p.slice, ctx.groups, p.slug, self.name
+                ),
                 image_gate=gate,
             )
             return render_form(

@@ -23,80 +23,26 @@ hold ``custom:gpulab:admin``. Anyone else gets a 403. Errors are ``{"status", "m
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from ... import clock
 from ...courses.collect import ASSIGNMENT
 from ...courses.content import check_reachable
-from ...courses.model import CourseError, parse_course
+from ...courses.model import KEYS, CourseError, parse_course
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
-from ...courses.sessions import sessions_between
-from ...ledger import aio
+from ...ledger import BookingConflict, aio
 from . import inputs
 from .base import JSONHandler, refuse
+from .courseview import course_view
 
 
-async def course_view(state, hub, courses, course) -> dict:
-    """What the course page and ``GET courses/<slug>`` show: the record, each roster member's
-    course server (state, slice, last activity, GPU-hours of the last 7 days through it), the
-    sessions of the next 60 days with their pre-start, and the latest start-all."""
-    roster = sorted(await roster_of(hub, course))
+async def save_course(courses, course, who: str, origin: str = "admin") -> bool:
+    """Save ``course`` with its sessions' reservations (:meth:`~...courses.manager.CourseManager.save`);
+    a session the lab cannot hold is a 409 naming the conflict, seats of a CPU profile a 400;
+    nothing is saved then. ``False`` when nothing changed."""
     try:
-        active = await hub.refresh_active()
-    except Exception:
-        active = hub.active or {}
-    now = clock.utcnow()
-    week = now - timedelta(days=7)
-    allocs = await aio.call(state.ledger.allocations_between, week, now)
-    mine = [a for a in allocs if a.server_name == course.server_name]
-    hours: dict[str, float] = {}
-    slices: dict[str, str] = {}
-    for a in mine:
-        end = a.ended_at or now
-        hours[a.user] = (
-            hours.get(a.user, 0.0)
-            + a.share * (end - max(a.started_at, week)).total_seconds() / 3600
-        )
-        if a.ended_at is None:
-            slices[a.user] = a.slice_id
-    sessions = sessions_between(
-        course, now - timedelta(days=1), now + timedelta(days=60), state.lab.tz
-    )
-    ran = await aio.call(courses.store.prestarts, course.slug)
-    run = courses.run_of(course.slug)
-    rows = []
-    for u in roster:
-        server = active.get((u, course.server_name))
-        rows.append(
-            {
-                "user": u,
-                "server": server.state if server else "stopped",
-                "url": server.url if server else None,
-                "last_activity": server.last_activity.isoformat()
-                if server and server.last_activity
-                else None,
-                "slice": slices.get(u),
-                "gpu_hours_7d": round(hours.get(u, 0.0), 3),
-                "prestart": run.servers[u].state if run and u in run.servers else None,
-                "reason": run.servers[u].reason if run and u in run.servers else "",
-            }
-        )
-    return {
-        "course": course.to_dict(),
-        "server_name": course.server_name,
-        "roster": rows,
-        "roster_source": courses.roster_source(course),
-        "sessions": [
-            {
-                "start": s.isoformat(),
-                "end": e.isoformat(),
-                "prestart_at": (s - timedelta(minutes=course.lead_minutes)).isoformat(),
-                "prestart": ran[s][1] or "running" if s in ran else None,
-            }
-            for s, e in sessions[:20]
-        ],
-        "progress": run.as_dict() if run else None,
-    }
+        return await courses.save(course, by=who, origin=origin)
+    except BookingConflict as e:
+        raise refuse(409, f"Not saved: {e.message}") from None
+    except CourseError as e:
+        raise refuse(400, "Not saved: " + "; ".join(e.errors)) from None
 
 
 #: Fields only an admin may change (who the course's people are).
@@ -129,13 +75,18 @@ class CourseHandler(JSONHandler):
         if not source["editable"]:
             raise refuse(409, source["description"] + " Nothing changed.")
 
-    def parse(self, record: dict):
+    async def parse(self, record: dict, old=None):
+        """The course of ``record``, once valid and its new repositories reachable (``old``:
+        the course before the change, whose repositories were checked when added)."""
         try:
             course = parse_course(record, profiles=self.courses.profiles)
         except CourseError as e:
             raise refuse(400, "; ".join(e.errors)) from None
+        known = {(s.repo, s.branch) for s in old.content} if old is not None else set()
         for src in course.content:
-            problem = check_reachable(src.repo, src.branch)
+            if (src.repo, src.branch) in known:
+                continue
+            problem = await check_reachable(src.repo, src.branch)
             if problem:
                 raise refuse(400, f"Content not saved: {problem}.")
         return course
@@ -158,12 +109,12 @@ class CoursesAPI(CourseHandler):
 
     async def post(self):
         self.require(admin=True)
-        course = self.parse(self.json_body(KEYS))
+        course = await self.parse(self.json_body(KEYS))
         if await self.courses.course(course.slug) is not None:
             raise refuse(
                 409, f"Course {course.slug} exists; PUT courses/{course.slug} to change it."
             )
-        await aio.call(self.courses.store.put, course, by=self.who, origin="admin")
+        await save_course(self.courses, course, self.who)
         if self.courses.groups_owner.may_edit:  # else the provider creates them at logins
             await set_members(self.hub, course.roster_group, set(), set())
             await set_members(self.hub, course.staff_group, set(), set())
@@ -187,17 +138,14 @@ class CourseAPI(CourseHandler):
         body = self.json_body(KEYS)
         record = {**course.to_dict(), **body}
         if not self.can_admin:
-            changed = [
-                k
-                for k in ADMIN_ONLY
-                if k in body and body[k] != record.get(k) and body[k] != course.to_dict()[k]
-            ]
+            old = course.to_dict()
+            changed = [k for k in ADMIN_ONLY if k in body and body[k] != old.get(k)]
             if changed:
                 raise refuse(403, f"Only an admin may change {', '.join(changed)}.")
         if record.get("slug") != course.slug:
             raise refuse(400, "The slug of a course cannot change.")
-        new = self.parse(record)
-        changed = await aio.call(self.courses.store.put, new, by=self.who)
+        new = await self.parse(record, course)
+        changed = await save_course(self.courses, new, self.who)
         self.write_json(
             {
                 "status": 200,
@@ -366,9 +314,6 @@ def _names(value, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise refuse(400, f"{key!r} must be a list of usernames.")
     return [inputs.name(v, "user name") for v in value]
-
-
-from ...courses.model import KEYS  # noqa: E402
 
 
 def course_handlers(prefix: str) -> list[tuple]:

@@ -9,6 +9,7 @@ from ... import __version__
 from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .apischemas import SCHEMAS
 from .apischemas import ref as _ref
+from .courseopenapi import course_paths, course_schemas
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
 from .queueapi import queue_paths, queue_schemas
 
@@ -302,6 +303,7 @@ def openapi(prefix: str) -> dict:
             },
             **queue_paths(_op, _json, _ref),
             **_node_paths(done, not_found),
+            **course_paths(_op, _json, _ref),
         },
         "components": {
             "securitySchemes": {
@@ -321,6 +323,6 @@ def openapi(prefix: str) -> dict:
                 ),
                 "TooLarge": _json(_ref("Error"), f"the body is over {MAX_BODY} bytes"),
             },
-            "schemas": {**SCHEMAS, **queue_schemas()},
+            "schemas": {**SCHEMAS, **queue_schemas(), **course_schemas()},
         },
     }

@@ -7,15 +7,18 @@ Pages extend JupyterHub's ``page.html`` and use the hub's CSS, so they look like
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from types import SimpleNamespace
 
 from markupsafe import Markup
 from tornado import web
 
+from ... import clock
 from ...ledger import aio
 from .. import actions
 from . import inputs, plotview
 from .base import BaseHandler, error_message, refuse
+from .courseview import my_courses
 from .data import admin_data, usage_data, user_data
 from .queueapi import bookings_data, my_entries
 from .usageview import warnings_view
@@ -154,6 +157,14 @@ class UserPage(PageHandler):
         data = await user_data(self.state, self.hub, self.current_user)
         name = self.current_user["name"]
         data["waitlist"] = await aio.call(my_entries, self.state.ledger, name)
+        data["preemptions"] = [
+            {"at": p.at.isoformat(), "server_name": p.server_name, "reason": p.reason}
+            for p in await aio.call(self.state.ledger.preemptions, name)
+            if p.at > clock.utcnow() - timedelta(days=7)
+        ]
+        data["courses"] = await my_courses(
+            self.state, self.settings.get("gpulab_courses"), self.current_user
+        )
         charts = plotview.user_charts(self.state, data, self.state.history_s)
         self.render_page("gpulab_user.html", data=data, charts=charts, flash=self.pop_flash())
 

@@ -1,7 +1,7 @@
 """nodes: each host's service state (drained, agent reachable, Swarm engine state) and agent token
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-10 09:00:00.000000
 
 Additive: a new ``nodes`` table with one row per node name the ledger's devices already name
@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,250 @@
+"""The course page's forms: ``POST courses/<slug>/actions/<action>``, each answered with a
+redirect back to the page and a message (no JavaScript needed). The same checks and the same
+manager calls as the API (:mod:`.courseapi`): staff of the course or admins only, every record
+change saved with its sessions' reservations (a session the lab cannot hold is refused, naming
+the conflict, and nothing changes).
+
+Actions: ``start``, ``stop``, ``distribute``, ``collect``, ``return`` (``assignment``); ``add``,
+``remove`` (``user``), ``csv`` (a file or ``csv`` text; ``apply=1`` applies the preview); and
+record edits: ``content`` / ``content-remove`` (``repo``, ``branch``, ``dir`` / ``index``),
+``weekly`` (``days``, ``start``, ``end``, ``from``, ``until``), ``date`` (``start``, ``end``),
+``session-remove`` (``kind``, ``index``), ``assignment`` / ``assignment-remove`` (``name``,
+``due``), ``seats`` (``prestart``, ``lead_minutes``, ``reserve``, ``grace_minutes``,
+``reserve_lead_minutes``) and ``record`` (the
+whole record as JSON; only admins change its groups).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...courses.collect import ASSIGNMENT
+from ...courses.content import check_reachable
+from ...courses.model import CourseError, parse_course
+from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
+from ...ledger import BookingConflict, aio
+from . import inputs
+from .base import refuse
+from .courseapi import ADMIN_ONLY
+from .coursepages import CoursePageBase
+
+#: Actions that change the course record (the rest act on servers, files or the roster).
+RECORD_ACTIONS = (
+    "content",
+    "content-remove",
+    "weekly",
+    "date",
+    "session-remove",
+    "assignment",
+    "assignment-remove",
+    "seats",
+    "record",
+)
+
+
+class CourseActionPage(CoursePageBase):
+    async def post(self, slug: str, action: str):
+        course = await self.course_for(slug)
+        arg = self.get_body_argument
+        if action in RECORD_ACTIONS:
+            return await self._edit(course, action)
+        if action == "start":
+            run = await self.courses.start_all(course, by=self.who)
+            return self.back(slug, "info", f"Starting {len(run.servers)} servers.")
+        if action == "stop":
+            run = await self.courses.stop_all(course, by=self.who)
+            return self.back(slug, "success", f"Stopped: {run.summary()}.")
+        if action == "distribute":
+            report = await self.courses.distribute(course, by=self.who)
+            n = sum(1 for v in report.values() if v == "pulled")
+            return self.back(slug, "success", f"Pulled into {n} running servers.")
+        if action in ("collect", "return"):
+            return await self._collect(course, action, arg("assignment", "").strip())
+        if action in ("add", "remove", "csv"):
+            source = self.courses.roster_source(course)
+            if not source["editable"]:
+                return self.back(slug, "danger", source["description"] + " Nothing changed.")
+        if action in ("add", "remove"):
+            return await self._one(course, action, arg("user", "").strip())
+        if action == "csv":
+            return await self._csv(course, arg("csv", ""), arg("apply", "") == "1")
+        raise refuse(404, f"No action {inputs.shown(action)}.")
+
+    # -- files ----------------------------------------------------------------------------
+
+    async def _collect(self, course, action: str, name: str):
+        if not ASSIGNMENT.match(name):
+            return self.back(
+                course.slug, "danger", f"{inputs.shown(name)} is not an assignment name."
+            )
+        if action == "collect":
+            report = await self.courses.collect(course, name, by=self.who)
+            missing = sorted(u for u, r in report.items() if r["state"] == "missing")
+            big = sorted(u for u, r in report.items() if r["state"] == "oversized")
+            failed = sorted(u for u, r in report.items() if r["state"] == "failed")
+            ok = len(report) - len(missing) - len(big) - len(failed)
+            msg = f"Collected {name}: {ok} of {len(report)} submitted"
+            for label, who in (("missing", missing), ("oversized", big), ("failed", failed)):
+                msg += f"; {label}: {', '.join(who)}" if who else ""
+        else:
+            report = await self.courses.give_back(course, name, by=self.who)
+            n = sum(1 for r in report.values() if r["state"] == "returned")
+            msg = f"Feedback on {name} returned to {n} of {len(report)} students"
+        return self.back(course.slug, "success", msg + ".")
+
+    # -- the roster -----------------------------------------------------------------------
+
+    async def _one(self, course, action: str, user: str):
+        user = inputs.name(user, "user name")
+        if action == "add" and not await known_users(self.hub, {user}):
+            return self.back(
+                course.slug, "danger", f"No user {user!r} on the hub; nothing changed."
+            )
+        add, remove = ({user}, set()) if action == "add" else (set(), {user})
+        await set_members(self.hub, course.roster_group, add, remove)
+        await aio.call(
+            self.courses.store.record,
+            course.slug,
+            self.who,
+            "roster",
+            {"added": sorted(add), "removed": sorted(remove)},
+        )
+        where = "added to" if add else "removed from"
+        return self.back(course.slug, "success", f"{user} {where} the roster.")
+
+    async def _csv(self, course, text: str, apply: bool):
+        if self.request.files.get("file"):
+            text = self.request.files["file"][0]["body"].decode("utf-8", "replace")
+        try:
+            names = parse_csv(text)
+        except ValueError as e:
+            return self.back(course.slug, "danger", str(e))
+        current = await roster_of(self.hub, course)
+        known = await known_users(self.hub, set(names) - current) | (set(names) & current)
+        pv = csv_preview(names, current, known)
+        if not apply:
+            self.set_signed_cookie(
+                "gpulab-csv",
+                json.dumps({**pv.as_dict(), "csv": "\n".join(names)[:3000]}),
+                expires_days=None,
+                path=self.prefix,
+                httponly=True,
+            )
+            return self.back(course.slug, "info", "Preview below: nothing changed yet.")
+        if pv.unknown:
+            return self.back(
+                course.slug,
+                "danger",
+                f"Unknown users, nothing changed: {', '.join(pv.unknown[:20])}.",
+            )
+        await set_members(self.hub, course.roster_group, set(pv.added), set(pv.removed))
+        await aio.call(self.courses.store.record, course.slug, self.who, "roster-csv", pv.as_dict())
+        return self.back(
+            course.slug, "success", f"Roster: {len(pv.added)} added, {len(pv.removed)} removed."
+        )
+
+    # -- the record -------------------------------------------------------------------------
+
+    async def _edit(self, course, action: str):
+        """Apply one record edit (module docstring): parse, check, book, save; or say why not."""
+        record = course.to_dict()
+        try:
+            done = self._change(record, action)
+        except ValueError as e:
+            return self.back(course.slug, "danger", f"Not saved: {e}")
+        if not self.can_admin:
+            changed = [k for k in ADMIN_ONLY if record.get(k) != course.to_dict().get(k)]
+            if changed:
+                return self.back(
+                    course.slug,
+                    "danger",
+                    f"Not saved: only an admin may change {', '.join(changed)}.",
+                )
+        try:
+            new = parse_course(record, profiles=self.courses.profiles)
+        except CourseError as e:
+            return self.back(course.slug, "danger", "Not saved: " + "; ".join(e.errors))
+        added = {(s.repo, s.branch) for s in new.content} - {
+            (s.repo, s.branch) for s in course.content
+        }
+        for repo, branch in sorted(added):
+            problem = await check_reachable(repo, branch)
+            if problem:
+                return self.back(course.slug, "danger", f"Not saved: {problem}.")
+        try:
+            changed = await self.courses.save(new, by=self.who)
+        except BookingConflict as e:
+            return self.back(course.slug, "danger", f"Not saved: {e.message}")
+        except CourseError as e:
+            return self.back(course.slug, "danger", "Not saved: " + "; ".join(e.errors))
+        return self.back(course.slug, "success", done if changed else "Nothing changed.")
+
+    def _change(self, record: dict, action: str) -> str:
+        """Change ``record`` in place for ``action``; the message on success. ``ValueError``
+        says what is wrong with the form."""
+        arg = lambda k: self.get_body_argument(k, "").strip()  # noqa: E731
+        sessions = record["sessions"]
+        if action == "content":
+            src = {"repo": arg("repo"), "branch": arg("branch") or "main"}
+            if arg("dir"):
+                src["dir"] = arg("dir")
+            record["content"].append(src)
+            return f"Added {src['repo']}: pulled at every start, or now with Distribute."
+        if action == "weekly":
+            days = self.get_body_arguments("days")
+            sessions["weekly"].append(
+                {"days": days, "start": arg("start"), "end": arg("end"), "from": arg("from"),
+                 "until": arg("until")}
+            )  # fmt: skip
+            return f"Weekly sessions added: {', '.join(days)} {arg('start')}-{arg('end')}."
+        if action == "date":
+            sessions["dates"].append({"start": arg("start"), "end": arg("end")})
+            return f"Session added: {arg('start')} to {arg('end')}."
+        if action == "assignment":
+            record["assignments"].append({"name": arg("name"), "due": arg("due") or None})
+            due = f", collected at {arg('due')}" if arg("due") else ""
+            return f"Assignment {arg('name')} added{due}."
+        if action == "assignment-remove":
+            kept = [a for a in record["assignments"] if a["name"] != arg("name")]
+            if len(kept) == len(record["assignments"]):
+                raise ValueError(f"no assignment {inputs.shown(arg('name'))}")
+            record["assignments"] = kept
+            return f"Assignment {arg('name')} removed."
+        if action in ("content-remove", "session-remove"):
+            kind = "content" if action == "content-remove" else arg("kind")
+            items = record["content"] if kind == "content" else sessions.get(kind)
+            if not isinstance(items, list) or not arg("index").isdigit():
+                raise ValueError("no such entry")
+            index = int(arg("index"))
+            if index >= len(items):
+                raise ValueError("no such entry (the page was out of date; reload it)")
+            items.pop(index)
+            return "Removed."
+        if action == "seats":
+            if self.get_body_argument("prestart-form", ""):
+                record["prestart"] = self.get_body_argument("prestart", "") == "on"
+            for key in ("lead_minutes", "reserve", "grace_minutes", "reserve_lead_minutes"):
+                if arg(key):
+                    if not arg(key).isdigit():
+                        raise ValueError(
+                            f"{key} must be a whole number, not {inputs.shown(arg(key))}"
+                        )
+                    record[key] = int(arg(key))
+            started = (
+                f"servers started {record['lead_minutes']} min before each session"
+                if record.get("prestart", True)
+                else "no pre-start"
+            )
+            return f"Saved: {started}; {record['reserve']} seats reserved per session."
+        if action == "record":
+            try:
+                body = json.loads(arg("record"))
+            except ValueError as e:
+                raise ValueError(f"the record is not JSON ({e})") from None
+            if not isinstance(body, dict):
+                raise ValueError("the record must be a JSON object")
+            if body.get("slug", record["slug"]) != record["slug"]:
+                raise ValueError("the slug of a course cannot change")
+            record.update(body)
+            return "Saved."
+        raise ValueError(f"no action {inputs.shown(action)}")
