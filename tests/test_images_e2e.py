@@ -15,6 +15,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import uuid
 
 import jupyterhub
@@ -43,6 +44,8 @@ LAB = [
      "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25}},
     {"uuid": "GPU-img-p40", "index": 2, "name": "Tesla P40", "memory": "24GiB",
      "compute_capability": "6.1", "driver_version": "580.95.05"},
+    {"uuid": "GPU-img-a40", "index": 3, "name": "NVIDIA A40", "memory": "48GiB",
+     "compute_capability": "8.6", "driver_version": "580.95.05"},
 ]  # fmt: skip
 
 
@@ -97,6 +100,8 @@ def lab(tmp_path_factory):
          "slice": {"kind": "gpu", "model": "P40"}},
         {"slug": "cuda13-mig", "display_name": "PyTorch CUDA 13 (MIG)", "image": cuda13,
          "slice": {"kind": "mig", "mig_profile": "1g.10gb"}},
+        {"slug": "cuda13-gpu", "display_name": "PyTorch CUDA 13 (a whole GPU)", "image": cuda13,
+         "slice": {"kind": "gpu"}},
     ]  # fmt: skip
     port = free_port()
     extra = f"""
@@ -114,6 +119,7 @@ c.GPULab.inventory = {LAB!r}
 c.GPULab.profiles = {profiles!r}
 c.GPULab.default_policy = {{"max_slices_per_user": 2}}
 c.GPULabService.cookie_secret_file = "{workdir}/gpulab_cookie_secret"
+c.GPULabService.waitlist_every = 1
 configure_service(c, config_file=__file__, url="http://{DOCKER_GATEWAY}:{port}")
 """
     hub = Hub(workdir, extra)
@@ -372,6 +378,50 @@ def test_the_gate_refuses_a_cuda_13_image_on_the_p40_naming_both(lab):
     assert out.returncode == 1, out.stdout + out.stderr
     assert "profile 'cuda13-p40'" in out.stderr and "Tesla P40" in out.stderr, out.stderr
     assert "'cuda13-mig'" not in out.stderr
+
+
+def test_the_waitlist_and_the_user_page_never_count_a_gpu_the_image_cannot_use(lab):
+    """Whole GPUs of this lab: the P40 (compute capability 6.1) and the A40 (8.6). With the A40
+    held, a user queued for the CUDA 13 profile is not offered the free P40 (the spawn would
+    refuse it) and the user page shows nothing free; once the A40 frees, it is held for them."""
+    from service_support import login, user_token
+
+    from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+    from jupyterhub_gpulab.ledger import Ledger
+
+    user = new_user(lab)
+    ledger = Ledger(f"sqlite:///{lab.workdir}/gpulab.sqlite")
+    whole = SliceRequest(kind=SliceKind.GPU, model="A40")
+    held = ledger.claim(whole, user="someone-else", profile="cuda13-gpu", server_name="x")
+    try:
+        token = user_token(lab, login(lab, user), user)
+        me = requests.get(
+            f"{lab.url}/services/gpulab/api/me",
+            headers={"Authorization": f"token {token}"},
+            timeout=30,
+        )
+        assert me.status_code == 200, me.text
+        [row] = [p for p in me.json()["profiles"] if p["slug"] == "cuda13-gpu"]
+        assert (row["free"], row["total"]) == (0, 1), row  # the A40 only, and it is held
+
+        ledger.join_waitlist(user, "cuda13-gpu", SliceRequest(kind=SliceKind.GPU))
+        deadline = time.monotonic() + 6  # six passes of the service's waitlist
+        while time.monotonic() < deadline:
+            assert ledger.open_allocations(user) == [], "offered the P40, which CUDA 13 lacks"
+            time.sleep(0.5)
+        ledger.release(held.allocation.id, "stopped")
+        deadline = time.monotonic() + 30
+        while not ledger.open_allocations(user):
+            assert time.monotonic() < deadline, "the freed A40 was never offered"
+            time.sleep(0.5)
+        [hold] = ledger.open_allocations(user)
+        assert hold.slice_id == "GPU-img-a40" and hold.hold_until is not None
+    finally:
+        ledger.leave_waitlist(user)
+        for a in ledger.open_allocations():
+            if a.user in (user, "someone-else"):
+                ledger.release(a.id, "test-cleanup")
+        ledger.close()
 
 
 def test_a_file_written_before_a_stop_is_there_after_the_next_start(lab, torch_user):

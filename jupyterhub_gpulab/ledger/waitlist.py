@@ -210,7 +210,10 @@ class Waitlist:
         return lapsed
 
     def offer_next(
-        self, entitle: Callable[[QueueEntry], dict | str], hold_s: float
+        self,
+        entitle: Callable[[QueueEntry], dict | str],
+        hold_s: float,
+        narrow: Callable[[QueueEntry], SliceRequest] | None = None,
     ) -> list[QueueEntry]:
         """Offer free slices to the queue, first in line first, per profile.
 
@@ -219,7 +222,9 @@ class Waitlist:
         entry as ``refused``. A user at their slice limit, or kept off a reserved slice, stays
         queued and the next is tried; no free slice ends the profile's turn. An offer holds the slice for ``hold_s`` seconds and
         leaves a warning (rule ``waitlist-offer``) that the hub's home page shows. Returns the
-        entries offered."""
+        entries offered. ``narrow(entry)``, when given, is the request to claim for the entry
+        (its profile's, narrowed to the GPUs the profile's image can use: the queue stores only
+        the slice's kind, profile, memory and model)."""
         offered = []
         by_profile: dict[str, list[QueueEntry]] = {}
         for e in self.waitlist():
@@ -235,7 +240,7 @@ class Waitlist:
                 until = clock.utcnow() + timedelta(seconds=hold_s)
                 try:
                     claim = self.claim(
-                        e.request,
+                        narrow(e) if narrow else e.request,
                         user=e.user,
                         profile=e.profile,
                         server_name=e.server_name,

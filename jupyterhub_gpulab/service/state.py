@@ -23,6 +23,7 @@ from .. import clock
 from ..inventory import Inventory, SliceKind, Utilization, discover, load_shared
 from ..lab.config import GPULab, Lab
 from ..ledger import Allocation, Ledger, SyncReport
+from .imageneeds import ImageNeeds
 from .monitor import UtilizationMonitor
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ class LabState:
         self.nvml = nvml
         self.node = gpulab.node_name
         self.lab: Lab = gpulab.load(nvml)
+        #: each profile's slice request narrowed to the GPUs its image can use (waitlist offers,
+        #: the user page's free slices): the spawner's gate, as the service sees it
+        self.image_needs = ImageNeeds()
         self.inventory: Inventory = self.lab.inventory
         self.nvml_problem: str | None = None
         self._local = Sample()

@@ -4,7 +4,8 @@ line (:mod:`jupyterhub_gpulab.ledger.waitlist` holds the rules and the queue).
 Every ``waitlist_every`` seconds: :meth:`~..ledger.Ledger.expire_offers`, then
 :meth:`~..ledger.Ledger.offer_next` with each queued user's groups read from the hub
 (``GET /hub/api/users/<name>``) so that policy and budget are checked again at the offer
-(:func:`~..fairuse.offers.offer_limits`). An offer leaves a warning with rule
+(:func:`~..fairuse.offers.offer_limits`), and each profile's request is narrowed to the GPUs its
+image can use (:mod:`.imageneeds`), as the spawner's own claim is. An offer leaves a warning with rule
 ``waitlist-offer``, which the hub's home page (``hub/announce.py``) and the user's gpulab page
 show. A user the hub does not answer for stays queued for the next pass.
 """
@@ -108,7 +109,16 @@ class WaitlistKeeper:
                     bool(m.get("admin")),
                 )
 
-            offered = await aio.call(ledger.offer_next, entitle, self.settings.waitlist_hold)
+            profiles = {p.slug: p for p in self.state.lab.profiles}
+            needs = self.state.image_needs
+
+            def narrow(entry):
+                p = profiles.get(entry.profile)
+                return needs.request_for(p) if p is not None else entry.request
+
+            offered = await aio.call(
+                ledger.offer_next, entitle, self.settings.waitlist_hold, narrow
+            )
             for e in offered:
                 log.info("Offered %s a slice for %s (held %gs)", e.user, e.profile,
                          self.settings.waitlist_hold)  # fmt: skip

@@ -97,7 +97,11 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
         return (
             ledger.open_allocations(name),
             {s["id"]: s for s in ledger.slices()},
-            {p.slug: ledger.capacity(p.slice) for p in entitled if p.wants_gpu},
+            {
+                p.slug: ledger.capacity(state.image_needs.request_for(p))
+                for p in entitled
+                if p.wants_gpu
+            },
             ledger.open_by_group(),
         )
 

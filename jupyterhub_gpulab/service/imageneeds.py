@@ -1,0 +1,81 @@
+"""What each profile's image needs of its GPU, as the service sees it.
+
+The spawner narrows every claim it makes to the GPUs a profile's image can use
+(:mod:`..spawner.imagegate`, from the image's labels: CUDA major, minimum driver and compute
+capability, :mod:`..lab.images`). The service claims too — a waitlist offer is a hold on a slice
+(:meth:`~..ledger.Ledger.offer_next`) — and shows each profile's free slices on the user page;
+both ask :meth:`ImageNeeds.request_for` for the profile's slice request narrowed the same way, so
+an offer never holds a slice that the spawn would then refuse, and "2 free" means two the user
+could start on.
+
+Labels are read from the Docker engine the service reaches (``DOCKER_HOST``, else the local
+socket: on one host, and on a Swarm's manager, the engine that holds the images), cached
+``CACHE_S`` seconds. An image that engine lacks, or an engine that does not answer, needs nothing
+(as the spawner treats an image it cannot inspect); labels that are not versions are logged and
+need nothing here (the spawner refuses such a profile as ``misconfigured``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..inventory import SliceRequest
+from ..lab.images import requirements_from_labels
+from ..lab.profile import Profile
+
+log = logging.getLogger("gpulab.imageneeds")
+
+
+class ImageNeeds:
+    """``client``: a callable returning a docker-py ``DockerClient`` (default
+    ``docker.from_env``), made on first use. Methods block (docker-py): call them through
+    :func:`..ledger.aio.call`, together with the ledger work they serve."""
+
+    #: seconds an image's labels are trusted (they change only with a rebuild)
+    CACHE_S = 30.0
+
+    def __init__(self, client: Callable | None = None):
+        self._client_factory = client
+        self._client = None
+        self._cache: dict[str, tuple[float, dict | None]] = {}
+        self._lock = threading.Lock()
+
+    def _docker(self):
+        if self._client is None:
+            if self._client_factory is None:
+                import docker
+
+                self._client_factory = docker.from_env
+            self._client = self._client_factory()
+        return self._client
+
+    def labels(self, image: str) -> dict | None:
+        """``image``'s labels, ``None`` where the engine lacks it or does not answer."""
+        with self._lock:
+            hit = self._cache.get(image)
+            if hit and time.monotonic() - hit[0] < self.CACHE_S:
+                return hit[1]
+        try:
+            info = self._docker().api.inspect_image(image)
+            labels = dict((info.get("Config") or {}).get("Labels") or {})
+        except Exception as e:  # docker.errors.ImageNotFound, an engine that does not answer
+            log.debug("No labels for %s: %s", image, e)
+            labels = None
+        with self._lock:
+            self._cache[image] = (time.monotonic(), labels)
+        return labels
+
+    def request_for(self, profile: Profile) -> SliceRequest:
+        """``profile.slice`` narrowed to the GPUs its image can use; unchanged for a CPU profile
+        or an image that states no needs."""
+        if not profile.wants_gpu or not profile.image:
+            return profile.slice
+        try:
+            needs = requirements_from_labels(profile.image, self.labels(profile.image))
+        except ValueError as e:
+            log.warning("Profile %r: %s", profile.slug, e)
+            return profile.slice
+        return needs.restrict(profile.slice)
