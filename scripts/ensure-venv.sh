@@ -39,10 +39,18 @@ PY=$VENV/bin/python
 probe='import jupyterhub_gpulab, icalendar, recurring_ical_events, os; print(os.path.dirname(os.path.dirname(jupyterhub_gpulab.__file__)))'
 [ "$EXTRAS" = test ] && probe="import pytest, pytest_asyncio, hypothesis, psycopg, selenium, requests, ltiauthenticator; $probe"
 installed=$(cd / && "$PY" -c "$probe" 2>/dev/null || true)
-if [ "$installed" != "$REPO" ]; then
+# An editable install keeps the code current, but not its metadata: a pyproject.toml that gained
+# a dependency or an entry point (JupyterHub finds spawners and authenticators by entry point)
+# needs a new install, so the install is stamped with the pyproject's hash and the extras.
+stamp=$VENV/.gpulab-install
+want="$(sha256sum "$REPO/pyproject.toml" | cut -c1-64) $EXTRAS"
+have=$(cat "$stamp" 2>/dev/null || true)
+# (a venv installed with the test extras also serves a call without them)
+if [ "$installed" != "$REPO" ] || { [ "$have" != "$want" ] && [ "$have" != "${want}test" ]; }; then
     spec=.
     [ -n "$EXTRAS" ] && spec=".[$EXTRAS]"
     (cd "$REPO" && "$PY" -m pip install -q --disable-pip-version-check -e "$spec" >"$LOG" 2>&1) \
         || die "pip install -e '$spec' into $VENV failed; see $LOG"
+    echo "$want" >"$stamp"
 fi
 echo "$PY"

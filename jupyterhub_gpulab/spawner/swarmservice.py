@@ -209,6 +209,10 @@ class SwarmService(HasTraits):
             verdict = swarmtasks.TaskVerdict("gone", "task-gone", "Swarm made no task for it")
         if verdict.state != "gone":
             return None
+        if verdict.reason == "node-lost":
+            # Swarm gave up on the node after the (up to NODES_MAX_AGE_S old) read above: read
+            # again, so the ledger has the node out of service before this slice is freed
+            await self._nodes(max_age=0)
         node = self._node_name(verdict.node_id) or "?"
         label = f"Your server '{self.name}'" if self.name else "Your server"
         message = {
