@@ -84,13 +84,23 @@ def test_a_service_whose_port_is_still_held_waits_for_it_instead_of_crash_loopin
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     holder.bind(("127.0.0.1", hub.service_port))
     holder.listen()
-    # JupyterHub waits for its services as it starts: let go of the port meanwhile
-    threading.Timer(5, holder.close).start()
+    message = f"Port {hub.service_port} is in use"
+
+    def let_go_once_seen():  # JupyterHub waits for its services as it starts
+        deadline = time.monotonic() + 60  # a slow start under load must not free it early
+        while time.monotonic() < deadline:
+            if hub.log_path.exists() and message in hub.log_path.read_text(errors="replace"):
+                break
+            time.sleep(0.2)
+        time.sleep(1)  # the service waits a while longer, then binds
+        holder.close()
+
+    threading.Thread(target=let_go_once_seen, daemon=True).start()
     start_hub(tmp_path, hub=hub)
     started.append(hub)
     pids.append(service_pid(hub))
     wait_for_service(hub)
     log = hub.log_path.read_text(errors="replace")
-    assert f"Port {hub.service_port} is in use" in log
+    assert message in log
     assert "Service gpulab exited with status" not in log
     assert log.count("Starting service 'gpulab'") == 1
