@@ -670,6 +670,44 @@ def test_api_errors_are_json(ctx, method, path, body, status):
     assert is_json_error(r, status)
 
 
+@pytest.mark.parametrize(
+    "method, path, body, says",
+    [
+        pytest.param(
+            "DELETE",
+            f"devices/{TARGET_GPU}/drain",
+            b'{"zz',
+            "not valid JSON",
+            id="undrain-bad-json",
+        ),
+        pytest.param(
+            "DELETE",
+            f"devices/{TARGET_GPU}/drain",
+            b'{"reason": "x"}',
+            "Unknown field 'reason'",
+            id="undrain-field",
+        ),
+        pytest.param(
+            "DELETE", f"nodes/{NODE}/drain", b"[1]", "must be a JSON object", id="node-undrain-list"
+        ),
+        pytest.param(
+            "POST", "inventory/refresh", b'{"reason": ', "not valid JSON", id="refresh-bad-json"
+        ),
+    ],
+)
+def test_an_action_that_takes_no_body_refuses_one_it_was_sent_and_changes_nothing(
+    ctx, method, path, body, says
+):
+    """A client that sends a body means something by it: a truncated or unexpected one is a 400,
+    not silently ignored while the action runs (here: the device and node stay drained)."""
+    ctx.ledger.set_drained(TARGET_GPU, True)
+    ctx.ledger.set_node_drained(NODE, True)
+    r = ctx.api("admin", method, path, data=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and is_json_error(r, 400)
+    assert says in r.json()["message"]
+    assert ctx.drained() and ctx.node_drained()
+
+
 # -- the API contract ------------------------------------------------------------------------------
 
 

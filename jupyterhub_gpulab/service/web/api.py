@@ -64,6 +64,7 @@ class InventoryAPI(APIHandler):
 class InventoryRefreshAPI(APIHandler):
     async def post(self):
         self.require(admin=True)
+        self.json_body()  # no fields: a malformed or unexpected body changes nothing
         await self.run(actions.refresh_inventory(self.state, by=self.who))
 
 
@@ -78,6 +79,7 @@ class AllocationAPI(APIHandler):
     async def delete(self, allocation_id: str):
         self.require(admin=True)
         aid = inputs.allocation_id(allocation_id)
+        self.json_body()
         await self.run(actions.release(self.state, self.hub, aid, by=self.who))
 
 
@@ -119,6 +121,7 @@ class DrainAPI(APIHandler):
 
     async def delete(self, uuid: str):
         self.require(admin=True)
+        self.json_body()
         await self.run(actions.undrain(self.state, inputs.device_uuid(uuid), by=self.who))
 
 
@@ -129,6 +132,7 @@ class ServerAPI(APIHandler):
         self.require(admin=True)
         user = inputs.name(user, "user name")
         name = inputs.name(name or "", "server name", empty=True)
+        self.json_body()
         try:
             message, done = await actions.stop_server(self.state, self.hub, user, name, by=self.who)
         except actions.ActionError as e:

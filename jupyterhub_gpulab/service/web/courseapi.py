@@ -226,6 +226,7 @@ class RosterCSVAPI(CourseHandler):
 class StartAllAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
+        self.json_body()  # no fields: a malformed or unexpected body starts nothing
         run = await self.courses.start_all(course, by=self.who)
         self.write_json(
             {
@@ -240,6 +241,7 @@ class StartAllAPI(CourseHandler):
 class StopAllAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
+        self.json_body()
         run = await self.courses.stop_all(course, by=self.who)
         self.write_json(
             {
@@ -260,6 +262,7 @@ class ProgressAPI(CourseHandler):
 class DistributeAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
+        self.json_body()
         report = await self.courses.distribute(course, by=self.who)
         n = sum(1 for v in report.values() if v == "pulled")
         self.write_json(

@@ -89,6 +89,7 @@ class NodeDrainAPI(APIHandler):
 
     async def delete(self, node: str):
         self.require(admin=True)
+        self.json_body()
         await self.run(actions.undrain_node(self.state, inputs.node_name(node), by=self.who))
 
 
@@ -96,6 +97,7 @@ class NodeTokenAPI(APIHandler):
     async def post(self, node: str):
         self.require(admin=True)
         node = inputs.node_name(node)
+        self.json_body()
         token = await actions.issue_node_token(self.state, node, by=self.who)
         self.write_json(
             {
@@ -110,6 +112,7 @@ class NodeTokenAPI(APIHandler):
 
     async def delete(self, node: str):
         self.require(admin=True)
+        self.json_body()
         await self.run(actions.revoke_node_token(self.state, inputs.node_name(node), by=self.who))
 
 

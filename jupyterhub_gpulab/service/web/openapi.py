@@ -134,7 +134,18 @@ def _node_paths(done: dict, not_found: dict) -> dict:
 
 
 def openapi(prefix: str) -> dict:
-    """The document, with ``servers`` set to ``prefix + "api"``."""
+    """The document, with ``servers`` set to ``prefix + "api"``. Every operation that changes
+    something may answer 400: each reads its body (an empty one, or a JSON object of its
+    fields), and a malformed or unexpected body is refused before anything changes."""
+    doc = _document(prefix)
+    for item in doc["paths"].values():
+        for method, op in item.items():
+            if method in ("post", "put", "patch", "delete"):
+                op["responses"].setdefault("400", BAD_REQUEST["400"])
+    return doc
+
+
+def _document(prefix: str) -> dict:
     done = {"200": _json(_ref("Done"), "done")}
     not_found = {"404": {"$ref": "#/components/responses/NotFound"}}
     bad_request = BAD_REQUEST

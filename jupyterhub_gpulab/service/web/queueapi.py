@@ -100,6 +100,7 @@ class WaitlistAPI(JSONHandler):
 class WaitlistEntryAPI(JSONHandler):
     async def delete(self, profile: str):
         self.require()
+        self.json_body()
         name = self.current_user["name"]
         left = await aio.call(self.state.ledger.leave_waitlist, name, profile)
         if not left:
