@@ -81,6 +81,9 @@ else:
         "students": {"users": ["student1", "student2", "student3"]},
         "researchers": {"users": ["researcher1"]},
         "instructors": {"users": ["instructor1"]},
+        # the demo course's roster and staff (its record: "Courses" below)
+        "dl101": {"users": ["student1", "student2", "student3"]},
+        "dl101-staff": {"users": ["instructor1"]},
     }
 
 # --- The spawner -----------------------------------------------------------------------------
@@ -168,8 +171,10 @@ images = {
 images["base"] = os.environ.get("GPULAB_IMAGE") or f"gpulab/base:{hub_version}"
 
 # ADMIN: how long a GPU may sit idle (below 5 %) before its server is stopped, how long a server
-# may go unused, and the longest session. The demo uses minutes so the culler shows itself.
-gpu_idle = "3m" if demo else "30m"
+# may go unused, and the longest session. The demo counts its declared GPUs as idle (nothing
+# measures them), so it stops every GPU server this long after its start; GPULAB_DEMO_GPU_IDLE=3m
+# shows the culler's warning and stop sooner (a course's lead_minutes must stay below it).
+gpu_idle = os.environ.get("GPULAB_DEMO_GPU_IDLE", "20m") if demo else "30m"
 
 # ADMIN: what users pick. Every profile may set image, cpu_limit (cores), mem_limit, shm_size, env, groups,
 # the culler's idle_timeout, gpu_idle_timeout, max_age, and its container's pids_limit and
@@ -278,6 +283,19 @@ if demo:
 # from the course page. ADMIN: declare courses here too (c.GPULabCourses.courses = [{...}]).
 c.GPULabCourses.home_volume = home_volume
 c.GPULabCourses.course_volume = os.environ.get("GPULAB_COURSE_VOLUME", "gpulab-course-{slug}")
+if demo and os.environ.get("GPULAB_DEMO_AUTH") != "oidc":  # with SSO the provider owns groups
+    # instructor1 runs it from /services/gpulab/courses/dl101: roster, content, Start all, collect
+    c.GPULabCourses.courses = [
+        {
+            "slug": "dl101",
+            "title": "Deep learning 101 (demo)",
+            "term": "demo",
+            "roster_group": "dl101",
+            "staff_group": "dl101-staff",
+            "profiles": ["pytorch-mig"],
+            "assignments": [{"name": "hw1", "due": "2030-01-15T23:59"}],
+        }
+    ]
 from jupyterhub_gpulab.courses.hubhook import configure_courses  # noqa: E402
 
 configure_courses(c)  # after configure_service: course servers, staff roles, pre-start tokens

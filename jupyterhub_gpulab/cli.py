@@ -362,11 +362,13 @@ def cmd_check_config(args) -> int:
     kinds: dict[str, int] = {}
     for s in lab.inventory.slices:
         kinds[s.kind.value] = kinds.get(s.kind.value, 0) + 1
-    summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no GPU slices"
+    words = {"gpu": "whole GPU", "mig": "MIG instance", "shared": "shared seat"}
+    summary = ", ".join(f"{n} {words.get(k, k)}" for k, n in sorted(kinds.items()))
     gpus = (
         "every node's GPUs from its node agent (`gpulab nodes` lists them)"
         if lab.inventory.source == "agents"
-        else f"{len(lab.inventory.devices)} GPU(s) ({summary}) from {lab.inventory.source}"
+        else f"{len(lab.inventory.devices)} GPU(s) from {lab.inventory.source}, "
+        f"{len(lab.inventory.slices)} slice(s) ({summary or 'none'})"
     )
     print(f"OK: {gpus}, {len(lab.profiles)} profile(s), {len(lab.policies)} group policy(ies)")
     if _uses_gpulab_spawner(config):

@@ -148,14 +148,18 @@ def test_the_repository_config_checks_out(capsys, tmp_path, monkeypatch, no_driv
     assert rc == 0, err
     # after any warning about limits this host cannot give (the A40 profile's 64 GiB)
     assert any(line.startswith("OK: 3 GPU(s)") for line in out.splitlines()), out
-    assert "from declared, 4 profile(s), 3 group policy(ies)" in out
+    assert (
+        "from declared, 9 slice(s) (1 whole GPU, 4 MIG instance, 4 shared seat), 4 profile(s), 3 group policy(ies)"
+        in out
+    )
 
 
 def test_a_good_config_is_summarised(capsys, lab_config):
     rc, out, _ = run(capsys, "check-config", "-f", str(lab_config))
     assert rc == 0
     assert out.strip() == (
-        "OK: 5 GPU(s) (3 gpu, 4 mig, 4 shared) from declared, 3 profile(s), 1 group policy(ies)"
+        "OK: 5 GPU(s) from declared, 11 slice(s) (3 whole GPU, 4 MIG instance, 4 shared seat), "
+        "3 profile(s), 1 group policy(ies)"
     )
 
 
