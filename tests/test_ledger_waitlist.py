@@ -223,3 +223,21 @@ def test_a_member_takes_a_seat_kept_for_their_session_past_the_queue(ledger, at)
     at.now = start + timedelta(minutes=11)
     with pytest.raises(QueueFirst):
         seat(ledger, "student2", groups=["dl101"])
+
+
+def test_holds_of_names_the_hold_a_claim_of_that_profile_takes(ledger):
+    """The spawn form reads ``holds_of``; the claim takes exactly the hold it names, past the
+    user's slice limit, while the hold counts toward that limit for any other profile."""
+    held = full_lab(ledger)
+    join(ledger, "u2")
+    ledger.release(held[0].allocation.id, "stopped")
+    ledger.offer_next(anyone, HOLD)
+    holds = ledger.holds_of("u2")
+    assert list(holds) == ["student"] and holds["student"].hold_until is not None
+    assert ledger.holds_of("u0") == {}  # a server's slice is not a hold
+    with pytest.raises(LedgerRefusal) as e:
+        ledger.claim(SEAT, user="u2", profile="other", user_limit=1)
+    assert e.value.reason == "quota"
+    got = seat(ledger, "u2", user_limit=1)
+    assert got.allocation.id == holds["student"].id
+    assert ledger.holds_of("u2") == {}

@@ -185,6 +185,19 @@ class Waitlist:
         mean = sum((as_utc(e) - as_utc(s)).total_seconds() for s, e in spans) / len(spans)
         return position, position * mean / total
 
+    def holds_of(self, user: str) -> dict[str, Allocation]:
+        """``{profile: hold}``: the slices held for ``user`` (offers, :class:`Allocation` with
+        ``hold_until`` set and no server yet), one per profile: the one their next claim of that
+        profile takes (:meth:`_take_hold`), whatever else the claim would check. A hold still
+        counts among the user's open allocations, so toward their slice limit for any other
+        profile. Read by the spawn form."""
+        with self._read() as conn:
+            rows = [Allocation.from_row(r) for r in conn.execute(_holds_of(user))]
+        held: dict[str, Allocation] = {}
+        for a in rows:
+            held.setdefault(a.profile, a)
+        return held
+
     # -- offers -----------------------------------------------------------------------------
 
     def expire_offers(self) -> list[QueueEntry]:
@@ -269,14 +282,7 @@ class Waitlist:
     def _take_hold(self, conn, user: str, profile: str, server_name: str, now: datetime):
         """If ``user`` holds an offer for ``profile``, make it their server's allocation and
         return it (``None`` otherwise). Runs in the claim's transaction."""
-        row = conn.execute(
-            sa.select(allocations).where(
-                allocations.c.user == user,
-                allocations.c.profile == profile,
-                allocations.c.ended_at.is_(None),
-                allocations.c.hold_until.is_not(None),
-            )
-        ).first()
+        row = conn.execute(_holds_of(user, profile)).first()
         if row is None:
             return None
         took = conn.execute(
@@ -390,6 +396,19 @@ class Waitlist:
                 .values(held_by=None)
             )
         return True
+
+
+def _holds_of(user: str, profile: str | None = None):
+    """``user``'s open holds (for ``profile``), oldest first: the one home of "this user holds an
+    offer", for :meth:`Waitlist._take_hold` (the claim) and :meth:`Waitlist.holds_of` (the form)."""
+    q = sa.select(allocations).where(
+        allocations.c.user == user,
+        allocations.c.ended_at.is_(None),
+        allocations.c.hold_until.is_not(None),
+    )
+    if profile is not None:
+        q = q.where(allocations.c.profile == profile)
+    return q.order_by(allocations.c.id)
 
 
 def _before(a: QueueEntry, b: QueueEntry) -> bool:
