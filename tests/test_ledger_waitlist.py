@@ -241,3 +241,19 @@ def test_holds_of_names_the_hold_a_claim_of_that_profile_takes(ledger):
     got = seat(ledger, "u2", user_limit=1)
     assert got.allocation.id == holds["student"].id
     assert ledger.holds_of("u2") == {}
+
+
+def test_an_offer_replaces_the_notice_that_the_same_server_was_stopped(ledger, at):
+    """The home page showed "Your server was stopped: idle since 01:08" under "Your turn": the
+    offer is the newer news for that server; another server's notice stays."""
+    held = full_lab(ledger)
+    later = at.now + timedelta(seconds=HOLD)
+    ledger.set_warning("u2", "", "culled:gpu-idle", "Your server was stopped: idle.", later)
+    ledger.set_warning("u2", "other", "culled:idle", "Your server 'other' was stopped.", later)
+    join(ledger, "u2")
+    ledger.release(held[0].allocation.id, "stopped")
+    assert [e.user for e in ledger.offer_next(anyone, HOLD)] == ["u2"]
+    assert sorted((w.server_name, w.rule) for w in ledger.warnings("u2")) == [
+        ("", OFFER_RULE),
+        ("other", "culled:idle"),
+    ]

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from .. import clock
 from ..clock import as_utc
+from ..hub.announce import NOTICE_PREFIXES
 from ..inventory.model import SliceRequest
 from .bookings import request_from, request_values
 from .models import Allocation, LedgerRefusal, NoFreeSlice, QuotaExceeded
@@ -234,7 +235,8 @@ class Waitlist:
         (``user_limit``, ``charge_groups``, ``groups``) or a refusal message, which ends the
         entry as ``refused``. A user at their slice limit, or kept off a reserved slice, stays
         queued and the next is tried; no free slice ends the profile's turn. An offer holds the slice for ``hold_s`` seconds and
-        leaves a warning (rule ``waitlist-offer``) that the hub's home page shows. Returns the
+        leaves a warning (rule ``waitlist-offer``) that the hub's home page shows, in place of a notice
+        that the same server was stopped (``culled:…``, ``stopped:…``). Returns the
         entries offered. ``narrow(entry)``, when given, is the request to claim for the entry
         (its profile's, narrowed to the GPUs the profile's image can use: the queue stores only
         the slice's kind, profile, memory and model)."""
@@ -274,6 +276,7 @@ class Waitlist:
                     f"profile {e.profile!r} until {until:%H:%M} UTC. Start your server to take it."
                 )
                 self.set_warning(e.user, e.server_name, OFFER_RULE, message, until)
+                self._drop_stop_notices(e.user, e.server_name)
                 offered.append(e)
         return offered
 
@@ -364,6 +367,18 @@ class Waitlist:
                     .values(state=state, message=message, updated_at=clock.utcnow())
                 ).rowcount
                 == 1
+            )
+
+    def _drop_stop_notices(self, user: str, server_name: str) -> None:
+        """Drop the notices that ``user``'s server ``server_name`` was stopped (culled, node
+        lost): they are about an earlier server, and the offer for it is newer news."""
+        with self._write() as conn:
+            conn.execute(
+                warnings.delete().where(
+                    warnings.c.user == user,
+                    warnings.c.server_name == server_name,
+                    sa.or_(*(warnings.c.rule.startswith(p) for p in NOTICE_PREFIXES)),
+                )
             )
 
     def _note(self, e: QueueEntry, message: str) -> None:
