@@ -223,3 +223,37 @@ def test_a_member_takes_a_seat_kept_for_their_session_past_the_queue(ledger, at)
     at.now = start + timedelta(minutes=11)
     with pytest.raises(QueueFirst):
         seat(ledger, "student2", groups=["dl101"])
+
+
+def test_holds_of_names_the_hold_a_claim_of_that_profile_takes(ledger):
+    """The spawn form reads ``holds_of``; the claim takes exactly the hold it names, past the
+    user's slice limit, while the hold counts toward that limit for any other profile."""
+    held = full_lab(ledger)
+    join(ledger, "u2")
+    ledger.release(held[0].allocation.id, "stopped")
+    ledger.offer_next(anyone, HOLD)
+    holds = ledger.holds_of("u2")
+    assert list(holds) == ["student"] and holds["student"].hold_until is not None
+    assert ledger.holds_of("u0") == {}  # a server's slice is not a hold
+    with pytest.raises(LedgerRefusal) as e:
+        ledger.claim(SEAT, user="u2", profile="other", user_limit=1)
+    assert e.value.reason == "quota"
+    got = seat(ledger, "u2", user_limit=1)
+    assert got.allocation.id == holds["student"].id
+    assert ledger.holds_of("u2") == {}
+
+
+def test_an_offer_replaces_the_notice_that_the_same_server_was_stopped(ledger, at):
+    """The home page showed "Your server was stopped: idle since 01:08" under "Your turn": the
+    offer is the newer news for that server; another server's notice stays."""
+    held = full_lab(ledger)
+    later = at.now + timedelta(seconds=HOLD)
+    ledger.set_warning("u2", "", "culled:gpu-idle", "Your server was stopped: idle.", later)
+    ledger.set_warning("u2", "other", "culled:idle", "Your server 'other' was stopped.", later)
+    join(ledger, "u2")
+    ledger.release(held[0].allocation.id, "stopped")
+    assert [e.user for e in ledger.offer_next(anyone, HOLD)] == ["u2"]
+    assert sorted((w.server_name, w.rule) for w in ledger.warnings("u2")) == [
+        ("", OFFER_RULE),
+        ("other", "culled:idle"),
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
@@ -168,3 +169,54 @@ def test_a_student_joins_and_leaves_the_queue_from_their_page(hub, ledger):
         ledger.leave_waitlist("student")
         for h in holders:
             ledger.release(h.allocation.id, "test-cleanup")
+
+
+def test_the_spawn_form_offers_the_slice_held_for_the_student(hub, ledger):
+    """The reviewer's journey: both slices taken, one frees and is held for the student. Their
+    spawn form must pick the held profile, as the claim does (``ledger.holds_of`` is the
+    claim's own test of a hold); their other GPU profile stays closed, the hold counting toward
+    their limit of 1 as the claim counts it; pressing Start takes the held slice."""
+    from html_support import parse_html
+
+    others = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="z")
+        for u in ("researcher", "instructor")
+    ]
+    ledger.release(others[0].allocation.id, "stopped")
+    # the hold an offer makes, for longer than this hub's 4 s offers (nobody queues for it, so
+    # the service lets it be)
+    until = datetime.now(timezone.utc) + timedelta(minutes=10)
+    hold = ledger.claim(MIG_1G, user="student", profile="mig-small", hold_until=until)
+    try:
+        session = login(hub, "student")
+        page = session.get(hub.url + "/hub/spawn", timeout=30)
+        assert page.status_code == 200, page.text[:500]
+        doc = parse_html(page.text)
+        radios = {i.attrs["value"]: i for i in doc.find_all("input", name="profile")}
+        assert set(radios) == {"cpu", "mig-small", "shared-seat"}
+        held = radios["mig-small"]
+        assert "disabled" not in held.attrs and "checked" in held.attrs
+        assert [n for n, r in radios.items() if "checked" in r.attrs] == ["mig-small"]
+        row = held.parent
+        assert f"held for you until {until:%H:%M} UTC" in row.text()
+        seat = radios["shared-seat"]
+        assert "disabled" in seat.attrs
+        assert "held for you" in seat.description() and "stop a server" not in seat.description()
+        note = doc.find(cls="gpulab-note").text()
+        assert "You hold 0 of the 1 GPU slice" in note and "1 more is held for you" in note
+
+        form = doc.find("form", id="spawn_form")
+        r = session.post(
+            hub.url + form.attrs["action"],
+            data={"profile": "mig-small", "_xsrf": session.cookies.get("_xsrf", path="/hub/")},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text[:500]
+        hub.wait_ready("student")
+        mine = ledger.open_allocations("student")
+        assert [(a.id, a.hold_until) for a in mine] == [(hold.allocation.id, None)]
+    finally:
+        if hub.server("student") is not None:
+            hub.stop_server("student")
+        for a in ledger.open_allocations():
+            ledger.release(a.id, "test-cleanup")

@@ -308,3 +308,55 @@ def test_a_drained_profile_says_out_of_service_not_missing():
     assert "maintenance" in rows["mig"].disabled_reason
     assert rows["a40"].disabled_reason == "This lab has no such GPU slice right now."
     assert rows["cpu"].checked and rows["cpu"].disabled_reason is None
+
+
+# -- a slice held for the user (a waitlist offer) -------------------------------------------------
+
+
+def test_a_held_profile_is_pickable_preselected_and_says_until_when():
+    from datetime import datetime, timezone
+
+    from jupyterhub_gpulab.spawner.form import limit_reason
+
+    until = datetime(2026, 12, 1, 1, 21, tzinfo=timezone.utc)
+    reason = limit_reason(0, 1, ["PyTorch (MIG 1g.10gb)"])
+    made = form_rows(
+        PROFILES,
+        capacity_of({**FREE, "mig-1g": (0, 2), "seat": (2, 4)}),
+        preselect="cpu",  # the saved choice: the hold wins over it
+        quota_reason=reason,
+        held={"mig-1g": until},
+    )
+    out = radios(render_form(made))
+    assert "disabled" not in out["mig-1g"] and checked(out) == ["mig-1g"]
+    assert out["mig-1g"]["badge"] == "held for you until 01:21 UTC"
+    assert "disabled" in out["seat"] and out["seat"]["why"] == reason
+    assert "disabled" not in out["cpu"]
+
+
+@pytest.mark.parametrize(
+    ("held", "limit", "holds", "says"),
+    [
+        pytest.param(0, 1, [], None, id="room"),
+        pytest.param(1, 1, [], "stop a server first", id="servers-at-limit"),
+        pytest.param(0, 1, ["PyTorch"], "The slice held for you ('PyTorch')", id="hold-at-limit"),
+        pytest.param(0, 2, ["PyTorch"], None, id="hold-with-room"),
+        pytest.param(1, 2, ["PyTorch"], "or stop a server first", id="hold-and-server"),
+        pytest.param(5, None, ["PyTorch"], None, id="no-limit"),
+    ],
+)
+def test_the_limit_counts_holds_as_the_claim_does(held, limit, holds, says):
+    from jupyterhub_gpulab.spawner.form import limit_reason
+
+    got = limit_reason(held, limit, holds)
+    assert got is None if says is None else says in got
+
+
+def test_usage_note_counts_a_hold_apart_from_the_servers():
+    from jupyterhub_gpulab.spawner.form import usage_note
+
+    assert usage_note(0, 1, 1) == (
+        "You hold 0 of the 1 GPU slice your groups allow at once. 1 more is held for you to "
+        "take (it counts toward that limit)."
+    )
+    assert usage_note(1, None, 2) == "You hold 1 GPU slice. 2 more are held for you to take."

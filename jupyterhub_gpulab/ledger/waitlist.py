@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from .. import clock
 from ..clock import as_utc
+from ..hub.announce import NOTICE_PREFIXES
 from ..inventory.model import SliceRequest
 from .bookings import request_from, request_values
 from .models import Allocation, LedgerRefusal, NoFreeSlice, QuotaExceeded
@@ -185,6 +186,19 @@ class Waitlist:
         mean = sum((as_utc(e) - as_utc(s)).total_seconds() for s, e in spans) / len(spans)
         return position, position * mean / total
 
+    def holds_of(self, user: str) -> dict[str, Allocation]:
+        """``{profile: hold}``: the slices held for ``user`` (offers, :class:`Allocation` with
+        ``hold_until`` set and no server yet), one per profile: the one their next claim of that
+        profile takes (:meth:`_take_hold`), whatever else the claim would check. A hold still
+        counts among the user's open allocations, so toward their slice limit for any other
+        profile. Read by the spawn form."""
+        with self._read() as conn:
+            rows = [Allocation.from_row(r) for r in conn.execute(_holds_of(user))]
+        held: dict[str, Allocation] = {}
+        for a in rows:
+            held.setdefault(a.profile, a)
+        return held
+
     # -- offers -----------------------------------------------------------------------------
 
     def expire_offers(self) -> list[QueueEntry]:
@@ -221,7 +235,8 @@ class Waitlist:
         (``user_limit``, ``charge_groups``, ``groups``) or a refusal message, which ends the
         entry as ``refused``. A user at their slice limit, or kept off a reserved slice, stays
         queued and the next is tried; no free slice ends the profile's turn. An offer holds the slice for ``hold_s`` seconds and
-        leaves a warning (rule ``waitlist-offer``) that the hub's home page shows. Returns the
+        leaves a warning (rule ``waitlist-offer``) that the hub's home page shows, in place of a notice
+        that the same server was stopped (``culled:…``, ``stopped:…``). Returns the
         entries offered. ``narrow(entry)``, when given, is the request to claim for the entry
         (its profile's, narrowed to the GPUs the profile's image can use: the queue stores only
         the slice's kind, profile, memory and model)."""
@@ -261,6 +276,7 @@ class Waitlist:
                     f"profile {e.profile!r} until {until:%H:%M} UTC. Start your server to take it."
                 )
                 self.set_warning(e.user, e.server_name, OFFER_RULE, message, until)
+                self._drop_stop_notices(e.user, e.server_name)
                 offered.append(e)
         return offered
 
@@ -269,14 +285,7 @@ class Waitlist:
     def _take_hold(self, conn, user: str, profile: str, server_name: str, now: datetime):
         """If ``user`` holds an offer for ``profile``, make it their server's allocation and
         return it (``None`` otherwise). Runs in the claim's transaction."""
-        row = conn.execute(
-            sa.select(allocations).where(
-                allocations.c.user == user,
-                allocations.c.profile == profile,
-                allocations.c.ended_at.is_(None),
-                allocations.c.hold_until.is_not(None),
-            )
-        ).first()
+        row = conn.execute(_holds_of(user, profile)).first()
         if row is None:
             return None
         took = conn.execute(
@@ -360,6 +369,18 @@ class Waitlist:
                 == 1
             )
 
+    def _drop_stop_notices(self, user: str, server_name: str) -> None:
+        """Drop the notices that ``user``'s server ``server_name`` was stopped (culled, node
+        lost): they are about an earlier server, and the offer for it is newer news."""
+        with self._write() as conn:
+            conn.execute(
+                warnings.delete().where(
+                    warnings.c.user == user,
+                    warnings.c.server_name == server_name,
+                    sa.or_(*(warnings.c.rule.startswith(p) for p in NOTICE_PREFIXES)),
+                )
+            )
+
     def _note(self, e: QueueEntry, message: str) -> None:
         with self._write() as conn:
             conn.execute(
@@ -390,6 +411,19 @@ class Waitlist:
                 .values(held_by=None)
             )
         return True
+
+
+def _holds_of(user: str, profile: str | None = None):
+    """``user``'s open holds (for ``profile``), oldest first: the one home of "this user holds an
+    offer", for :meth:`Waitlist._take_hold` (the claim) and :meth:`Waitlist.holds_of` (the form)."""
+    q = sa.select(allocations).where(
+        allocations.c.user == user,
+        allocations.c.ended_at.is_(None),
+        allocations.c.hold_until.is_not(None),
+    )
+    if profile is not None:
+        q = q.where(allocations.c.profile == profile)
+    return q.order_by(allocations.c.id)
 
 
 def _before(a: QueueEntry, b: QueueEntry) -> bool:

@@ -8,8 +8,9 @@ Pure rendering: :func:`form_rows` turns profiles, capacities and the user's quot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,6 +59,7 @@ def form_rows(
     mps: bool | None = None,
     reserved: Callable[[Profile], Sequence] | None = None,
     image_gate: Callable[[Profile], tuple[SliceRequest, str | None, bool]] | None = None,
+    held: Mapping[str, datetime] | None = None,
 ) -> list[FormRow]:
     """One row per entitled profile. ``capacity(request)`` gives ``(free, total)`` in service;
     ``out_of_service(request)`` counts matching slices that are drained; ``quota_reason`` (the
@@ -67,7 +69,12 @@ def form_rows(
     it from this user, shown as a badge; a profile whose free slices are all kept is disabled.
     ``image_gate(profile)`` gives ``(request, why, framework_cap)``: the profile's request
     narrowed to the GPUs its image can run on (:mod:`..lab.images`), the sentence why none can
-    (the row is then disabled with it), and whether the image caps a seat's memory."""
+    (the row is then disabled with it), and whether the image caps a seat's memory.
+
+    ``held`` maps the slug of each profile a slice is held for this user (a waitlist offer,
+    :meth:`~..ledger.Ledger.holds_of`) to the hold's end (UTC): a claim of that profile takes the
+    held slice before it checks anything else, so its row is pickable ("held for you until 01:21
+    UTC") and preselected over the saved choice."""
     rows = []
     for p in entitled:
         reason = note = None
@@ -76,6 +83,8 @@ def form_rows(
         )
         if p.slice.kind is None:
             cap = "CPU only"
+        elif held and p.slug in held:
+            cap = f"held for you until {held[p.slug]:%H:%M} UTC"
         else:
             free, total = capacity(request)
             cap = f"{free} of {total} free"
@@ -115,9 +124,11 @@ def form_rows(
                 reserved=note,
             )
         )
-    # preselect: the requested slug if pickable, else the first pickable row
+    # preselect: a held profile, else the requested slug if pickable, else the first pickable row
     pickable = [r for r in rows if r.disabled_reason is None]
-    target = next((r for r in pickable if r.slug == preselect), pickable[0] if pickable else None)
+    target = next((r for r in pickable if held and r.slug in held), None) or next(
+        (r for r in pickable if r.slug == preselect), pickable[0] if pickable else None
+    )
     return [FormRow(**{**r.__dict__, "checked": r is target}) for r in rows]
 
 
@@ -167,9 +178,41 @@ def render_form(
     return form_template(template).render(rows=rows, note=note, notice=notice)
 
 
-def usage_note(held: int, limit: int | None) -> str:
-    """``"You hold 1 of the 2 GPU slices your groups allow at once."``"""
+def usage_note(held: int, limit: int | None, holds: int = 0) -> str:
+    """``"You hold 1 of the 2 GPU slices your groups allow at once."``: ``held`` counts the
+    user's servers' slices; ``holds`` the slices held for them to take (waitlist offers), which
+    the claim counts toward ``limit`` too."""
     s = "s" if held != 1 else ""
     if limit is None:
-        return f"You hold {held} GPU slice{s}."
-    return f"You hold {held} of the {limit} GPU slice{'s' if limit != 1 else ''} your groups allow at once."
+        note = f"You hold {held} GPU slice{s}."
+    else:
+        note = (
+            f"You hold {held} of the {limit} GPU slice{'s' if limit != 1 else ''} your groups "
+            "allow at once."
+        )
+    if holds:
+        one = holds == 1
+        note += f" {holds} more {'is' if one else 'are'} held for you to take" + (
+            f" ({'it counts' if one else 'they count'} toward that limit)." if limit else "."
+        )
+    return note
+
+
+def limit_reason(held: int, limit: int | None, holds: Sequence[str] = ()) -> str | None:
+    """Why GPU profiles (other than those in ``holds``) cannot be picked: the user's servers hold
+    ``held`` slices and ``holds`` names the profiles a slice is held for them for; the claim
+    counts both toward ``limit`` (``None``: no limit, or still room)."""
+    if limit is None or held + len(holds) < limit:
+        return None
+    if not holds:
+        return (
+            f"You hold {held} GPU slice{'s' if held != 1 else ''}, the most your groups allow "
+            "at once; stop a server first."
+        )
+    names = ", ".join(repr(h) for h in holds)
+    return (
+        f"The slice held for you ({names}) counts toward your limit of {limit}; start that "
+        "profile to take it, or leave the waitlist"
+        + (" or stop a server" if held else "")
+        + " first."
+    )

@@ -34,7 +34,7 @@ from ..lab.images import unservable
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..ledger import aio
-from .form import FormRow, form_rows, form_template, render_form, usage_note
+from .form import FormRow, form_rows, form_template, limit_reason, render_form, usage_note
 from .logs import install_refusal_filter
 from .runtime import LabRuntime
 
@@ -170,11 +170,15 @@ class ProfileFormMixin(HasTraits):
 
     def _slice_use(
         self, rt: LabRuntime, ctx: PolicyContext, entitled
-    ) -> tuple[int, int | None] | None:
-        """``(slices held, per-user limit)`` for the form, or ``None`` without GPU profiles."""
+    ) -> tuple[int, int | None, dict] | None:
+        """``(slices the user's servers hold, per-user limit, {profile: hold})`` for the form
+        (holds: :meth:`~jupyterhub_gpulab.ledger.Ledger.holds_of`, slices held for the user to
+        take), or ``None`` without GPU profiles (blocks: reads the ledger)."""
         if not any(p.wants_gpu for p in entitled):
             return None
-        return rt.ledger.count_open(user=self.user.name), ctx.user_limit
+        holds = rt.ledger.holds_of(self.user.name)
+        open_ = rt.ledger.count_open(user=self.user.name)
+        return max(0, open_ - len(holds)), ctx.user_limit, holds
 
     async def _render_options_form(self, spawner=None) -> str:
         rt = self.runtime()
@@ -197,12 +201,10 @@ class ProfileFormMixin(HasTraits):
 
         def build():
             use = self._slice_use(rt, ctx, entitled)
-            quota_reason = None
-            if use is not None and use[1] is not None and use[0] >= use[1]:
-                quota_reason = (
-                    f"You hold {use[0]} GPU slice{'s' if use[0] != 1 else ''}, the most your "
-                    "groups allow at once; stop a server first."
-                )
+            held, limit, holds = use if use is not None else (0, None, {})
+            names = {p.slug: p.display_name for p in entitled}
+            # the claim counts holds toward the limit of any other profile (ledger.claim)
+            quota_reason = limit_reason(held, limit, [names.get(h, h) for h in holds])
             preselect = saved_or_default(self.last_profile, entitled)
             rows = form_rows(
                 entitled,
@@ -215,10 +217,11 @@ class ProfileFormMixin(HasTraits):
                     p.slice, ctx.groups, p.slug, self.name
                 ),
                 image_gate=gate,
+                held={slug: a.hold_until for slug, a in holds.items()},
             )
             return render_form(
                 rows,
-                usage_note(*use) if use else None,
+                usage_note(held, limit, len(holds)) if use else None,
                 notice=saved_choice_notice(self.last_profile, entitled, rt.lab.profiles),
                 template=self.profile_form_template,
             )
