@@ -21,7 +21,7 @@ from .hubhook import prestart_token
 from .model import Course, CourseError
 from .prestart import PrestartRun
 from .reserve import book_course, fit_problems, prefix_of
-from .roster import roster_of
+from .roster import PendingPreviews, roster_of
 from .schedule import run_pass, sync_reservations
 from .store import CourseStore
 
@@ -63,6 +63,8 @@ class CourseManager:
         self.profiles = profiles
         #: the latest start-all (or stop-all) of each course, by slug
         self.runs: dict[str, PrestartRun] = {}
+        #: the course pages' roster CSV previews waiting for Apply
+        self.csv_previews = PendingPreviews()
         self._tasks: set[asyncio.Task] = set()
         #: slug -> sessions that could not be reserved (the latest sync), for the course page
         self.booking_problems: dict[str, list[str]] = {}

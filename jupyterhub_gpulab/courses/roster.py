@@ -4,7 +4,8 @@
 Who may change them is :func:`jupyterhub_gpulab.auth.roster.groups_owner`'s answer: with an
 authenticator that manages groups (campus SSO, LTI) the identity provider or LMS fills them, and
 the course pages and API say so and edit nothing (:func:`set_members` is for hub-owned groups).
-:func:`csv_preview` compares an uploaded CSV of usernames with the roster: added, removed, unknown.
+:func:`csv_preview` compares an uploaded CSV of usernames with the roster: added, removed, unknown;
+:class:`PendingPreviews` keeps a page's preview until its Apply.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import secrets
+import time
 from dataclasses import dataclass
 
 from tornado.escape import url_escape
@@ -19,7 +22,15 @@ from tornado.escape import url_escape
 from ..service.hubclient import HubClient, HubError
 from .model import Course
 
-__all__ = ["RosterPreview", "csv_preview", "parse_csv", "roster_of", "set_members", "known_users"]
+__all__ = [
+    "PendingPreviews",
+    "RosterPreview",
+    "csv_preview",
+    "parse_csv",
+    "roster_of",
+    "set_members",
+    "known_users",
+]
 
 #: The most usernames one CSV may carry.
 MAX_CSV_USERS = 5000
@@ -125,3 +136,42 @@ def csv_preview(names: list[str], current: set[str], known: set[str]) -> RosterP
         unknown=sorted(wanted - known),
         kept=sorted(wanted & current),
     )
+
+
+class PendingPreviews:
+    """The course page's CSV previews waiting for their Apply, each under a random id that only
+    the staff member who uploaded it holds (in a cookie, and in the Apply button). The names stay
+    here, not in the browser: a cookie holds 4 KB, a roster up to :data:`MAX_CSV_USERS` names.
+    A preview lasts ``ttl_s`` seconds (default one hour); at most ``most`` are kept (the oldest
+    go first). One service process holds them: a service restart drops them (upload again)."""
+
+    def __init__(self, ttl_s: float = 3600.0, most: int = 200):
+        self.ttl_s, self.most = ttl_s, most
+        self._items: dict[str, tuple[float, str, str, list[str], dict]] = {}
+
+    def put(self, slug: str, who: str, names: list[str], preview: dict) -> str:
+        """Keep ``names`` (the CSV's usernames, in order) and ``preview`` (its
+        :meth:`RosterPreview.as_dict`) for ``who`` on course ``slug``; returns the id."""
+        self._expire()
+        while len(self._items) >= self.most:
+            self._items.pop(next(iter(self._items)))
+        pid = secrets.token_urlsafe(16)
+        self._items[pid] = (time.monotonic() + self.ttl_s, slug, who, list(names), preview)
+        return pid
+
+    def get(self, pid: str, slug: str, who: str) -> tuple[list[str], dict] | None:
+        """``(names, preview)`` kept under ``pid`` for ``who`` on ``slug``; ``None`` if it
+        expired, was applied, or belongs to someone else."""
+        self._expire()
+        item = self._items.get(pid or "")
+        if item is None or item[1:3] != (slug, who):
+            return None
+        return item[3], item[4]
+
+    def drop(self, pid: str) -> None:
+        self._items.pop(pid or "", None)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for pid in [p for p, item in self._items.items() if item[0] < now]:
+            del self._items[pid]

@@ -121,22 +121,29 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         if self._resolving_user:
             self.hub_auth.check_xsrf_cookie(self)
 
+    def body_limit(self) -> int:
+        """The largest body (bytes) this request may carry: :data:`~.inputs.MAX_BODY`, unless a
+        handler that reads more (a roster CSV) says so. Known before the body: path and headers."""
+        return MAX_BODY
+
     def prepare(self):
-        # before the body (streamed): data_received counts it and keeps its first MAX_BODY bytes
+        # before the body (streamed): data_received counts it and keeps its first bytes, up to
+        # the limit
         self._body = bytearray()
         self._body_size = 0
+        self._limit = self.body_limit()
 
     def data_received(self, chunk: bytes) -> None:
         self._body_size += len(chunk)
-        if self._body_size <= MAX_BODY:
+        if self._body_size <= self._limit:
             self._body += chunk
 
     async def ready(self) -> None:
         """Once the body is in: refuse it if too large (413), parse its form fields, and resolve
         the user from the token or the login cookie (whose form ``_xsrf`` field is in it)."""
-        if self._body_size > MAX_BODY:
+        if self._body_size > self._limit:
             self._hub_auth_user_cache = self.current_user = None
-            body_size(self._body_size)
+            body_size(self._body_size, self._limit)
         self.request.body = body = bytes(self._body)
         if body:
             try:

@@ -5,7 +5,8 @@ change saved with its sessions' reservations (a session the lab cannot hold is r
 the conflict, and nothing changes).
 
 Actions: ``start``, ``stop``, ``distribute``, ``collect``, ``return`` (``assignment``); ``add``,
-``remove`` (``user``), ``csv`` (a file or ``csv`` text; ``apply=1`` applies the preview); and
+``remove`` (``user``), ``csv`` (a file or ``csv`` text: a preview; ``apply`` = the preview's id
+applies it); and
 record edits: ``content`` / ``content-remove`` (``repo``, ``branch``, ``dir`` / ``index``),
 ``weekly`` (``days``, ``start``, ``end``, ``from``, ``until``), ``date`` (``start``, ``end``),
 ``session-remove`` (``kind``, ``index``), ``assignment`` / ``assignment-remove`` (``name``,
@@ -43,6 +44,11 @@ RECORD_ACTIONS = (
 
 
 class CourseActionPage(CoursePageBase):
+    def body_limit(self) -> int:
+        if self.path_kwargs.get("action") == "csv":  # a roster of up to 5,000 names
+            return inputs.MAX_CSV_BODY
+        return super().body_limit()
+
     async def post(self, slug: str, action: str):
         course = await self.course_for(slug)
         arg = self.get_body_argument
@@ -67,7 +73,7 @@ class CourseActionPage(CoursePageBase):
         if action in ("add", "remove"):
             return await self._one(course, action, arg("user", "").strip())
         if action == "csv":
-            return await self._csv(course, arg("csv", ""), arg("apply", "") == "1")
+            return await self._csv(course, arg("csv", ""), arg("apply", ""))
         raise refuse(404, f"No action {inputs.shown(action)}.")
 
     # -- files ----------------------------------------------------------------------------
@@ -112,25 +118,37 @@ class CourseActionPage(CoursePageBase):
         where = "added to" if add else "removed from"
         return self.back(course.slug, "success", f"{user} {where} the roster.")
 
-    async def _csv(self, course, text: str, apply: bool):
-        if self.request.files.get("file"):
-            text = self.request.files["file"][0]["body"].decode("utf-8", "replace")
-        try:
-            names = parse_csv(text)
-        except ValueError as e:
-            return self.back(course.slug, "danger", str(e))
+    async def _csv(self, course, text: str, apply: str):
+        """Preview an uploaded CSV (kept server-side, its id in a cookie), or apply the
+        preview whose id ``apply`` names, against the roster as it is now."""
+        previews = self.courses.csv_previews
+        if apply:
+            kept = previews.get(apply, course.slug, self.who)
+            if kept is None:
+                return self.back(
+                    course.slug,
+                    "danger",
+                    "That preview is gone (applied, over an hour old, or the service restarted): "
+                    "upload the CSV again. Nothing changed.",
+                )
+            names = kept[0]
+        else:
+            if self.request.files.get("file"):
+                text = self.request.files["file"][0]["body"].decode("utf-8", "replace")
+            try:
+                names = parse_csv(text)
+            except ValueError as e:
+                return self.back(course.slug, "danger", str(e))
         current = await roster_of(self.hub, course)
         known = await known_users(self.hub, set(names) - current) | (set(names) & current)
         pv = csv_preview(names, current, known)
         if not apply:
+            pid = previews.put(course.slug, self.who, names, pv.as_dict())
             self.set_signed_cookie(
-                "gpulab-csv",
-                json.dumps({**pv.as_dict(), "csv": "\n".join(names)[:3000]}),
-                expires_days=None,
-                path=self.prefix,
-                httponly=True,
+                "gpulab-csv", pid, expires_days=None, path=self.prefix, httponly=True
             )
             return self.back(course.slug, "info", "Preview below: nothing changed yet.")
+        previews.drop(apply)
         if pv.unknown:
             return self.back(
                 course.slug,

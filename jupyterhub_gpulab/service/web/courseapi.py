@@ -180,6 +180,9 @@ class RosterAPI(CourseHandler):
 
 
 class RosterCSVAPI(CourseHandler):
+    def body_limit(self) -> int:
+        return inputs.MAX_CSV_BODY  # a roster of up to 5,000 names
+
     async def post(self, slug: str):
         course = await self.course_for(slug)
         self.require_editable_roster(course)

@@ -105,15 +105,16 @@ class CoursePage(CoursePageBase):
     async def get(self, slug: str):
         course = await self.course_for(slug)
         data = await course_view(self.state, self.hub, self.courses, course)
-        preview = self.get_signed_cookie("gpulab-csv", max_age_days=1)
-        if preview:
+        pid = (self.get_signed_cookie("gpulab-csv", max_age_days=1) or b"").decode()
+        kept = self.courses.csv_previews.get(pid, course.slug, self.who) if pid else None
+        if pid:
             self.clear_cookie("gpulab-csv", path=self.prefix)
         self.render_page(
             "gpulab_course.html",
             data=data,
             course=course,
             running=bool(data["progress"] and not data["progress"]["finished_at"]),
-            preview=json.loads(preview) if preview else None,
+            preview={**kept[1], "id": pid} if kept else None,
             tz_name=str(self.state.lab.tz),
             flash=self.pop_flash(),
         )

@@ -20,6 +20,9 @@ MAX_UUID = 96
 MAX_REASON = 255
 #: The largest request body (JSON or form) a handler reads, in bytes; larger ones are a 413.
 MAX_BODY = 64 * 1024
+#: The largest roster CSV upload (bytes): :data:`~...courses.roster.MAX_CSV_USERS` names of up to
+#: :data:`MAX_NAME` characters, a line each (5,000 × 256 ≈ 1.3 MB), and a header.
+MAX_CSV_BODY = 2 * 1024 * 1024
 #: The HTTP server's own limit (bytes). Bodies are streamed (at most MAX_BODY bytes are kept),
 #: so one up to this size is read, dropped and answered with a 413 and a message; a larger one
 #: makes the server close the connection.
@@ -78,12 +81,10 @@ def drain_reason(value: object) -> str:
     return reason
 
 
-def body_size(size: int) -> None:
-    """Refuse (413) a request body larger than :data:`MAX_BODY` bytes."""
-    if size > MAX_BODY:
-        raise refuse(
-            413, f"The request body has {size} bytes; the service reads at most {MAX_BODY}."
-        )
+def body_size(size: int, limit: int = MAX_BODY) -> None:
+    """Refuse (413) a request body larger than ``limit`` bytes (:data:`MAX_BODY`)."""
+    if size > limit:
+        raise refuse(413, f"The request body has {size} bytes; the service reads at most {limit}.")
 
 
 #: A node name: a hostname's characters (the Swarm node's hostname, by default).

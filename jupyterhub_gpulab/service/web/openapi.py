@@ -136,12 +136,14 @@ def _node_paths(done: dict, not_found: dict) -> dict:
 def openapi(prefix: str) -> dict:
     """The document, with ``servers`` set to ``prefix + "api"``. Every operation that changes
     something may answer 400: each reads its body (an empty one, or a JSON object of its
-    fields), and a malformed or unexpected body is refused before anything changes."""
+    fields), and a malformed or unexpected body is refused before anything changes; and 413, a
+    body over :data:`~.inputs.MAX_BODY` (a roster CSV: :data:`~.inputs.MAX_CSV_BODY`) bytes."""
     doc = _document(prefix)
     for item in doc["paths"].values():
         for method, op in item.items():
             if method in ("post", "put", "patch", "delete"):
                 op["responses"].setdefault("400", BAD_REQUEST["400"])
+                op["responses"].setdefault("413", TOO_LARGE["413"])
     return doc
 
 
