@@ -20,7 +20,7 @@ import json
 
 from ...courses.collect import ASSIGNMENT
 from ...courses.content import check_reachable
-from ...courses.model import CourseError, parse_course
+from ...courses.model import CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
 from . import inputs
@@ -161,7 +161,7 @@ class CourseActionPage(CoursePageBase):
                     f"Not saved: only an admin may change {', '.join(changed)}.",
                 )
         try:
-            new = parse_course(record, profiles=self.courses.profiles)
+            new = self.courses.parse(record)
         except CourseError as e:
             return self.back(course.slug, "danger", "Not saved: " + "; ".join(e.errors))
         added = {(s.repo, s.branch) for s in new.content} - {
