@@ -286,6 +286,8 @@ def test_a_shared_folder_lies_under_the_admins_root(tmp_path):
         ("ext::sh -c touch% /tmp/pwned", False),
         ("ssh://-oProxyCommand=touch%20/tmp/pwned/x.git", False),
         ("ssh://-oProxyCommand=id@host/x.git", False),
+        ("ssh://-Fevil/x.git", False),
+        ("ssh://-lroot@host/x.git", False),
         ("https://git.example.edu:99999999/x.git", False),
     ],
 )
@@ -359,3 +361,37 @@ def test_a_courses_profiles_must_be_open_to_its_roster_group():
         roster_profile_problems(parse_course({"slug": "dl201", "profiles": ["pytorch-a40"]}), lab)
         == []
     )
+
+
+def test_the_hub_mounts_no_shared_folder_outside_the_root(tmp_path):
+    """A record stored before the root was set (or written around the service) is checked
+    again by the hub's hook: a folder under the root is mounted, one outside is not."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from jupyterhub_gpulab.courses.hubhook import make_pre_spawn_hook
+    from jupyterhub_gpulab.ledger.ledger import close_shared_ledgers
+
+    url = f"sqlite:///{tmp_path / 'l.sqlite'}"
+    led = Ledger(url)
+    store = CourseStore(led.engine)
+    root = tmp_path / "courses"
+    store.declare([parse_course({"slug": "ok101", "shared_folder": str(root / "ok101")}),
+                   parse_course({"slug": "bad101", "shared_folder": "/etc"})])  # fmt: skip
+    hook = make_pre_spawn_hook(url, "/home/jovyan", "c-{slug}", shared_root=str(root))
+
+    def spawner(name):
+        user = SimpleNamespace(groups=[SimpleNamespace(name=name)], admin=False)
+        return SimpleNamespace(name=name, user=user, user_options={}, volumes={}, cmd=None,
+                               log=logging.getLogger("t"), _log_name=name)  # fmt: skip
+
+    try:
+        good, bad = spawner("ok101"), spawner("bad101")
+        asyncio.run(hook(good))
+        asyncio.run(hook(bad))
+        assert str(root / "ok101") in good.volumes
+        assert bad.volumes == {}
+    finally:
+        close_shared_ledgers()
+        led.close()

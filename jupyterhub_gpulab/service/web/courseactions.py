@@ -11,7 +11,7 @@ record edits: ``content`` / ``content-remove`` (``repo``, ``branch``, ``dir`` / 
 ``session-remove`` (``kind``, ``index``), ``assignment`` / ``assignment-remove`` (``name``,
 ``due``), ``seats`` (``prestart``, ``lead_minutes``, ``reserve``, ``grace_minutes``,
 ``reserve_lead_minutes``) and ``record`` (the
-whole record as JSON; only admins change its groups).
+whole record as JSON; only admins change its groups and ``shared_folder``).
 """
 
 from __future__ import annotations
