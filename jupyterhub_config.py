@@ -245,6 +245,8 @@ c.GPULab.group_policies = {
         "max_session": "8h",
     },
     "instructors": {"max_slices_per_user": 2},
+    # a course's roster group opens its profile (a course is saved only if its roster may use it)
+    "dl101": {"profiles": ["pytorch-mig", "cpu"], "max_slices_per_user": 1},
     "researchers": {"max_slices_per_user": 2, "priority": 10},
 }
 # Users in none of those groups:

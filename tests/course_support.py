@@ -84,9 +84,10 @@ class GitServer:
         self.proc.wait(10)
 
 
-def course_hub(tmp_path: Path, course: dict, *, extra: str = "") -> Hub:
+def course_hub(tmp_path: Path, course: dict, *, extra: str = "", shared_root: str = "") -> Hub:
     """A hub (not started) with the service, GPUDockerSpawner, per-user home volumes named
-    ``<node>-home-{username}`` and ``course`` declared."""
+    ``<node>-home-{username}`` and ``course`` declared; ``shared_root``: the course's
+    ``c.GPULabCourses.shared_folder_root`` (default: the product's)."""
     node = "gpulabcrs" + secrets.token_hex(3)
     port = free_port()
     profiles = PROFILES + [
@@ -119,6 +120,7 @@ c.GPULabCourses.course_volume = "{node}-course-{{slug}}"
 c.GPULabCourses.courses = [{course!r}]
 c.GPULabCourses.prestart_backoff = 1
 c.GPULabCourses.check_interval = 2
+{f"c.GPULabCourses.shared_folder_root = {shared_root!r}" if shared_root else ""}
 from jupyterhub_gpulab.courses.hubhook import configure_courses
 configure_courses(c)
 {extra}

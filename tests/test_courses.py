@@ -219,6 +219,7 @@ def test_check_config_lists_bad_courses(capsys, tmp_path):
                 ]
             },
         },
+        {"slug": "sh101", "shared_folder": "/"},
     ]
     config = write_config(
         tmp_path,
@@ -233,6 +234,10 @@ def test_check_config_lists_bad_courses(capsys, tmp_path):
         "courses[1]: sessions.weekly[0] never fires: no sun between 2026-12-07 and 2026-12-11"
         in err
     )
+    assert (
+        "courses[2]: 'shared_folder' must be a folder under /srv/gpulab/courses "
+        "(c.GPULabCourses.shared_folder_root), not '/'" in err
+    )
 
 
 def test_a_prestart_summary_counts_states_and_names_the_commonest_reason():
@@ -244,3 +249,149 @@ def test_a_prestart_summary_counts_states_and_names_the_commonest_reason():
         p.state = st
         p.reason = "no free slice" if st == "refused" else ""
     assert run.summary() == "41 of 60 ready, 16 starting, 3 refused: no free slice"
+
+
+def test_a_shared_folder_lies_under_the_admins_root(tmp_path):
+    """Resolved: no '..', no symbolic link out of the root, not the root itself; a path outside
+    is refused naming the root (the hub mounts it into every roster member's server)."""
+    from jupyterhub_gpulab.courses.model import shared_folder_problem
+
+    root = tmp_path / "courses"
+    (root / "ml101").mkdir(parents=True)
+    (root / "escape").symlink_to("/etc")
+    assert shared_folder_problem(str(root / "ml101"), str(root)) is None
+    assert shared_folder_problem(str(root / "not-yet"), str(root)) is None
+    for bad in ("/", "/etc", str(root / "ml101" / ".." / ".."), str(root / "escape"),
+                str(root), str(root) + "-other", "relative/x"):  # fmt: skip
+        problem = shared_folder_problem(bad, str(root))
+        assert problem is not None, bad
+    assert str(root) in shared_folder_problem("/etc", str(root))
+    assert "resolves to /etc" in shared_folder_problem(str(root / "escape"), str(root))
+    assert "shared_folder_root" in shared_folder_problem("/x", "")
+    with pytest.raises(CourseError, match="must be a folder under"):
+        parse_course({"slug": "ml101", "shared_folder": "/"}, shared_root=str(root))
+    # records already stored are read without the root (the hub checks again at mount time)
+    assert parse_course({"slug": "ml101", "shared_folder": "/"}).shared_folder == "/"
+
+
+@pytest.mark.parametrize(
+    "repo, ok",
+    [
+        ("https://git.example.edu/ml101.git", True),
+        ("git://git.example.edu/ml101.git", True),
+        ("ssh://git@git.example.edu:2222/ml101.git", True),
+        ("http://git.example.edu/ml101.git", False),
+        ("http://169.254.169.254/latest/meta-data", False),
+        ("file:///srv/ml101.git", False),
+        ("ext::sh -c touch% /tmp/pwned", False),
+        ("ssh://-oProxyCommand=touch%20/tmp/pwned/x.git", False),
+        ("ssh://-oProxyCommand=id@host/x.git", False),
+        ("ssh://-Fevil/x.git", False),
+        ("ssh://-lroot@host/x.git", False),
+        ("https://git.example.edu:99999999/x.git", False),
+    ],
+)
+def test_content_repositories_use_https_git_or_ssh_only(repo, ok):
+    record = {"slug": "ml101", "content": [{"repo": repo, "dir": "x"}]}
+    if ok:
+        assert parse_course(record).content[0].repo == repo
+    else:
+        with pytest.raises(CourseError, match="'repo'"):
+            parse_course(record)
+
+
+def test_the_reachability_check_lets_git_use_the_record_schemes_only(monkeypatch):
+    """git ls-remote runs with GIT_ALLOW_PROTOCOL (so an https redirect to http:// is not
+    followed)."""
+    import asyncio
+
+    from jupyterhub_gpulab.courses import content
+
+    seen = {}
+
+    async def fake_exec(*args, env=None, **kw):
+        seen.update(env)
+        raise FileNotFoundError
+
+    monkeypatch.setattr(content.asyncio, "create_subprocess_exec", fake_exec)
+    asyncio.run(content.check_reachable("https://h/x.git", "main"))
+    assert seen["GIT_ALLOW_PROTOCOL"] == "https:git:ssh"
+
+
+def test_staff_roles_hold_no_hub_scope_over_servers():
+    from jupyterhub_gpulab.courses.hubhook import staff_scopes
+
+    scopes = staff_scopes("ml101")
+    assert not [s for s in scopes if s.split("!")[0] in ("servers", "access:servers",
+                                                          "admin:servers", "delete:servers")]  # fmt: skip
+    assert "read:users:name!group=ml101" in scopes
+
+
+def test_a_courses_profiles_must_be_open_to_its_roster_group():
+    from types import SimpleNamespace
+
+    from jupyterhub_gpulab.courses.access import roster_profile_problems
+    from jupyterhub_gpulab.lab.policy import load_policies
+    from jupyterhub_gpulab.lab.profiles import load_profiles
+
+    profiles = load_profiles([
+        {"slug": "cpu", "display_name": "CPU", "image": "i", "default": True},
+        {"slug": "pytorch-a40", "display_name": "A40", "image": "i",
+         "slice": {"kind": "gpu", "model": "A40"}, "groups": ["researchers"]},
+        {"slug": "mig", "display_name": "MIG", "image": "i",
+         "slice": {"kind": "mig", "mig_profile": "1g.5gb"}},
+    ])  # fmt: skip
+    policies = load_policies(
+        {"ml101": {"profiles": ["cpu"]}, "researchers": {}, "dl201": {"profiles": ["pytorch-a40"]}},
+        [p.slug for p in profiles],
+    )
+    lab = SimpleNamespace(profiles=profiles, policies=policies, default_policy=None,
+                          tz=UTC, term=None)  # fmt: skip
+    bad = parse_course({"slug": "ml101", "profiles": ["cpu", "pytorch-a40", "mig"]})
+    problems = roster_profile_problems(bad, lab)
+    assert len(problems) == 2, problems
+    assert "'pytorch-a40'" in problems[0] and "dl201, researchers" in problems[0]
+    assert "roster group 'ml101'" in problems[0] and "may use cpu" in problems[0]
+    assert "'mig'" in problems[1] and "no group" not in problems[1]
+    assert roster_profile_problems(parse_course({"slug": "ml101", "profiles": ["cpu"]}), lab) == []
+    # a roster under no policy may use every open profile
+    assert roster_profile_problems(parse_course({"slug": "cv400", "profiles": ["mig"]}), lab) == []
+    # the policy of dl201 lists the A40 profile: that grants it although its groups do not
+    assert (
+        roster_profile_problems(parse_course({"slug": "dl201", "profiles": ["pytorch-a40"]}), lab)
+        == []
+    )
+
+
+def test_the_hub_mounts_no_shared_folder_outside_the_root(tmp_path):
+    """A record stored before the root was set (or written around the service) is checked
+    again by the hub's hook: a folder under the root is mounted, one outside is not."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from jupyterhub_gpulab.courses.hubhook import make_pre_spawn_hook
+    from jupyterhub_gpulab.ledger.ledger import close_shared_ledgers
+
+    url = f"sqlite:///{tmp_path / 'l.sqlite'}"
+    led = Ledger(url)
+    store = CourseStore(led.engine)
+    root = tmp_path / "courses"
+    store.declare([parse_course({"slug": "ok101", "shared_folder": str(root / "ok101")}),
+                   parse_course({"slug": "bad101", "shared_folder": "/etc"})])  # fmt: skip
+    hook = make_pre_spawn_hook(url, "/home/jovyan", "c-{slug}", shared_root=str(root))
+
+    def spawner(name):
+        user = SimpleNamespace(groups=[SimpleNamespace(name=name)], admin=False)
+        return SimpleNamespace(name=name, user=user, user_options={}, volumes={}, cmd=None,
+                               log=logging.getLogger("t"), _log_name=name)  # fmt: skip
+
+    try:
+        good, bad = spawner("ok101"), spawner("bad101")
+        asyncio.run(hook(good))
+        asyncio.run(hook(bad))
+        assert str(root / "ok101") in good.volumes
+        assert bad.volumes == {}
+    finally:
+        close_shared_ledgers()
+        led.close()

@@ -150,8 +150,30 @@ def test_a_ta_acts_on_the_rosters_servers_only(lab):
     r = hub.api("POST", "/users/outsider/servers/ml101", json={}, headers=robot)
     assert r.status_code in (403, 404), r.text
     assert "ml101" not in hub.user_model("outsider")["servers"]
-    # …and may stop (and start) a roster member's course server
+    # the hub gives staff no rights over servers, not even the roster's course servers: a
+    # filter cannot name one server for a whole group, so it would reach their other servers
     r = hub.api("DELETE", "/users/s3/servers/ml101", headers=ta)
+    assert r.status_code in (403, 404), r.text
+    assert hub.server("s3", "ml101")["ready"]
+    # a researcher the TA adds to the roster keeps their own server: staff cannot stop it
+    hub.create_user("researcher1", ["researchers"])
+    r = hub.spawn("researcher1", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("researcher1")
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/roster", json={"add": ["researcher1"]})
+    assert r.status_code == 200, r.text
+    try:
+        r = hub.api("DELETE", "/users/researcher1/server", headers=ta)
+        assert r.status_code in (403, 404), r.text
+        r = hub.api("DELETE", "/users/s4/server", headers=ta)  # not running: 400 if allowed
+        assert r.status_code in (403, 404), r.text
+        assert hub.server("researcher1")["ready"]
+    finally:
+        api(hub, tokens["ta1"], "POST", "courses/ml101/roster", json={"remove": ["researcher1"]})
+        hub.stop_server("researcher1")
+    # the course's pre-start token (the service's, for Start all / Stop all) may stop a roster
+    # member's course server
+    r = hub.api("DELETE", "/users/s3/servers/ml101", headers=robot)
     assert r.status_code in (202, 204), r.text
 
 
@@ -163,6 +185,65 @@ def test_staff_cannot_give_their_course_another_roster_or_staff_group(lab):
         assert r.status_code == 403 and "Only an admin" in r.json()["message"], r.text
     course = api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"]
     assert (course["roster_group"], course["staff_group"]) == ("ml101", "ml101-staff")
+
+
+def test_only_an_admin_sets_the_shared_folder_and_only_under_its_root(lab):
+    """The shared folder is bind-mounted into every roster member's server: staff may not set
+    it (403, and nothing else of the request is saved, API or page form); an admin may, under
+    c.GPULabCourses.shared_folder_root only."""
+    from service_support import service_xsrf
+
+    hub, repo, tokens = lab
+    before = api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"]
+    r = api(hub, tokens["ta1"], "PUT", "courses/ml101",
+            json={"title": "Changed", "shared_folder": "/"})  # fmt: skip
+    assert r.status_code == 403, r.text
+    assert "Only an admin may change shared_folder" in r.json()["message"]
+    ta = login(hub, "ta1")
+    page = hub.url + PREFIX + "courses/ml101"
+    ta.get(page, timeout=30)
+    r = ta.post(page + "/actions/record", timeout=60, data={
+        "record": '{"title": "Changed", "shared_folder": "/etc"}', "_xsrf": service_xsrf(ta)})  # fmt: skip
+    assert "only an admin may change shared_folder" in r.text, r.text[-2000:]
+    assert api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"] == before
+    for bad in ("/", "/srv/gpulab/courses/../../../etc", "/srv/gpulab/courses"):
+        r = api(hub, tokens["admin"], "PUT", "courses/ml101", json={"shared_folder": bad})
+        assert r.status_code == 400, r.text
+        assert "/srv/gpulab/courses" in r.json()["message"], r.text
+    assert api(hub, tokens["admin"], "GET", "courses/ml101").json()["course"] == before
+    ok = {"shared_folder": "/srv/gpulab/courses/ml101"}
+    r = api(hub, tokens["admin"], "PUT", "courses/ml101", json=ok)
+    assert r.status_code == 200, r.text
+    # staff may still save the record as it is, shared folder unchanged
+    r = api(hub, tokens["ta1"], "PUT", "courses/ml101", json={**ok, "title": before["title"]})
+    assert r.status_code == 200, r.text
+    r = api(hub, tokens["admin"], "PUT", "courses/ml101", json={"shared_folder": ""})
+    assert r.status_code == 200, r.text
+
+
+def test_a_profile_the_roster_may_not_use_is_refused_at_save(lab):
+    """'a40' is for the researchers group only (the profile's groups): every student would be
+    refused at Start all, so the course is not saved, for staff nor admin."""
+    hub, repo, tokens = lab
+    before = api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"]
+    for who in ("ta1", "admin"):
+        r = api(hub, tokens[who], "PUT", "courses/ml101", json={"profiles": ["a40"]})
+        assert r.status_code == 400, r.text
+        m = r.json()["message"]
+        assert "'a40'" in m and "researchers" in m and "'ml101'" in m, m
+    assert api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"] == before
+
+
+def test_a_content_repository_must_be_https_git_or_ssh(lab):
+    hub, repo, tokens = lab
+    before = api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"]
+    for url in ("http://169.254.169.254/latest/meta-data.git", "file:///etc/x.git",
+                "ssh://-oProxyCommand=touch%20/tmp/pwned/x.git"):  # fmt: skip
+        r = api(hub, tokens["ta1"], "PUT", "courses/ml101",
+                json={"content": before["content"] + [{"repo": url, "dir": "x"}]})  # fmt: skip
+        assert r.status_code == 400, (url, r.text)
+        assert "'repo'" in r.json()["message"], r.text
+    assert api(hub, tokens["ta1"], "GET", "courses/ml101").json()["course"] == before
 
 
 def test_a_course_server_is_for_its_roster_and_staff_only(lab):
@@ -231,7 +312,7 @@ def test_distribute_pulls_into_running_servers_now(lab):
     report = r.json()["report"]
     running = containers_of(hub.node, "ml101")
     assert {u for u, v in report.items() if v == "pulled"} == set(running), report
-    assert report["s3"] == "not running"  # the TA stopped it above
+    assert report["s3"] == "not running"  # stopped above
     for u in running:
         assert read_home(f"{hub.node}-home-{u}", "ml101/week3.py") == "print('week 3')\n"
 
@@ -464,3 +545,17 @@ def test_a_large_roster_csv_is_previewed_and_applied_whole_from_the_page(lab):
     assert r.json()["preview"]["added"] == [] and r.json()["preview"]["removed"] == []
     r = api(hub, tokens["admin"], "POST", "courses/big1500/roster.csv", data="x\n" * (1024**2 + 1))
     assert r.status_code == 413 and "reads at most 2097152" in r.json()["message"]
+
+
+def test_staff_stop_the_course_servers_through_the_service(lab):
+    """Staff hold no hub scope over servers; Stop all (the service, with the course's
+    pre-start token) still stops every course server of the roster, and only those."""
+    hub, repo, tokens = lab
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/stop")
+    assert r.status_code == 200, r.text
+    servers = r.json()["progress"]["servers"]
+    assert {s["user"]: s["state"] for s in servers} == {u: "stopped" for u in STUDENTS}, r.text
+    deadline = time.monotonic() + 60
+    while containers_of(hub.node, "ml101") and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not containers_of(hub.node, "ml101")

@@ -46,7 +46,7 @@ def lab(tmp_path_factory):
         "content": [{"repo": repo.url, "dir": "sched"}],
         "shared_folder": str(shared),
     }
-    hub = course_hub(tmp, course)
+    hub = course_hub(tmp, course, shared_root=str(tmp))
     try:
         hub.start()
         wait_for_service(hub)

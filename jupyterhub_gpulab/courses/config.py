@@ -113,9 +113,19 @@ class GPULabCourses(Configurable):
         (and retry sessions that did not fit). ``c.GPULabCourses.reserve_sync_every = 600``""",
     )
 
+    shared_folder_root = Unicode(
+        "/srv/gpulab/courses",
+        config=True,
+        help="""Host folder under which every course's ``shared_folder`` must lie (resolved:
+        no ``..``, no symbolic link out of it); the folder is bind-mounted read-only into each
+        roster member's course server, so only admins set it. Empty: no shared folders.
+        ``c.GPULabCourses.shared_folder_root = "/srv/gpulab/courses"``""",
+    )
+
     def declared(self, profiles: set[str] | None = None) -> list[Course]:
-        """The declared courses, validated (raises :class:`~.model.CourseError`)."""
-        return parse_courses(self.courses, profiles=profiles)
+        """The declared courses, validated (raises :class:`~.model.CourseError`), their shared
+        folders under ``shared_folder_root``."""
+        return parse_courses(self.courses, profiles=profiles, shared_root=self.shared_folder_root)
 
     def volume_of(self, username: str) -> str:
         from dockerspawner.dockerspawner import escape  # noqa: F401 (same escaping as volumes)

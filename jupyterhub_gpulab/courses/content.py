@@ -15,6 +15,7 @@ import asyncio
 import shlex
 
 from .model import ContentSource, Course
+from .records import REPO_SCHEMES
 
 __all__ = ["pull_script", "start_command", "check_reachable", "LOG"]
 
@@ -60,7 +61,12 @@ async def check_reachable(repo: str, branch: str, timeout_s: float = 20) -> str 
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin:/usr/local/bin"},
+            env={
+                "GIT_TERMINAL_PROMPT": "0",
+                # the record's schemes only, redirects included (git limits curl's to these)
+                "GIT_ALLOW_PROTOCOL": ":".join(REPO_SCHEMES),
+                "PATH": "/usr/bin:/bin:/usr/local/bin",
+            },
         )  # fmt: skip
     except FileNotFoundError:
         return "git is not installed where the gpulab service runs"

@@ -12,9 +12,9 @@ What it adds (after ``configure_service``)::
                                ``shared_folder`` read-only at ~/<slug>-shared, and a staff
                                member's also mounts the course folder at ~/<slug>-staff
     c.JupyterHub.load_roles    per course known at hub start (declared, or stored by an admin):
-                               gpulab-course-<slug>-staff for the staff group: start, stop, open
-                               and read the roster's servers (``servers!group=<roster>`` …), nothing
-                               over other users
+                               gpulab-course-<slug>-staff for the staff group: the roster's
+                               names and activity and the gpulab service, no hub rights over any
+                               server (staff start and stop course servers through the service)
                                gpulab-course-<slug>-prestart for the service
                                gpulab-prestart-<slug>: the token pre-start uses, which may only
                                start and stop servers of the roster group
@@ -44,12 +44,15 @@ COURSE_SERVICE_SCOPES = ["admin:groups", "servers"]
 
 
 def staff_scopes(roster: str, service: str = "gpulab") -> list[str]:
-    """What a course's staff may do: the roster's servers (start, stop, open, read) and the
-    roster's names and activity, plus access to the gpulab service."""
+    """What a course's staff may do in the hub: read the roster's names and activity, and use
+    the gpulab service, where they start and stop the course's servers (Start all, Stop all).
+
+    No ``servers`` or ``access:servers``: a scope filter cannot name one server for a whole
+    group, so ``servers!group=<roster>`` would let staff stop (or open) any server of anyone
+    they add to the roster, a researcher's own included. The service acts with the course's
+    pre-start token, on ``<user>/<course slug>`` only."""
     f = f"!group={roster}"
     return [
-        f"servers{f}",
-        f"access:servers{f}",
         f"read:users:name{f}",
         f"read:users:activity{f}",
         f"access:services!service={service}",
@@ -104,9 +107,13 @@ def _budget_refusal(spawner, stored) -> str | None:
     return refusal(course, used)
 
 
-def make_pre_spawn_hook(db_url: str, home_path: str, course_volume: str, before=None):
+def make_pre_spawn_hook(
+    db_url: str, home_path: str, course_volume: str, before=None, shared_root: str | None = None
+):
     """The hub's ``pre_spawn_hook`` for course servers; ``before``: a hook already configured,
-    run first."""
+    run first; ``shared_root``: ``c.GPULabCourses.shared_folder_root``, checked again before a
+    course's ``shared_folder`` is mounted (a record stored before the root was set is not
+    mounted when outside it; ``None``: no check)."""
     cache = _CourseCache(db_url)
 
     async def hook(spawner):
@@ -136,13 +143,21 @@ def make_pre_spawn_hook(db_url: str, home_path: str, course_volume: str, before=
         if refused:
             raise SpawnRefused(refused, reason="quota")
         from .content import start_command
+        from .model import shared_folder_problem
 
         wanted = (spawner.user_options or {}).get("profile")
         if course.profiles and wanted not in course.profiles:
             spawner.user_options = {"profile": course.profile}
         spawner.cmd = start_command(course, home_path)
         volumes = dict(spawner.volumes)
-        if course.shared_folder:
+        problem = (
+            shared_folder_problem(course.shared_folder, shared_root)
+            if course.shared_folder and shared_root is not None
+            else None
+        )
+        if problem:
+            spawner.log.error("Course %s: shared folder not mounted: %s", course.slug, problem)
+        elif course.shared_folder:
             volumes[course.shared_folder] = {
                 "bind": f"{home_path}/{course.slug}-shared",
                 "mode": "ro",
@@ -173,7 +188,11 @@ def configure_courses(c, *, service: str = "gpulab") -> None:
     spawner = c.Spawner if "pre_spawn_hook" in c.Spawner else None
     before = spawner.pre_spawn_hook if spawner is not None else None
     c.Spawner.pre_spawn_hook = make_pre_spawn_hook(
-        gpulab.db_url, settings.home_path, settings.course_volume, before
+        gpulab.db_url,
+        settings.home_path,
+        settings.course_volume,
+        before,
+        shared_root=settings.shared_folder_root,
     )
     courses = {co.slug: co for co in _stored(gpulab.db_url)}
     courses.update({co.slug: co for co in settings.declared()})
@@ -184,7 +203,7 @@ def configure_courses(c, *, service: str = "gpulab") -> None:
         roles.append(
             {
                 "name": f"gpulab-course-{co.slug}-staff",
-                "description": f"Staff of course {co.slug}: the roster's servers",
+                "description": f"Staff of course {co.slug}: the roster's names, the gpulab service",
                 "scopes": staff_scopes(co.roster_group, service),
                 "groups": [co.staff_group],
             }

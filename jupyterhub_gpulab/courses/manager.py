@@ -16,9 +16,10 @@ from .. import clock
 from ..auth.roster import GroupsOwner
 from ..ledger import aio
 from ..service.hubclient import HubClient, HubError
+from .access import roster_profile_problems
 from .config import GPULabCourses
 from .hubhook import prestart_token
-from .model import Course, CourseError
+from .model import Course, CourseError, parse_course
 from .prestart import PrestartRun
 from .reserve import book_course, fit_problems, prefix_of
 from .roster import PendingPreviews, roster_of
@@ -43,11 +44,14 @@ class CourseManager:
         images: dict[str, str] | None = None,
         lab_id: str = "",
         groups_owner: GroupsOwner | None = None,
+        lab=None,
     ):
         """``ledger``: the lab's :class:`~..ledger.Ledger` (reservations); ``lab_profiles``:
         ``{slug: Profile}`` of the lab; ``groups_owner``: who owns the hub's groups
         (:class:`~..auth.roster.GroupsOwner`; default: the hub): under SSO or LTI the rosters
-        are read from the identity provider's groups and not edited here."""
+        are read from the identity provider's groups and not edited here; ``lab``: the loaded
+        :class:`~..lab.config.Lab`, whose policies say which profiles a roster may use
+        (``None``: not checked)."""
         self.store, self.settings, self.hub, self.tz = store, settings, hub, tz
         self.ledger = ledger
         #: who fills the roster and staff groups (the hub, the identity provider, the LMS)
@@ -57,6 +61,7 @@ class CourseManager:
         #: profile slug -> image, for the helper containers of collect / return
         self.images = images or {}
         self.lab_id = lab_id
+        self.lab = lab
         self._docker = None
         self.secret = secret
         self.batch = settings.prestart_batch or spawn_limit or 100
@@ -91,6 +96,14 @@ class CourseManager:
         for course in declared:
             await sync_reservations(self, course)
 
+    def parse(self, record: dict) -> Course:
+        """The course of a record staff or an admin sent (:func:`~.model.parse_course` against
+        the lab's profiles, its ``shared_folder`` under ``c.GPULabCourses.shared_folder_root``);
+        raises :class:`~.model.CourseError` listing every problem."""
+        return parse_course(
+            record, profiles=self.profiles, shared_root=self.settings.shared_folder_root
+        )
+
     def profile_of(self, course: Course):
         """The lab's :class:`~..lab.profile.Profile` a course's servers start with, or ``None``."""
         return self.lab_profiles.get(course.profile)
@@ -100,8 +113,16 @@ class CourseManager:
         or none; ``False`` when nothing changed. Raises :class:`~..ledger.BookingConflict`
         naming the session the lab cannot hold (nothing is saved then) and
         :class:`~.model.CourseError` for a course its profile cannot serve
-        (:func:`.reserve.fit_problems`)."""
+        (:func:`.reserve.fit_problems`) or whose roster group may not use one of its profiles
+        (:func:`.access.roster_profile_problems`; only where the hub owns the groups: under SSO
+        or LTI the members' other groups come from the provider, and it is logged instead)."""
         problems = fit_problems(course, self.profile_of(course))
+        if self.lab is not None:
+            refused = roster_profile_problems(course, self.lab)
+            if refused and self.groups_owner.may_edit:
+                problems += refused
+            for m in refused if not self.groups_owner.may_edit else ():
+                log.warning("Course %s saved though %s", course.slug, m)
         if problems:
             raise CourseError(problems)
         if self.ledger is not None:

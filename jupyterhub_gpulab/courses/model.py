@@ -31,6 +31,7 @@ naming rules), and its content lands in ``~/<dir>`` of the student's home.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -57,6 +58,7 @@ __all__ = [
     "WeeklyRule",
     "parse_course",
     "parse_courses",
+    "shared_folder_problem",
     "DAYS",
 ]
 
@@ -179,9 +181,42 @@ def _text(raw: dict, key: str, errors: list[str], where: str, *, default: str = 
     return v.strip()
 
 
-def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = "") -> Course:
+def shared_folder_problem(path: str, root: str) -> str | None:
+    """Why host path ``path`` may not be a course's ``shared_folder`` under the admin's
+    ``root`` (``c.GPULabCourses.shared_folder_root``), or ``None`` when it may: it must be
+    absolute, have no ``..`` component, and lie under ``root`` once both are resolved (symbolic
+    links followed, so a link inside the root pointing out of it is refused). ``root`` empty:
+    no shared folder is allowed at all."""
+    if not path.startswith("/"):
+        return f"'shared_folder' must be an absolute host path, not {path!r}"
+    if ".." in path.split("/"):
+        return f"'shared_folder' must not contain '..' ({path!r})"
+    if not root:
+        return (
+            "'shared_folder' is not allowed: no c.GPULabCourses.shared_folder_root is set "
+            f"(an admin sets it to the host folder course folders live under), not {path!r}"
+        )
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    if real == base or os.path.commonpath([real, base]) != base:
+        return (
+            f"'shared_folder' must be a folder under {root} (c.GPULabCourses.shared_folder_root), "
+            f"not {path!r}"
+            + (f" (it resolves to {real})" if real != os.path.normpath(path) else "")
+        )
+    return None
+
+
+def parse_course(
+    raw: object,
+    *,
+    profiles: set[str] | None = None,
+    shared_root: str | None = None,
+    where: str = "",
+) -> Course:
     """A :class:`Course` from a dict (module docstring). ``profiles``: the lab's profile slugs,
-    to check the course's against. Raises :class:`CourseError` listing every problem."""
+    to check the course's against; ``shared_root``: the folder a ``shared_folder`` must lie
+    under (:func:`shared_folder_problem`; ``None``: not checked, for records already stored).
+    Raises :class:`CourseError` listing every problem."""
     errors: list[str] = []
     if not isinstance(raw, dict):
         raise CourseError(f"{where or 'course'} must be a dict, not {type(raw).__name__}")
@@ -296,6 +331,10 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
     shared = _text(raw, "shared_folder", errors, where)
     if shared and not shared.startswith("/"):
         errors.append(f"{where}: 'shared_folder' must be an absolute host path, not {shared!r}")
+    elif shared and shared_root is not None:
+        problem = shared_folder_problem(shared, shared_root)
+        if problem:
+            errors.append(f"{where}: {problem}")
     if errors:
         raise CourseError(errors)
     return Course(
@@ -321,16 +360,21 @@ def parse_course(raw: object, *, profiles: set[str] | None = None, where: str = 
     )
 
 
-def parse_courses(raw: object, *, profiles: set[str] | None = None) -> list[Course]:
-    """Every course of ``c.GPULab.courses``; :class:`CourseError` lists all problems, including
-    two courses with one slug."""
+def parse_courses(
+    raw: object, *, profiles: set[str] | None = None, shared_root: str | None = None
+) -> list[Course]:
+    """Every course of ``c.GPULab.courses`` (``profiles``, ``shared_root``: as for
+    :func:`parse_course`); :class:`CourseError` lists all problems, including two courses with
+    one slug."""
     if not isinstance(raw, list):
         raise CourseError("c.GPULab.courses must be a list of dicts")
     errors: list[str] = []
     courses: list[Course] = []
     for i, r in enumerate(raw):
         try:
-            courses.append(parse_course(r, profiles=profiles, where=f"courses[{i}]"))
+            courses.append(
+                parse_course(r, profiles=profiles, shared_root=shared_root, where=f"courses[{i}]")
+            )
         except CourseError as e:
             errors.extend(e.errors)
     seen: set[str] = set()

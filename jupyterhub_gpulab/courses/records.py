@@ -20,6 +20,7 @@ __all__ = [
     "DAYS",
     "NAME",
     "OneOff",
+    "REPO_SCHEMES",
     "WeeklyRule",
 ]
 
@@ -28,6 +29,11 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 #: Branch names (git check-ref-format, simplified).
 BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+#: Transports a content repository may use (README: https, git and ssh; never plain http, whose
+#: requests anyone on the path can read or answer, nor file:// or ext::).
+REPO_SCHEMES = ("https", "git", "ssh")
+#: ``user@host:port`` of a repository URL: no spaces, quotes or shell characters.
+REPO_NETLOC = re.compile(r"^[A-Za-z0-9._~%@:\[\]-]+$")
 
 
 @dataclass(frozen=True)
@@ -168,10 +174,26 @@ def parse_content(raw: object, where: str, errors: list[str]) -> ContentSource |
     if unknown:
         errors.append(f"{where}: unknown keys {sorted(unknown)}")
     repo = raw.get("repo")
-    u = urlparse(repo) if isinstance(repo, str) else None
-    if u is None or u.scheme not in ("https", "http", "git", "ssh") or not u.netloc:
+    try:
+        u = urlparse(repo) if isinstance(repo, str) else None
+        host = u.hostname if u is not None else None
+        _ = u.port if u is not None else None  # raises for a port that is no port
+    except ValueError:  # a malformed port or IPv6 literal
+        u = host = None
+    if u is None or u.scheme not in REPO_SCHEMES or not u.netloc or not host:
         errors.append(
             f"{where}: 'repo' must be a git URL (https://, git:// or ssh://), not {repo!r}"
+        )
+        return None
+    if (
+        not REPO_NETLOC.match(u.netloc)
+        or host.startswith("-")
+        or (u.username or "").startswith("-")
+    ):
+        # ssh://-oProxyCommand=… would make ssh run a command (CVE-2017-1000117)
+        errors.append(
+            f"{where}: 'repo' {repo!r} names no host: a host (and user) must not start with '-' "
+            "nor hold spaces"
         )
         return None
     if u.password:

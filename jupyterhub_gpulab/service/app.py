@@ -244,6 +244,7 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
         images={p.slug: p.image for p in lab.profiles if p.image},
         lab_id=ledger.identity().uuid,
         groups_owner=groups_owner(config),
+        lab=lab,
     )
 
 

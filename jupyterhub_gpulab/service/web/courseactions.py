@@ -12,7 +12,7 @@ record edits: ``content`` / ``content-remove`` (``repo``, ``branch``, ``dir`` / 
 ``session-remove`` (``kind``, ``index``), ``assignment`` / ``assignment-remove`` (``name``,
 ``due``), ``seats`` (``prestart``, ``lead_minutes``, ``reserve``, ``grace_minutes``,
 ``reserve_lead_minutes``) and ``record`` (the
-whole record as JSON; only admins change its groups).
+whole record as JSON; only admins change its groups and ``shared_folder``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import json
 
 from ...courses.collect import ASSIGNMENT
 from ...courses.content import check_reachable
-from ...courses.model import CourseError, parse_course
+from ...courses.model import CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
 from . import inputs
@@ -179,7 +179,7 @@ class CourseActionPage(CoursePageBase):
                     f"Not saved: only an admin may change {', '.join(changed)}.",
                 )
         try:
-            new = parse_course(record, profiles=self.courses.profiles)
+            new = self.courses.parse(record)
         except CourseError as e:
             return self.back(course.slug, "danger", "Not saved: " + "; ".join(e.errors))
         added = {(s.repo, s.branch) for s in new.content} - {

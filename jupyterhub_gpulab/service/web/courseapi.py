@@ -4,7 +4,8 @@
     POST   courses                       create a course (admin; body: a course record)
     GET    courses/<slug>                record, roster with server states, next sessions,
                                          the latest start-all's progress          (staff, admin)
-    PUT    courses/<slug>                replace the record (admin; staff: all but the groups)
+    PUT    courses/<slug>                replace the record (admin; staff: all but the groups
+                                         and the shared folder)
     POST   courses/<slug>/roster         {"add": [...], "remove": [...]}          (staff, admin)
     POST   courses/<slug>/roster.csv     a CSV of usernames; ?apply=1 applies it, else a preview
                                          of who is added, removed, unknown        (staff, admin)
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from ...courses.collect import ASSIGNMENT
 from ...courses.content import check_reachable
-from ...courses.model import KEYS, CourseError, parse_course
+from ...courses.model import KEYS, CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
 from . import inputs
@@ -45,8 +46,9 @@ async def save_course(courses, course, who: str, origin: str = "admin") -> bool:
         raise refuse(400, "Not saved: " + "; ".join(e.errors)) from None
 
 
-#: Fields only an admin may change (who the course's people are).
-ADMIN_ONLY = ("roster_group", "staff_group", "slug")
+#: Fields only an admin may change: who the course's people are, and the host folder mounted
+#: into every roster member's server.
+ADMIN_ONLY = ("roster_group", "staff_group", "slug", "shared_folder")
 
 
 class CourseHandler(JSONHandler):
@@ -79,7 +81,7 @@ class CourseHandler(JSONHandler):
         """The course of ``record``, once valid and its new repositories reachable (``old``:
         the course before the change, whose repositories were checked when added)."""
         try:
-            course = parse_course(record, profiles=self.courses.profiles)
+            course = self.courses.parse(record)
         except CourseError as e:
             raise refuse(400, "; ".join(e.errors)) from None
         known = {(s.repo, s.branch) for s in old.content} if old is not None else set()

@@ -207,8 +207,9 @@ def course_paths(op, json, ref) -> dict:
                     {"200": json(ref("CourseView"), "the course")},
                 ),
                 "put": staff_op(
-                    "Change the record (only admins change its groups); saved with its "
-                    "sessions' reservations, or a 409 names the conflict and nothing changes",
+                    "Change the record (only admins change its groups and shared_folder); saved "
+                    "with its sessions' reservations, or a 409 names the conflict and nothing "
+                    "changes",
                     {"200": json(ref("CourseSaved"), "saved"), **bad, **conflict},
                     requestBody=body,
                 ),

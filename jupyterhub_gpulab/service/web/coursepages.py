@@ -13,7 +13,7 @@ import json
 
 from tornado import web
 
-from ...courses.model import CourseError, parse_course
+from ...courses.model import CourseError
 from ...courses.roster import set_members
 from ...ledger import BookingConflict, aio
 from . import inputs
@@ -77,7 +77,7 @@ class CoursesPage(CoursePageBase):
                 for key in ("reserve", "lead_minutes"):
                     if arg(key):
                         record[key] = int(arg(key)) if arg(key).isdigit() else arg(key)
-            course = parse_course(record, profiles=self.courses.profiles)
+            course = self.courses.parse(record)
         except ValueError as e:
             errors = e.errors if isinstance(e, CourseError) else [f"not JSON: {e}"]
             self.flash("danger", "Course not created: " + "; ".join(errors))
