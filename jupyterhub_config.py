@@ -19,7 +19,7 @@ from jupyterhub_gpulab.spawner.network import bridge_gateway
 c = get_config()  # noqa: F821 (provided by JupyterHub's config loader)
 here = os.path.dirname(os.path.abspath(__file__))
 state_dir = os.environ.get("GPULAB_STATE_DIR", os.path.join(here, ".state"))
-os.makedirs(state_dir, exist_ok=True)
+os.makedirs(state_dir, mode=0o700, exist_ok=True)  # databases and secrets: the hub's user only
 
 # --- The hub and its proxy -------------------------------------------------------------------
 # ADMIN: the public address. The proxy listens here; put TLS in front (or set ssl_cert/ssl_key).

@@ -15,6 +15,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 
 step() { echo "demo: $*" >&2; }
+# the demo's state (both databases, cookie secrets, the crypt key): root's alone
+mkdir -p "${GPULAB_STATE_DIR:-$REPO/.state}" && chmod 700 "${GPULAB_STATE_DIR:-$REPO/.state}"
 step "packages";  scripts/ensure-packages.sh --hub-only
 step "docker";    scripts/ensure-docker.sh
 step "proxy";     scripts/ensure-proxy.sh
@@ -47,7 +49,15 @@ esac
 step "config";    gpulab check-config -f jupyterhub_config.py
 step "starting JupyterHub on http://${GPULAB_IP:-127.0.0.1}:${GPULAB_PORT:-8000} (Ctrl-C to stop)"
 if [ "$GPULAB_DEMO_AUTH" = oidc ]; then
-    "$PYTHON" -m jupyterhub -f jupyterhub_config.py "$@"   # not exec: the trap stops the provider
+    # not exec: the EXIT trap stops the provider. A signal to this script (Ctrl-C, kill) is
+    # passed on to the hub, which stops as it would in the foreground.
+    "$PYTHON" -m jupyterhub -f jupyterhub_config.py "$@" &
+    hub=$!
+    trap 'kill -TERM "$hub" 2>/dev/null || true' INT TERM
+    rc=0
+    wait "$hub" || rc=$?
+    while kill -0 "$hub" 2>/dev/null; do wait "$hub" || rc=$?; done
+    exit "$rc"
 else
     exec "$PYTHON" -m jupyterhub -f jupyterhub_config.py "$@"
 fi

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 
+from tornado import web
+
 from ...courses.collect import ASSIGNMENT
 from ...courses.content import check_reachable
 from ...courses.model import CourseError
@@ -101,7 +103,10 @@ class CourseActionPage(CoursePageBase):
     # -- the roster -----------------------------------------------------------------------
 
     async def _one(self, course, action: str, user: str):
-        user = inputs.name(user, "user name")
+        try:
+            user = inputs.name(user, "user name")
+        except web.HTTPError as e:
+            return self.back(course.slug, "danger", f"{e.log_message % e.args} Nothing changed.")
         if action == "add" and not await known_users(self.hub, {user}):
             return self.back(
                 course.slug, "danger", f"No user {user!r} on the hub; nothing changed."
