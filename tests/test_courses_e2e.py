@@ -545,6 +545,12 @@ def test_a_large_roster_csv_is_previewed_and_applied_whole_from_the_page(lab):
     assert r.json()["preview"]["added"] == [] and r.json()["preview"]["removed"] == []
     r = api(hub, tokens["admin"], "POST", "courses/big1500/roster.csv", data="x\n" * (1024**2 + 1))
     assert r.status_code == 413 and "reads at most 2097152" in r.json()["message"]
+    # a name too long for the hub is said on the page, like every other refusal, not a bare 400
+    r = admin.post(page + "/actions/add", data={"user": "x" * 300, "_xsrf": service_xsrf(admin)},
+                   timeout=60)  # fmt: skip
+    assert r.status_code == 200 and r.url.endswith("courses/big1500"), r.url
+    flash = parse_html(r.text).by_id("gpulab-flash").text()
+    assert "is not a user name" in flash and "Nothing changed" in flash, flash
 
 
 def test_staff_stop_the_course_servers_through_the_service(lab):
@@ -559,9 +565,3 @@ def test_staff_stop_the_course_servers_through_the_service(lab):
     while containers_of(hub.node, "ml101") and time.monotonic() < deadline:
         time.sleep(1)
     assert not containers_of(hub.node, "ml101")
-    # a name too long for the hub is said on the page, like every other refusal, not a bare 400
-    r = admin.post(page + "/actions/add", data={"user": "x" * 300, "_xsrf": service_xsrf(admin)},
-                   timeout=60)  # fmt: skip
-    assert r.status_code == 200 and r.url.endswith("courses/big1500"), r.url
-    flash = parse_html(r.text).by_id("gpulab-flash").text()
-    assert "is not a user name" in flash and "Nothing changed" in flash, flash
