@@ -245,8 +245,6 @@ c.GPULab.group_policies = {
         "max_session": "8h",
     },
     "instructors": {"max_slices_per_user": 2},
-    # a course's roster group opens its profile (a course is saved only if its roster may use it)
-    "dl101": {"profiles": ["pytorch-mig", "cpu"], "max_slices_per_user": 1},
     "researchers": {"max_slices_per_user": 2, "priority": 10},
 }
 # Users in none of those groups:
@@ -294,7 +292,10 @@ if demo and os.environ.get("GPULAB_DEMO_AUTH") != "oidc":  # with SSO the provid
             "term": "demo",
             "roster_group": "dl101",
             "staff_group": "dl101-staff",
-            "profiles": ["pytorch-mig"],
+            # a T4 seat each: the demo's four seats hold the roster of three (two MIG slices would
+            # not), and the default policy opens it to the roster group (a course is saved only
+            # if its roster group may use its profile)
+            "profiles": ["tensorflow-seat"],
             "assignments": [{"name": "hw1", "due": "2030-01-15T23:59"}],
         }
     ]

@@ -4,7 +4,7 @@ and the content pull script."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -29,6 +29,31 @@ ICAL = (
     "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\nUID:x@t\r\n"
     "DTSTART:20261021T120000Z\r\nDTEND:20261021T130000Z\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
 )
+
+
+def ical_rule(rrule: str) -> str:
+    """A calendar of one event from tomorrow, repeating by ``rrule``."""
+    day = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y%m%d")
+    return (
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\nUID:r@t\r\n"
+        f"DTSTART:{day}T100000Z\r\nDTEND:{day}T110000Z\r\nRRULE:{rrule}\r\nEND:VEVENT\r\n"
+        "END:VCALENDAR\r\n"
+    )
+
+
+def test_a_stored_rule_that_fires_every_second_is_expanded_only_so_far():
+    """A record saved before such rules were refused (read back from the ledger without the
+    check) must not hang the pages: the expansion stops at MAX_SESSIONS. It hung the service
+    (every page that shows a course's next session) and grew its memory by 50 MB/s."""
+    from dataclasses import replace
+
+    from jupyterhub_gpulab.courses.sessions import MAX_SESSIONS, next_session
+
+    c = replace(parse_course({"slug": "ml101"}), ical=ical_rule("FREQ=SECONDLY"))
+    now = datetime.now(UTC)
+    got = sessions_between(c, now, now + timedelta(days=400))
+    assert len(got) == MAX_SESSIONS
+    assert next_session(c, now + timedelta(days=1)) is not None
 
 
 def test_weekly_rules_stay_at_local_wall_clock_time_across_daylight_saving():
@@ -108,11 +133,34 @@ def test_one_off_dates_and_ical_events_join_the_weekly_sessions():
             {"slug": "ml101", "sessions": {"ical": "hello"}}, "sessions.ical", id="bad-ical"
         ),
         pytest.param(
+            {"slug": "ml101", "sessions": {"ical": ical_rule("FREQ=SECONDLY")}},
+            "repeats secondly",
+            id="ical-every-second",
+        ),
+        pytest.param(
+            {
+                "slug": "ml101",
+                "sessions": {"ical": ical_rule("FREQ=DAILY;BYHOUR=8,9,10,11;BYMINUTE=0,30")},
+            },
+            "more than 1000 sessions in the next 400 days",
+            id="ical-every-half-hour",
+        ),
+        pytest.param(
             {"slug": "ml101", "roster_group": "x", "staff_group": "x"},
             "must differ",
             id="same-groups",
         ),
         pytest.param({"slug": "ml101", "colour": "red"}, "unknown keys", id="unknown-key"),
+        pytest.param(
+            {"slug": "ml101", "gpu_hours": float("nan")}, "'gpu_hours' must be", id="nan-budget"
+        ),
+        pytest.param({"slug": "ml101", "gpu_hours": 1e400}, "'gpu_hours' must be", id="inf-budget"),
+        pytest.param(
+            {"slug": "ml101", "collect_max_bytes": 10**14},
+            "'collect_max_bytes' must be",
+            id="huge-collect",
+        ),
+        pytest.param({"slug": "ml101", "title": "x" * 60_000}, "at most 255", id="huge-title"),
     ],
 )
 def test_a_bad_course_is_refused_naming_the_field(record, says):

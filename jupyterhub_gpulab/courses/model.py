@@ -31,6 +31,7 @@ naming rules), and its content lands in ``~/<dir>`` of the student's home.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -88,6 +89,11 @@ KEYS = {
 }
 #: Default bound on one student's collected assignment (bytes).
 COLLECT_MAX_BYTES = 50 * 1024**2
+#: The largest ``collect_max_bytes`` a course may set (bytes): the service reads each submission
+#: into its memory.
+COLLECT_MAX_BYTES_LIMIT = 1024**3
+#: The largest course GPU-hour budget (a year of 100 GPUs, around the clock).
+MAX_GPU_HOURS = 1_000_000
 
 
 class CourseError(ConfigError):
@@ -171,12 +177,19 @@ def _minutes(t) -> str:
     return t.isoformat(timespec="seconds" if t.second or t.microsecond else "minutes")
 
 
+#: The longest text field of a course (title, term, groups, shared folder), in characters.
+MAX_TEXT = 255
+
+
 def _text(raw: dict, key: str, errors: list[str], where: str, *, default: str = "") -> str:
     v = raw.get(key, default)
     if v is None:
         return default
     if not isinstance(v, str):
         errors.append(f"{where}: {key!r} must be a string, not {type(v).__name__}")
+        return default
+    if len(v.strip()) > MAX_TEXT:
+        errors.append(f"{where}: {key!r} has {len(v.strip())} characters; at most {MAX_TEXT}")
         return default
     return v.strip()
 
@@ -284,12 +297,25 @@ def parse_course(
         errors.append(f"{where}: 'lead_minutes' must be whole minutes from 0 to 1440, not {lead!r}")
     budget = raw.get("gpu_hours")
     if budget is not None and (
-        not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget < 0
+        not isinstance(budget, (int, float))
+        or isinstance(budget, bool)
+        or not math.isfinite(budget)  # NaN passed "< 0" and was written out as bare NaN
+        or not 0 <= budget <= MAX_GPU_HOURS
     ):
-        errors.append(f"{where}: 'gpu_hours' must be a number of GPU-hours >= 0, not {budget!r}")
+        errors.append(
+            f"{where}: 'gpu_hours' must be a number of GPU-hours from 0 to {MAX_GPU_HOURS:,}, "
+            f"not {budget!r}"
+        )
     cmax = raw.get("collect_max_bytes", COLLECT_MAX_BYTES)
-    if not isinstance(cmax, int) or isinstance(cmax, bool) or cmax <= 0:
-        errors.append(f"{where}: 'collect_max_bytes' must be a positive number of bytes")
+    if (
+        not isinstance(cmax, int)
+        or isinstance(cmax, bool)
+        or not 0 < cmax <= COLLECT_MAX_BYTES_LIMIT
+    ):
+        errors.append(
+            f"{where}: 'collect_max_bytes' must be a number of bytes from 1 to "
+            f"{COLLECT_MAX_BYTES_LIMIT:,} (a collect holds each submission in memory)"
+        )
     reserve = raw.get("reserve", 0)
     if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve <= 10_000:
         errors.append(f"{where}: 'reserve' must be a whole number of slices >= 0, not {reserve!r}")

@@ -12,6 +12,8 @@ daylight-saving change.
 
 from __future__ import annotations
 
+import itertools
+import logging
 from datetime import datetime, timedelta, timezone, tzinfo
 
 import icalendar
@@ -22,6 +24,16 @@ from .model import DAYS, Course
 __all__ = ["check_ical", "next_session", "sessions_between", "to_calendar"]
 
 _BYDAY = {d: d[:2].upper() for d in DAYS}
+log = logging.getLogger("gpulab.courses")
+
+#: The most sessions one expansion yields: a course's rules are expanded on request (the course
+#: and user pages, the schedule's passes), so a rule that fires every second must stop somewhere.
+#: Two classes a day for 400 days is 800.
+MAX_SESSIONS = 1000
+#: Recurrence frequencies a class cannot have (an iCal RRULE with them is refused).
+_TOO_OFTEN = {"SECONDLY", "MINUTELY", "HOURLY"}
+#: How far ahead the pages look for a course's next session (days).
+HORIZON_DAYS = 400
 
 
 def check_ical(text: str) -> str | None:
@@ -35,6 +47,35 @@ def check_ical(text: str) -> str | None:
     for ev in cal.walk("VEVENT"):
         if ev.get("DTSTART") is None:
             return "an event has no DTSTART"
+        for rule in ev.get("RRULE") and [ev["RRULE"]] or []:
+            rules = rule if isinstance(rule, list) else [rule]
+            for r in rules:
+                freq = {str(f).upper() for f in r.get("FREQ", [])}
+                if freq & _TOO_OFTEN:
+                    return (
+                        f"an event repeats {'/'.join(sorted(freq)).lower()}: class sessions repeat "
+                        "daily at most (FREQ=DAILY, WEEKLY, MONTHLY or YEARLY)"
+                    )
+    now = datetime.now(timezone.utc)
+    horizon = now + timedelta(days=HORIZON_DAYS)
+    try:
+        upcoming = recurring_ical_events.of(cal).after(now)
+        many = sum(
+            1
+            for _ in itertools.islice(
+                itertools.takewhile(
+                    lambda ev: _aware(ev["DTSTART"].dt, timezone.utc) < horizon, upcoming
+                ),
+                MAX_SESSIONS + 1,
+            )
+        )
+    except Exception as e:  # a rule the expander cannot read
+        return f"its events cannot be expanded ({str(e)[:120]})"
+    if many > MAX_SESSIONS:
+        return (
+            f"it holds more than {MAX_SESSIONS} sessions in the next {HORIZON_DAYS} days; "
+            "a course may have at most that many"
+        )
     return None
 
 
@@ -78,20 +119,34 @@ def sessions_between(
     course: Course, start: datetime, end: datetime, tz: tzinfo = timezone.utc
 ) -> list[tuple[datetime, datetime]]:
     """The course's sessions overlapping ``[start, end)`` (aware datetimes), as sorted
-    ``(start, end)`` pairs in UTC. A session without an end lasts one hour."""
+    ``(start, end)`` pairs in UTC. A session without an end lasts one hour. At most
+    :data:`MAX_SESSIONS` (the first ones; a warning is logged when a record holds more: one
+    saved before :func:`check_ical` refused such rules)."""
     if not (course.weekly or course.dates or course.ical):
         return []
     cal = to_calendar(course, tz)
     found = set()
-    for ev in recurring_ical_events.of(cal).between(start, end):
+    # after(): lazily, in start order, sessions in progress at ``start`` included
+    for n, ev in enumerate(recurring_ical_events.of(cal).after(start)):
         s = _aware(ev["DTSTART"].dt, tz)
+        if s >= end:
+            break
+        if n >= MAX_SESSIONS:
+            log.warning(
+                "Course %s: more than %d sessions from %s; the rest are ignored",
+                course.slug,
+                MAX_SESSIONS,
+                start,
+            )
+            break
         e = _aware(ev["DTEND"].dt, tz) if ev.get("DTEND") is not None else s + timedelta(hours=1)
-        found.add((s, e))
+        if e > start:
+            found.add((s, e))
     return sorted(found)
 
 
 def next_session(
-    course: Course, now: datetime, tz: tzinfo = timezone.utc, *, horizon_days: int = 400
+    course: Course, now: datetime, tz: tzinfo = timezone.utc, *, horizon_days: int = HORIZON_DAYS
 ) -> tuple[datetime, datetime] | None:
     """The session running at ``now`` or the next one within ``horizon_days``, else ``None``."""
     for s, e in sessions_between(course, now, now + timedelta(days=horizon_days), tz):
