@@ -124,6 +124,25 @@ def test_each_session_is_booked_for_the_roster_and_staff(ledger, at):
     assert ledger.claim(seat, user="w1", profile="seat", groups=["physics"])
 
 
+def test_back_to_back_sessions_keep_one_rosters_seats_once(ledger, at):
+    """Two 1-hour sessions at 10:00 and 11:00 with a 60-minute lead: the second one's lead
+    begins when the first ends, so 3 of the 4 seats are kept once, not 2 × 3 at 10:45 (which
+    was refused as a conflict of the course with itself)."""
+    at.now = MONDAY
+    weekly = [
+        {"days": ["mon"], "start": f"{h}:00", "end": f"{h + 1}:00", "from": "2026-12-07",
+         "until": "2026-12-07"}
+        for h in (10, 11)
+    ]  # fmt: skip
+    c = parse_course({"slug": "dl101", "profiles": ["seat"], "reserve": 3, "lead_minutes": 15,
+                      "reserve_lead_minutes": 60, "sessions": {"weekly": weekly}})  # fmt: skip
+    booked = book_course(ledger, c, PROFILES["seat"], now=at.now, tz=UTC)
+    assert [(b.window_start.hour, b.window_start.minute) for b in booked] == [(9, 0), (11, 0)]
+    at.now = datetime(2026, 12, 7, 10, 45, tzinfo=UTC)  # inside both windows, before the fix
+    seat = PROFILES["seat"].slice
+    assert ledger.claim(seat, user="w0", profile="seat", groups=["physics"])
+
+
 def test_a_course_the_lab_cannot_seat_beside_another_is_refused_whole(ledger, at):
     at.now = MONDAY
     book_course(ledger, course(), PROFILES["seat"], now=at.now, tz=UTC)

@@ -86,23 +86,33 @@ def booking_specs(
     found = sessions_between(
         course, now - timedelta(days=1), now + timedelta(days=horizon_days), tz
     )
-    return [
-        dict(
-            holder=course.slug,
-            groups=[course.roster_group, course.staff_group],
-            profile=profile.slug,
-            request=profile.slice,
-            count=course.reserve,
-            starts_at=start,
-            ends_at=end,
-            lead_s=int(lead.total_seconds()),
-            grace_s=course.grace_minutes * 60,
-            ref=prefix_of(course.slug) + start.isoformat(),
-            server_name=course.server_name,
+    specs, before = [], None  # the previous session's end
+    for start, end in found:
+        # back to back: a session's lead begins no earlier than the previous one's end, so one
+        # roster's seats are kept once, not twice (two 1-hour classes at 10:00 and 11:00 with a
+        # 60-min lead were refused as needing 2 × reserve at 10:45)
+        lead_s = int(lead.total_seconds())
+        if before is not None and start - lead < before <= start:
+            lead_s = int((start - before).total_seconds())
+        before = end if before is None else max(before, end)
+        if end <= now:
+            continue
+        specs.append(
+            dict(
+                holder=course.slug,
+                groups=[course.roster_group, course.staff_group],
+                profile=profile.slug,
+                request=profile.slice,
+                count=course.reserve,
+                starts_at=start,
+                ends_at=end,
+                lead_s=lead_s,
+                grace_s=course.grace_minutes * 60,
+                ref=prefix_of(course.slug) + start.isoformat(),
+                server_name=course.server_name,
+            )
         )
-        for start, end in found
-        if end > now
-    ]
+    return specs
 
 
 def book_course(
