@@ -557,11 +557,20 @@ def test_staff_stop_the_course_servers_through_the_service(lab):
     """Staff hold no hub scope over servers; Stop all (the service, with the course's
     pre-start token) still stops every course server of the roster, and only those."""
     hub, repo, tokens = lab
+    running = {u for u in STUDENTS if (hub.server(u, "ml101") or {}).get("ready")}
     r = api(hub, tokens["ta1"], "POST", "courses/ml101/stop")
     assert r.status_code == 200, r.text
     servers = r.json()["progress"]["servers"]
-    assert {s["user"]: s["state"] for s in servers} == {u: "stopped" for u in STUDENTS}, r.text
+    want = {u: "stopped" if u in running else "not-running" for u in STUDENTS}
+    assert {s["user"]: s["state"] for s in servers} == want, r.text
+    idle = len(STUDENTS) - len(running)
+    assert r.json()["message"] == f"Stop all: {len(running)} stopped" + (
+        f", {idle} were not running." if idle else "."
+    )
     deadline = time.monotonic() + 60
     while containers_of(hub.node, "ml101") and time.monotonic() < deadline:
         time.sleep(1)
     assert not containers_of(hub.node, "ml101")
+    # again: nothing left to stop, and the message says so instead of "Stopped 8 servers"
+    r = api(hub, tokens["ta1"], "POST", "courses/ml101/stop")
+    assert r.json()["message"] == "Stop all: 0 stopped, 8 were not running.", r.text

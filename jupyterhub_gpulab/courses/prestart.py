@@ -40,7 +40,7 @@ POLL_S = 1.0
 @dataclass
 class ServerProgress:
     user: str
-    state: str = "waiting"  # waiting, starting, ready, refused, failed, stopped
+    state: str = "waiting"  # waiting, starting, ready, refused, failed; stopped, not-running
     reason: str = ""
     attempts: int = 0
     ready_at: datetime | None = None
@@ -70,8 +70,19 @@ class PrestartRun:
         return Counter(p.state for p in self.servers.values())
 
     def summary(self) -> str:
-        """``"41 of 60 ready, 3 refused: no free slice"``."""
+        """``"41 of 60 ready, 3 refused: no free slice"``; of a stop-all, ``"2 stopped, 3 were
+        not running"``."""
         c = self.counts()
+        if c["stopped"] or c["not-running"]:
+            parts = [f"{c['stopped']} stopped"]
+            if c["not-running"]:
+                parts.append(f"{c['not-running']} were not running")
+            others = len(self.servers) - c["stopped"] - c["not-running"]
+            if others:
+                reasons = Counter(p.reason for p in self.servers.values() if p.reason)
+                top = reasons.most_common(1)[0][0] if reasons else "unknown"
+                parts.append(f"{others} not stopped: {top}")
+            return ", ".join(parts)
         parts = [f"{c['ready']} of {len(self.servers)} ready"]
         for state in ("starting", "waiting"):
             if c[state]:
@@ -188,7 +199,7 @@ class PrestartRun:
                 p.state, p.reason = "stopped", ""
             except HubError as e:
                 if e.status == 404:
-                    p.state = "stopped"
+                    p.state, p.reason = "not-running", ""
                 else:
                     p.reason = e.message
 

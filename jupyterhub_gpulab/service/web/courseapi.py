@@ -251,7 +251,7 @@ class StopAllAPI(CourseHandler):
         self.write_json(
             {
                 "status": 200,
-                "message": f"Stopped {run.counts()['stopped']} servers.",
+                "message": f"Stop all: {run.summary()}.",
                 "progress": run.as_dict(),
             }
         )

@@ -56,7 +56,15 @@ PROGRESS = obj(
                     "user": STRING,
                     "state": {
                         "type": "string",
-                        "enum": ["waiting", "starting", "ready", "refused", "failed", "stopped"],
+                        "enum": [
+                            "waiting",
+                            "starting",
+                            "ready",
+                            "refused",
+                            "failed",
+                            "stopped",
+                            "not-running",
+                        ],
                     },
                     "reason": STRING,
                     "attempts": INTEGER,
