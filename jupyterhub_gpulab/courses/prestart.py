@@ -193,7 +193,23 @@ class PrestartRun:
         return False
 
     async def stop_all(self, hub: HubClient) -> None:
+        """Stop every roster member's course server; one that is not running or pending is
+        ``not-running`` (JupyterHub answers 204 to stopping a stopped named server too, so the
+        hub's list of active servers says which ran; a token that may not list users stops
+        every one and calls them all stopped)."""
+        try:
+            active = {
+                u["name"]
+                for u in await hub.active_users()
+                if (u.get("servers") or {}).get(self.course.server_name)
+            }
+        except HubError:
+            active = None
+
         async def one(p: ServerProgress):
+            if active is not None and p.user not in active:
+                p.state, p.reason = "not-running", ""
+                return
             try:
                 await hub.call("DELETE", self._path(p.user))
                 p.state, p.reason = "stopped", ""
