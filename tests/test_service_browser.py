@@ -188,6 +188,23 @@ def log_in(browser, hub, name: str, path: str, heading: str | None = None) -> No
     wait_until(at_page, 30, f"{name}'s {path} after login")
 
 
+def click(driver, element, timeout: float = 10) -> None:
+    """Click ``element`` as a user would: scrolled to the middle of the window first, and again
+    while something still covers it (the page settling after a resize or a reload)."""
+    from selenium.common.exceptions import ElementClickInterceptedException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+        try:
+            element.click()
+            return
+        except ElementClickInterceptedException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
 def save_screenshot(driver, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     height = driver.execute_script("return document.body.scrollHeight")
@@ -218,7 +235,7 @@ def test_admin_drains_a_device_and_stops_a_server_in_the_browser(hub, ledger, br
     # drain the P40 and see it drained
     row = browser.find_element(By.CSS_SELECTOR, 'tr.device[data-uuid="GPU-p40-0003"]')
     row.find_element(By.NAME, "reason:GPU-p40-0003").send_keys("fan replacement")
-    row.find_element(By.CSS_SELECTOR, "button.drain").click()
+    click(browser, row.find_element(By.CSS_SELECTOR, "button.drain"))
     flash = wait_until(
         lambda: browser.find_elements(By.ID, "gpulab-flash"), 30, "the drain message"
     )
@@ -238,9 +255,12 @@ def test_admin_drains_a_device_and_stops_a_server_in_the_browser(hub, ledger, br
     save_screenshot(browser, ARTIFACTS / "admin-page.png")
 
     # stop it, and see its slice free
-    browser.find_element(By.CSS_SELECTOR, alloc_row).find_element(
-        By.CSS_SELECTOR, "button.stop"
-    ).click()
+    click(
+        browser,
+        browser.find_element(By.CSS_SELECTOR, alloc_row).find_element(
+            By.CSS_SELECTOR, "button.stop"
+        ),
+    )
     wait_until(lambda: browser.find_elements(By.ID, "gpulab-flash"), 60, "the stop message")
 
     def a40_free():
