@@ -12,7 +12,6 @@ daylight-saving change.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from datetime import datetime, timedelta, timezone, tzinfo
 
@@ -47,27 +46,18 @@ def check_ical(text: str) -> str | None:
     for ev in cal.walk("VEVENT"):
         if ev.get("DTSTART") is None:
             return "an event has no DTSTART"
-        for rule in ev.get("RRULE") and [ev["RRULE"]] or []:
-            rules = rule if isinstance(rule, list) else [rule]
-            for r in rules:
-                freq = {str(f).upper() for f in r.get("FREQ", [])}
-                if freq & _TOO_OFTEN:
-                    return (
-                        f"an event repeats {'/'.join(sorted(freq)).lower()}: class sessions repeat "
-                        "daily at most (FREQ=DAILY, WEEKLY, MONTHLY or YEARLY)"
-                    )
+        rules = ev.get("RRULE") or []
+        for r in rules if isinstance(rules, list) else [rules]:
+            freq = {str(f).upper() for f in r.get("FREQ", [])}
+            if freq & _TOO_OFTEN:
+                return (
+                    f"an event repeats {'/'.join(sorted(freq)).lower()}: class sessions repeat "
+                    "daily at most (FREQ=DAILY, WEEKLY, MONTHLY or YEARLY)"
+                )
     now = datetime.now(timezone.utc)
-    horizon = now + timedelta(days=HORIZON_DAYS)
     try:
-        upcoming = recurring_ical_events.of(cal).after(now)
-        many = sum(
-            1
-            for _ in itertools.islice(
-                itertools.takewhile(
-                    lambda ev: _aware(ev["DTSTART"].dt, timezone.utc) < horizon, upcoming
-                ),
-                MAX_SESSIONS + 1,
-            )
+        many = len(
+            _expand(cal, now, now + timedelta(days=HORIZON_DAYS), timezone.utc, MAX_SESSIONS + 1)
         )
     except Exception as e:  # a rule the expander cannot read
         return f"its events cannot be expanded ({str(e)[:120]})"
@@ -124,25 +114,31 @@ def sessions_between(
     saved before :func:`check_ical` refused such rules)."""
     if not (course.weekly or course.dates or course.ical):
         return []
-    cal = to_calendar(course, tz)
-    found = set()
-    # after(): lazily, in start order, sessions in progress at ``start`` included
-    for n, ev in enumerate(recurring_ical_events.of(cal).after(start)):
+    found = _expand(to_calendar(course, tz), start, end, tz, MAX_SESSIONS + 1)
+    if len(found) > MAX_SESSIONS:
+        log.warning(
+            "Course %s: more than %d sessions from %s; the rest are ignored",
+            course.slug,
+            MAX_SESSIONS,
+            start,
+        )
+    return sorted(found)[:MAX_SESSIONS]
+
+
+def _expand(
+    cal, start: datetime, end: datetime, tz: tzinfo, most: int
+) -> set[tuple[datetime, datetime]]:
+    """The first ``most`` sessions of ``cal`` overlapping ``[start, end)``, expanded lazily in
+    start order (``after()`` includes sessions in progress at ``start``)."""
+    found: set[tuple[datetime, datetime]] = set()
+    for ev in recurring_ical_events.of(cal).after(start):
         s = _aware(ev["DTSTART"].dt, tz)
-        if s >= end:
-            break
-        if n >= MAX_SESSIONS:
-            log.warning(
-                "Course %s: more than %d sessions from %s; the rest are ignored",
-                course.slug,
-                MAX_SESSIONS,
-                start,
-            )
+        if s >= end or len(found) >= most:
             break
         e = _aware(ev["DTEND"].dt, tz) if ev.get("DTEND") is not None else s + timedelta(hours=1)
         if e > start:
             found.add((s, e))
-    return sorted(found)
+    return found
 
 
 def next_session(
