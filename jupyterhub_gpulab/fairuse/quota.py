@@ -41,6 +41,7 @@ from ..lab.policy import GroupPolicy, PolicyContext
 from ..lab.profile import Profile
 from ..lab.term import Term
 from ..ledger.models import Allocation
+from ..units import format_gpu_hours
 from .accounting import usage
 
 __all__ = [
@@ -110,14 +111,14 @@ class Budget:
 
     def describe(self, tz: tzinfo = UTC) -> str:
         """``"4.5 of 10 GPU-hours used this week (students); renews Monday 2026-12-07 00:00 UTC"``."""
-        return (
-            f"{self.used_hours:.1f} of {_num(self.limit_hours)} GPU-hours used this "
-            f"{self.period} ({plain(self.group)}); {_renewal(self, tz)}"
+        used, limit = (
+            format_gpu_hours(self.used_hours),
+            format_gpu_hours(self.limit_hours, limit=True),
         )
-
-
-def _num(hours: float) -> str:
-    return f"{hours:g}" if float(hours).is_integer() else f"{hours:.1f}"
+        return (
+            f"{used} of {limit} GPU-hours used this {self.period} ({plain(self.group)}); "
+            f"{_renewal(self, tz)}"
+        )
 
 
 def _when(at: datetime, tz: tzinfo) -> str:
@@ -216,9 +217,10 @@ def check_spawn(
         if b.period == "term"
         else f"more from {_when(b.resets_at, tz)}"
     )
+    used, limit = format_gpu_hours(b.used_hours), format_gpu_hours(b.limit_hours, limit=True)
     return (
-        f"You have used {b.used_hours:.1f} of {_num(b.limit_hours)} GPU-hours this {b.period} "
-        f"({plain(b.group)}); {more}. CPU profiles are not counted."
+        f"You have used {used} of {limit} GPU-hours this {b.period} ({plain(b.group)}); {more}. "
+        "CPU profiles are not counted."
     )
 
 
