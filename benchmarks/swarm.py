@@ -44,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from agent_fakes import bench_uuid  # noqa: E402
 from e2e_support import IMAGE  # noqa: E402
 from hubtools import Hub  # noqa: E402
 from swarm_support import (  # noqa: E402
@@ -57,7 +58,7 @@ from swarm_support import (  # noqa: E402
 
 LIMITS = {"mem_limit": "512M", "cpu_limit": 1.0}
 SEATS = {
-    f"GPU-bench-{n}-{i}": {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2}
+    bench_uuid(n, i): {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2}
     for n in ("n2", "n3")
     for i in range(2)
 }

@@ -139,3 +139,19 @@ def format_seconds(s: float) -> str:
         return f"{h}h {m}m" if m else f"{h}h"
     d, h = divmod(s // 3600, 24)
     return f"{d}d {h}h" if h else f"{d}d"
+
+
+def format_gpu_hours(hours: float, *, limit: bool = False) -> str:
+    """GPU-hours as a person reads them, never rounded to a false zero. Used hours: one
+    decimal from 1 (``"4.5"``, ``"10.0"``), two significant digits below (``"0.25"``,
+    ``"0.0042"``, where ``.1f`` said ``"0.0"``). A configured ``limit``: as written, up to three
+    decimals (``"10"``, ``"0.25"``, ``"0.01"``). ``"0"`` for nothing."""
+    h = float(hours)
+    if h == 0:
+        return "0"
+    if limit and abs(h) >= 0.001:
+        return f"{h:.3f}".rstrip("0").rstrip(".")
+    if not limit and abs(h) >= 1:
+        return f"{h:.1f}"
+    decimals = 1 - math.floor(math.log10(abs(h)))
+    return f"{h:.{decimals}f}".rstrip("0").rstrip(".")

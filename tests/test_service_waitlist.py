@@ -13,6 +13,7 @@ import pytest
 import requests
 from e2e_support import remove_node_containers
 from service_support import (
+    POLICIES,
     PREFIX,
     ledger_for,
     login,
@@ -26,6 +27,9 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
+SEAT = SliceRequest(kind=SliceKind.SHARED)
+#: a group whose members may use 0.01 GPU-hours (36 s of a whole GPU) a week
+BUDGETED = {**POLICIES, "budgeted": {"gpu_hours": 0.01, "period": "week"}}
 NODE = "gpulabwait" + secrets.token_hex(3)
 EXTRA = f"""
 c.JupyterHub.spawner_class = "gpulab"
@@ -37,6 +41,7 @@ c.Spawner.start_timeout = 60
 c.GPUDockerSpawner.reconcile_interval = 3600
 c.GPULabService.waitlist_every = 1
 c.GPULabService.waitlist_hold = 4
+c.GPULab.group_policies = {BUDGETED!r}
 """
 
 
@@ -220,3 +225,55 @@ def test_the_spawn_form_offers_the_slice_held_for_the_student(hub, ledger):
             hub.stop_server("student")
         for a in ledger.open_allocations():
             ledger.release(a.id, "test-cleanup")
+
+
+def test_a_queued_student_whose_budget_ran_out_is_skipped_and_told_why(hub, ledger):
+    from html_support import parse_html
+
+    from jupyterhub_gpulab.ledger.schema import allocations
+
+    hub.create_user("bea", ["budgeted"])
+    # bea used a seat for ten minutes earlier today: more than her 0.01 GPU-hours
+    old = ledger.claim(SEAT, user="bea", profile="shared-seat", server_name="old")
+    ledger.release(old.allocation.id, "stopped")
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            allocations.update()
+            .where(allocations.c.id == old.allocation.id)
+            .values(started_at=datetime.now(timezone.utc) - timedelta(minutes=10))
+        )
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="w")
+        for u in ("researcher", "instructor")
+    ]
+    session = login(hub, "bea")
+    auth = {"Authorization": f"token {user_token(hub, session, 'bea')}"}
+    api = hub.url + PREFIX + "api/waitlist"
+    try:
+        joined = requests.post(api, json={"profile": "mig-small"}, headers=auth, timeout=30)
+        assert joined.status_code == 201, joined.text
+        ledger.release(holders[0].allocation.id, "stopped")
+        # the pass after the slice freed skips her (and holds nothing for her)
+        [entry] = wait_for(
+            lambda: [
+                e
+                for e in requests.get(api, headers=auth, timeout=30).json()["entries"]
+                if e["state"] == "refused"
+            ]
+        )
+        assert ledger.open_allocations("bea") == []
+        said = entry["message"]
+        assert said.startswith("Skipped in the queue for ") and (
+            "your GPU-hour budget is spent until Monday" in said
+        ), said
+        assert "of 0.01 GPU-hours this week (budgeted)" in said and "0.0 of" not in said
+        # the hub's home page says it, and so does her gpulab page (in its waitlist section)
+        home = session.get(hub.url + "/hub/home", timeout=30).text
+        assert "budget is spent until Monday" in home
+        me = parse_html(session.get(hub.url + PREFIX + "me", timeout=30).text)
+        [told] = me.find_all("div", cls="waitlist-entry", data_state="refused")
+        assert told.text().strip() == said
+    finally:
+        ledger.leave_waitlist("bea")
+        for h in holders:
+            ledger.release(h.allocation.id, "test-cleanup")
