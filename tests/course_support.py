@@ -70,7 +70,7 @@ class GitServer:
             p.write_text(text)
         git("add", "-A", cwd=self.work)
         git("commit", "-m", message, cwd=self.work)
-        git("push", "origin", "main", cwd=self.work)
+        git("push", "origin", "HEAD:main", cwd=self.work)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             r = subprocess.run(["git", "ls-remote", self.url], capture_output=True, text=True)
@@ -78,6 +78,24 @@ class GitServer:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"git daemon does not serve {self.url}")
+
+    def rewrite(self, files: dict[str, str], message: str = "a new start") -> None:
+        """Force-push a new root commit holding only ``files``, as an instructor who starts
+        the repository over would (``git checkout --orphan``, ``git push --force``)."""
+        git("checkout", "-q", "--orphan", f"root{time.monotonic_ns()}", cwd=self.work)
+        git("rm", "-rfq", ".", cwd=self.work)
+        self._force(files, "-m", message)
+
+    def amend(self, files: dict[str, str]) -> None:
+        """Replace the last commit (``git commit --amend``) and force-push it."""
+        self._force(files, "--amend", "-m", "amended")
+
+    def _force(self, files: dict[str, str], *commit: str) -> None:
+        for path, text in files.items():
+            (self.work / path).write_text(text)
+        git("add", "-A", cwd=self.work)
+        git("commit", "-q", *commit, cwd=self.work)
+        git("push", "-q", "--force", "origin", "HEAD:main", cwd=self.work)
 
     def stop(self) -> None:
         self.proc.terminate()
