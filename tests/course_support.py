@@ -36,9 +36,10 @@ def git(*args, cwd: Path) -> str:
 
 class GitServer:
     """A bare repository ``course.git`` under ``root``, served read-only by ``git daemon`` on
-    the Docker bridge address; ``commit(files)`` pushes a new commit as an instructor would."""
+    the Docker bridge address (or ``host``: ``127.0.0.1`` serves this machine only, not its
+    containers); ``commit(files)`` pushes a new commit as an instructor would."""
 
-    def __init__(self, root: Path, name: str = "course"):
+    def __init__(self, root: Path, name: str = "course", host: str = DOCKER_GATEWAY):
         self.root = Path(root)
         self.bare = self.root / "srv" / f"{name}.git"
         self.work = self.root / "work"
@@ -47,7 +48,7 @@ class GitServer:
         git("clone", str(self.bare), str(self.work), cwd=self.root)
         git("checkout", "-b", "main", cwd=self.work)
         self.port = free_port()
-        self.url = f"git://{DOCKER_GATEWAY}:{self.port}/{name}.git"
+        self.url = f"git://{host}:{self.port}/{name}.git"
         self.proc = subprocess.Popen(
             [
                 "git",
@@ -55,7 +56,7 @@ class GitServer:
                 "--reuseaddr",
                 "--export-all",
                 f"--base-path={self.root / 'srv'}",
-                f"--listen={DOCKER_GATEWAY}",
+                f"--listen={host}",
                 f"--port={self.port}",
                 str(self.root / "srv"),
             ],
