@@ -9,6 +9,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import jupyterhub
@@ -149,6 +150,30 @@ configure_courses(c)
     hub.service_port = port
     hub.node = node
     return hub
+
+
+@contextmanager
+def running_course(tmp_path: Path, course: dict, roster: list[str], staff: list[str], **kw):
+    """:func:`course_hub` started, with ``roster`` in the course's roster group and ``staff`` in
+    its staff group (both ``<slug>``/``<slug>-staff`` unless the record names them); its
+    containers and volumes removed afterwards. ``kw``: :func:`course_hub`'s."""
+    from e2e_support import remove_node_containers
+    from service_support import wait_for_service
+
+    slug = course["slug"]
+    hub = course_hub(tmp_path, course, **kw)
+    try:
+        hub.start()
+        wait_for_service(hub)
+        for u in roster:
+            hub.create_user(u, [course.get("roster_group", slug)])
+        for u in staff:
+            hub.create_user(u, [course.get("staff_group", f"{slug}-staff")])
+        yield hub
+    finally:
+        hub.stop()
+        remove_node_containers(hub.node)
+        remove_volumes(hub.node)
 
 
 def containers_of(node: str, server: str) -> dict[str, str]:

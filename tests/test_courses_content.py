@@ -13,12 +13,15 @@ not a traceback.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from course_support import LAB_IMAGE, GitServer
 from e2e_support import require_docker
+from hubtools import DOCKER_GATEWAY
 
 from jupyterhub_gpulab.courses.content import STATUS, pull_script
 from jupyterhub_gpulab.courses.contentstatus import describe, parse_status
@@ -141,3 +144,30 @@ def test_an_unreachable_repository_fails_in_one_line_and_the_others_are_pulled(r
     assert "Traceback" not in message and "\n" not in message
     log = (home / ".gpulab/content.log").read_text()
     assert "gpulab: could not pull git://127.0.0.1:9418/course.git (main) into ~/extra" in log
+
+
+def test_while_a_pull_runs_the_last_starts_status_is_not_shown(repo, home):
+    src = ContentSource(repo.url, "main", "ml101")
+    pull(home, src)
+    assert (home / STATUS).exists()
+    # a repository that accepts the connection and never answers: the pull waits for it
+    silent = socket.socket()
+    silent.bind((DOCKER_GATEWAY, 0))
+    silent.listen()
+    port = silent.getsockname()[1]
+    hanging = ContentSource(f"git://{DOCKER_GATEWAY}:{port}/x.git", "main", "slow")
+    name = f"gpulab-content-test-{port}"
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "--user", "1000:100", "-v", f"{home}:{HOME}",
+         "--entrypoint", "sh", LAB_IMAGE, "-c", pull_script((src, hanging), HOME)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (home / ".gpulab/content.status.new").exists():
+            assert time.monotonic() < deadline, "the pull did not start"
+            time.sleep(0.2)
+        assert not (home / STATUS).exists()
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        silent.close()

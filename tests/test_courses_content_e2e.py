@@ -14,10 +14,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from course_support import GitServer, containers_of, course_hub, read_home, remove_volumes
-from e2e_support import remove_node_containers, require_docker
+from course_support import GitServer, containers_of, read_home, running_course
+from e2e_support import require_docker
 from html_support import parse_html
-from service_support import PREFIX, login, user_token, wait_for_service
+from service_support import PREFIX, login, user_token
 from test_courses_e2e import api
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
@@ -31,28 +31,14 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("content")
     repo = GitServer(tmp / "git")
     repo.commit({"intro.py": "print('week 1')\n"}, "week 1")
-    course = {
-        "slug": "ml101",
-        "title": "Machine learning 101",
-        "roster_group": "ml101",
-        "staff_group": "ml101-staff",
-        "profiles": ["course-lab"],
-        "content": [{"repo": repo.url, "branch": "main", "dir": "ml101"}],
-    }
-    hub = course_hub(tmp, course)
+    source = {"repo": repo.url, "branch": "main", "dir": "ml101"}
+    course = {"slug": "ml101", "title": "ML 101", "profiles": ["course-lab"], "content": [source]}
     try:
-        hub.start()
-        wait_for_service(hub)
-        for u in STUDENTS:
-            hub.create_user(u, ["ml101"])
-        hub.create_user("ta1", ["ml101-staff"])
-        session = login(hub, "ta1")
-        yield hub, repo, user_token(hub, session, "ta1"), session, tmp
+        with running_course(tmp, course, STUDENTS, ["ta1"]) as hub:
+            session = login(hub, "ta1")
+            yield hub, repo, user_token(hub, session, "ta1"), session, tmp
     finally:
-        hub.stop()
-        remove_node_containers(hub.node)
         repo.stop()
-        remove_volumes(hub.node)
 
 
 def roster(hub, token) -> dict[str, dict | None]:

@@ -98,3 +98,25 @@ def test_the_line_per_student_says_the_worst_that_happened():
     assert describe(moved, now)["message"] == (
         "failed: ~/ml101: fatal: x; your copy of ~/ml101 kept in ~/ml101_backup_20261202164000"
     )
+
+
+@pytest.mark.parametrize(
+    "config, network",
+    [
+        pytest.param({}, "bridge", id="docker-default"),
+        pytest.param({"DockerSpawner": {"network_name": "labnet"}}, "labnet", id="dockerspawner"),
+        pytest.param(
+            {"DockerSpawner": {"network_name": "a"}, "GPUDockerSpawner": {"network_name": "b"}},
+            "b",
+            id="ours-wins",
+        ),
+    ],
+)
+def test_the_repository_is_asked_from_the_network_the_servers_join(config, network):
+    from traitlets.config import Config
+
+    from jupyterhub_gpulab.courses.config import GPULabCourses
+    from jupyterhub_gpulab.courses.manager import CourseManager
+
+    settings = GPULabCourses(config=Config(config))
+    assert CourseManager(None, settings, None, tz=timezone.utc, secret=None).network() == network

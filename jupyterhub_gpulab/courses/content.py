@@ -139,6 +139,7 @@ def pull_script(sources: tuple[ContentSource, ...], home: str) -> str:
         f"cd {shlex.quote(home)} || exit 0",
         "mkdir -p .gpulab",
         f": > {LOG}",
+        f"rm -f {STATUS}",  # read while this pull runs, the last start's would pass for this one
         f": > {STATUS}.new",
         functions.strip(),
     ]
