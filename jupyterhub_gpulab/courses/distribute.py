@@ -34,6 +34,9 @@ class ContentActions:
         the message counts the servers pulled into and names those that failed; the line is
         ``not running`` or the student's content line, the state
         :func:`.contentstatus.describe`'s (running servers only)."""
+        if not course.content:
+            return {"message": "Nothing to pull: the course has no repository.", "report": {},
+                    "content": {}}  # fmt: skip
         students = await roster_of(self.hub, course)
         found = await aio.call(self._distribute, course, students)
         content = {u: self._describe(v) for u, v in found.items() if not isinstance(v, str)}
@@ -65,7 +68,7 @@ class ContentActions:
         if image:
             try:
                 return await aio.call(
-                    ask_in_container, self.docker(), image, self.network(), repo, branch
+                    lambda: ask_in_container(self.docker(), image, self.network(), repo, branch)
                 )
             except Exception as e:
                 log.warning("Repository %s checked from the service's host: %s", repo, e)
