@@ -311,7 +311,8 @@ def test_distribute_pulls_into_running_servers_now(lab):
     assert r.status_code == 200, r.text
     report = r.json()["report"]
     running = containers_of(hub.node, "ml101")
-    assert {u for u, v in report.items() if v == "pulled"} == set(running), report
+    assert {u for u, v in report.items() if v.startswith("pulled at ")} == set(running), report
+    assert r.json()["message"] == f"Pulled into {len(running)} of {len(running)} running servers."
     assert report["s3"] == "not running"  # stopped above
     for u in running:
         assert read_home(f"{hub.node}-home-{u}", "ml101/week3.py") == "print('week 3')\n"

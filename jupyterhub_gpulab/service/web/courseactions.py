@@ -22,7 +22,6 @@ import json
 from tornado import web
 
 from ...courses.collect import ASSIGNMENT
-from ...courses.content import check_reachable
 from ...courses.model import CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
@@ -63,9 +62,9 @@ class CourseActionPage(CoursePageBase):
             run = await self.courses.stop_all(course, by=self.who)
             return self.back(slug, "success", f"Stopped: {run.summary()}.")
         if action == "distribute":
-            report = await self.courses.distribute(course, by=self.who)
-            n = sum(1 for v in report.values() if v == "pulled")
-            return self.back(slug, "success", f"Pulled into {n} running servers.")
+            done = await self.courses.distribute(course, by=self.who)
+            failed = any(v.startswith("failed") for v in done["report"].values())
+            return self.back(slug, "warning" if failed else "success", done["message"])
         if action in ("collect", "return"):
             return await self._collect(course, action, arg("assignment", "").strip())
         if action in ("add", "remove", "csv"):
@@ -191,7 +190,7 @@ class CourseActionPage(CoursePageBase):
             (s.repo, s.branch) for s in course.content
         }
         for repo, branch in sorted(added):
-            problem = await check_reachable(repo, branch)
+            problem = await self.courses.check_content(new, repo, branch)
             if problem:
                 return self.back(course.slug, "danger", f"Not saved: {problem}.")
         try:

@@ -25,7 +25,6 @@ hold ``custom:gpulab:admin``. Anyone else gets a 403. Errors are ``{"status", "m
 from __future__ import annotations
 
 from ...courses.collect import ASSIGNMENT
-from ...courses.content import check_reachable
 from ...courses.model import KEYS, CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
@@ -78,8 +77,9 @@ class CourseHandler(JSONHandler):
             raise refuse(409, source["description"] + " Nothing changed.")
 
     async def parse(self, record: dict, old=None):
-        """The course of ``record``, once valid and its new repositories reachable (``old``:
-        the course before the change, whose repositories were checked when added)."""
+        """The course of ``record``, once valid and its new repositories reachable from where
+        the pulls run (``old``: the course before the change, whose repositories were checked
+        when added)."""
         try:
             course = self.courses.parse(record)
         except CourseError as e:
@@ -88,7 +88,7 @@ class CourseHandler(JSONHandler):
         for src in course.content:
             if (src.repo, src.branch) in known:
                 continue
-            problem = await check_reachable(src.repo, src.branch)
+            problem = await self.courses.check_content(course, src.repo, src.branch)
             if problem:
                 raise refuse(400, f"Content not saved: {problem}.")
         return course
@@ -268,11 +268,8 @@ class DistributeAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
         self.json_body()
-        report = await self.courses.distribute(course, by=self.who)
-        n = sum(1 for v in report.values() if v == "pulled")
-        self.write_json(
-            {"status": 200, "message": f"Pulled into {n} running servers.", "report": report}
-        )
+        done = await self.courses.distribute(course, by=self.who)
+        self.write_json({"status": 200, **done})
 
 
 class CollectAPI(CourseHandler):

@@ -76,6 +76,32 @@ PROGRESS = obj(
     nullable=True,
 )
 
+#: A student's last content pull (courses/contentstatus.py ``describe``); null: not known yet.
+CONTENT = obj(
+    {
+        "state": {"type": "string", "enum": ["pulled", "kept", "failed"]},
+        "at": TIME,
+        "message": {
+            "type": "string",
+            "maxLength": 400,
+            "description": "One line: 'pulled at …', 'failed: ~/ml101: …', 'history "
+            "rewritten: your copy kept in ~/ml101_backup_…; pulled at …'",
+        },
+        "sources": array(
+            obj(
+                {
+                    "dir": STRING,
+                    "state": {"type": "string", "enum": ["pulled", "kept", "failed"]},
+                    "at": TIME,
+                    "backup": STRING,
+                    "reason": {"type": "string", "maxLength": 200},
+                }
+            )
+        ),
+    },
+    nullable=True,
+)
+
 VIEW = obj(
     {
         "course": {"$ref": "#/components/schemas/CourseRecord"},
@@ -92,6 +118,7 @@ VIEW = obj(
                     "gpu_hours_7d": NUMBER,
                     "prestart": STR,
                     "reason": STRING,
+                    "content": CONTENT,
                 }
             )
         ),
@@ -162,7 +189,13 @@ def course_schemas() -> dict:
         "CourseRun": obj({**ok, "progress": {"$ref": "#/components/schemas/CourseProgress"}}),
         "CourseProgressOnly": obj({"progress": {"$ref": "#/components/schemas/CourseProgress"}}),
         "CourseReport": obj({**ok, "report": REPORT}),
-        "Distributed": obj({**ok, "report": {"type": "object", "additionalProperties": STRING}}),
+        "Distributed": obj(
+            {
+                **ok,
+                "report": {"type": "object", "additionalProperties": STRING},
+                "content": {"type": "object", "additionalProperties": CONTENT},
+            }
+        ),
         "RosterPreview": obj({**ok, "preview": PREVIEW}),
         "CourseAudit": obj(
             {

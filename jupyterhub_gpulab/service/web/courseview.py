@@ -56,7 +56,7 @@ def _reservations(state, courses, course, bookings, open_allocs, now) -> dict:
 
 async def course_view(state, hub, courses, course) -> dict:
     """The record, each roster member's course server (state, slice, GPU use now, last
-    activity, GPU-hours of the last 7 days through it), the sessions of the next 60 days with
+    activity, GPU-hours of the last 7 days through it, its last content pull), the sessions of the next 60 days with
     their pre-start and reservation, the assignments with their collection, the course budget,
     the latest start-all and the audit trail's last entries."""
     roster = sorted(await roster_of(hub, course))
@@ -95,6 +95,7 @@ async def course_view(state, hub, courses, course) -> dict:
         now,
     )
     run = courses.run_of(course.slug)
+    content = await courses.content_of(course, roster)
     rows = []
     for u in roster:
         server = active.get((u, course.server_name))
@@ -110,6 +111,7 @@ async def course_view(state, hub, courses, course) -> dict:
                 "gpu_hours_7d": round(hours.get(u, 0.0), 3),
                 "prestart": run.servers[u].state if run and u in run.servers else None,
                 "reason": run.servers[u].reason if run and u in run.servers else "",
+                "content": content.get(u),
             }
         )
     by_start = reservation.pop("by_start")
