@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -155,6 +156,8 @@ def test_the_second_lab_says_which_containers_hold_its_gpus(labs):
     log = staging.log_tail(400)
     mine = [line for line in log.splitlines() if ann in line and "two ledgers" in line]
     assert mine and "lab 'prod'" in mine[0] and "MIG-e2e-1g-0" in mine[0], log
+    # a line an admin can find: the hub's format, with level and time (it was a bare line)
+    assert re.match(r"\[W \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", mine[0]), mine[0]
     by_hand = [line for line in log.splitlines() if labs["trainer"] in line]
     assert by_hand and "GPU-e2e-a40 by device request" in by_hand[0], log
     # gpulab check-config, as an admin runs it before a restart, on staging's config

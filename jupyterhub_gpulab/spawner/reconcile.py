@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..ledger import Allocation, Ledger, aio
-from .labobject import LabObject, foreign_reason
+from .labobject import LabObject, another_hubs, foreign_reason
 
 __all__ = [
     "NO_SERVER",
@@ -115,10 +115,11 @@ def plan(
     one hub for every node). ``open_allocations``: every open allocation of the ledger, on any
     node. Read the ledger first, Docker second and ``servers`` last: an allocation claimed
     before the ledger read then shows its spawn as pending or finished, never as not yet begun."""
-    everywhere = list(open_allocations)
-    open_allocations = [a for a in everywhere if node is None or a.node == node]
-    elsewhere = {a.id for a in everywhere} - {a.id for a in open_allocations}
-    containers = [c for c in containers if _judged_here(c, node, open_allocations, elsewhere)]
+    everywhere = {a.id: a for a in open_allocations}
+    open_allocations = [a for a in everywhere.values() if node is None or a.node == node]
+    containers = [
+        c for c in containers if not another_hubs(c, node, everywhere.get(c.allocation_id))
+    ]
     labelled: dict[int, list[LabObject]] = defaultdict(list)
     for c in containers:
         if c.allocation_id is not None:
@@ -153,19 +154,6 @@ def plan(
             continue  # that server's start or poll() deals with its own container
         remove.append((c, f"its allocation {c.allocation_id} is not held by a running server"))
     return Plan(tuple(close), tuple(remove))
-
-
-def _judged_here(
-    c: LabObject, node: str | None, here: list[Allocation], elsewhere: set[int]
-) -> bool:
-    """Whether the pass of ``node``'s hub judges container ``c`` (module docstring): not when
-    the ledger holds its allocation open on another node, nor when it is labelled with another
-    node and its allocation is not open on ``node``."""
-    if node is None or c.allocation_id is None:
-        return True
-    if c.allocation_id in elsewhere:
-        return False
-    return c.node in (None, "", node) or any(a.id == c.allocation_id for a in here)
 
 
 class Reconciler:
@@ -261,7 +249,7 @@ class Reconciler:
         self.passes += 1
         self.last_pass_s = time.perf_counter() - t0
         self.log.debug(
-            "gpulab reconcile pass %d: %.1f ms, %d open allocation(s), %d container(s)",
+            "gpulab reconcile pass %d: %.1f ms, %d open allocation(s) in the ledger, %d container(s)",
             self.passes,
             1000 * self.last_pass_s,
             len(allocs),
