@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -159,6 +160,8 @@ def test_the_second_lab_says_which_containers_hold_its_gpus(labs):
     assert (
         mine and "lab 'prod'" in mine[0] and "MIG-e2e00100-0000-4000-8000-000000000000" in mine[0]
     ), log
+    # a line an admin can find: the hub's format, with level and time (it was a bare line)
+    assert re.match(r"\[W \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", mine[0]), mine[0]
     by_hand = [line for line in log.splitlines() if labs["trainer"] in line]
     assert by_hand and "GPU-e2e0a400-0000-4000-8000-000000000002 by device request" in by_hand[0], (
         log

@@ -125,6 +125,9 @@ def configure_service(
         configure_service(c, config_file=__file__, admin_groups=["gpu-admins"],
                           reader_groups=["instructors"])
     """
+    from .hublog import log_through
+
+    log_through()  # in the hub: the lab's module loggers write through its log
     config_file = os.path.abspath(os.fspath(config_file))
     admin_groups, reader_groups = _names(admin_groups), _names(reader_groups)
     if admin_users is None:

@@ -181,6 +181,9 @@ class ProfileFormMixin(HasTraits):
         return max(0, open_ - len(holds)), ctx.user_limit, holds
 
     async def _render_options_form(self, spawner=None) -> str:
+        refused = self._settings_refusal()
+        if refused is not None:  # the spawn page says why, as every start would
+            raise refused
         rt = self.runtime()
         ctx = self.policy_context(rt)
         entitled = self.entitled(rt, ctx)
