@@ -123,7 +123,7 @@ HUB_STARTERS = {
     "hubtools": {"Hub"},
     "service_support": {"make_hub", "start_hub"},
     "e2e_support": {"new_hub", "DockerHub"},
-    "course_support": {"course_hub"},
+    "course_support": {"course_hub", "running_course"},
     "swarm_support": {"new_swarm_hub", "SwarmHub"},
 }
 _HUB_FIXTURES = {"hub_factory", "hub_maker"}
