@@ -185,7 +185,14 @@ def containers_with_label(label: str) -> list[str]:
     return out.stdout.split()
 
 
+#: ``False`` when the pytest session selected no test that needs an engine (conftest.py sets it):
+#: a module fixture's teardown then has no container to remove and calls no engine.
+ENGINE_SELECTED = True
+
+
 def remove_node_containers(node: str) -> None:
+    if not ENGINE_SELECTED:
+        return
     ids = containers_with_label(f"org.jupyter.gpulab.node={node}")
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
