@@ -220,3 +220,72 @@ def test_the_spawn_form_offers_the_slice_held_for_the_student(hub, ledger):
             hub.stop_server("student")
         for a in ledger.open_allocations():
             ledger.release(a.id, "test-cleanup")
+
+
+def test_a_full_profiles_join_the_waitlist_on_the_spawn_form_links_to_the_queue(hub, ledger):
+    from html_support import parse_html
+
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="w")
+        for u in ("researcher", "instructor")
+    ]
+    try:
+        session = login(hub, "student")
+        doc = parse_html(session.get(hub.url + "/hub/spawn", timeout=30).text)
+        [why] = [n for n in doc.find_all("small") if n.attrs.get("id") == "why-mig-small"]
+        [link] = why.find_all("a")
+        assert link.text() == "join the waitlist"
+        # the link leads to the page whose button joins that queue
+        target = session.get(hub.url + link.attrs["href"], timeout=30)
+        assert target.status_code == 200 and target.url.split("#")[0].endswith(PREFIX + "me")
+        assert parse_html(target.text).find_all(
+            "form", cls="join-waitlist", data_profile="mig-small"
+        )
+    finally:
+        for h in holders:
+            ledger.release(h.allocation.id, "test-cleanup")
+
+
+def test_a_researcher_is_not_offered_the_queue_for_the_slice_he_holds(hub, ledger):
+    from html_support import parse_html
+
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="v")
+        for u in ("researcher", "instructor")
+    ]
+    try:
+        doc = parse_html(login(hub, "researcher").get(hub.url + PREFIX + "me", timeout=30).text)
+        assert not doc.find_all("form", cls="join-waitlist", data_profile="mig-small")
+        # his limit is 2: the noun follows "at most 2", not the 1 he holds
+        assert "You hold 1 of at most 2 GPU slices." in " ".join(
+            doc.find("p", id="my-use").text().split()
+        )
+        other = parse_html(login(hub, "student").get(hub.url + PREFIX + "me", timeout=30).text)
+        assert other.find_all("form", cls="join-waitlist", data_profile="mig-small")
+    finally:
+        for h in holders:
+            ledger.release(h.allocation.id, "test-cleanup")
+
+
+def test_an_offer_while_the_default_server_runs_says_to_start_a_named_one(hub, ledger):
+    others = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="u")
+        for u in ("researcher", "instructor")
+    ]
+    r = hub.spawn("student", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    try:
+        hub.wait_ready("student")
+        ledger.join_waitlist("student", "mig-small", MIG_1G)
+        session = login(hub, "student")
+        ledger.release(others[0].allocation.id, "stopped")
+        wait_for(lambda: ledger.open_allocations("student"))
+        home = " ".join(session.get(hub.url + "/hub/home", timeout=30).text.split())
+        assert "held for you" in home
+        assert "Start your server to take it" not in home
+        assert "Your default server is running: start a named server with that profile" in home
+    finally:
+        ledger.leave_waitlist("student")
+        hub.stop_server("student")
+        for a in ledger.open_allocations():
+            ledger.release(a.id, "test-cleanup")
