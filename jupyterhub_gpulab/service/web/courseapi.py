@@ -29,6 +29,7 @@ from ...courses.content import check_reachable
 from ...courses.model import KEYS, CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
+from ...units import counted
 from . import inputs
 from .base import JSONHandler, refuse
 from .courseview import course_view
@@ -94,7 +95,7 @@ class CourseHandler(JSONHandler):
         return course
 
     async def view(self, course) -> dict:
-        return await course_view(self.state, self.hub, self.courses, course)
+        return await course_view(self.state, self.hub, self.courses, course, reader=self.who)
 
 
 class CoursesAPI(CourseHandler):
@@ -236,7 +237,7 @@ class StartAllAPI(CourseHandler):
         self.write_json(
             {
                 "status": 202,
-                "message": f"Starting {len(run.servers)} servers.",
+                "message": f"Starting {counted(len(run.servers), 'server')}.",
                 "progress": run.as_dict(),
             },
             202,
