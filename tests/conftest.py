@@ -106,3 +106,40 @@ def hub_factory(tmp_path, hub_maker):
 
             h.stop()
             remove_node_containers(h.workdir.name)
+
+
+# -- nothing left behind: this session's containers, volumes and Swarm services (leakcheck.py) --
+
+_ENGINES = pytest.StashKey[set]()
+
+
+def pytest_runtest_setup(item):
+    """Note which engines this session used: the leak check asks only those (a ``-m "not
+    docker"`` run makes no engine call)."""
+    marks = {m.name for m in item.iter_markers()}
+    used = item.session.config.stash.setdefault(_ENGINES, set())
+    if marks & {"docker", "swarm"}:
+        used.add("docker")
+    if "swarm" in marks:
+        used.add("swarm")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when a container, volume or Swarm service named by this session
+    (:func:`leakcheck.unique`) survived it: every test removes what it made."""
+    used = session.config.stash.get(_ENGINES, set())
+    if "docker" not in used:
+        return
+    from leakcheck import RUN, leftovers
+
+    left = leftovers(swarm="swarm" in used)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep(
+            "=", f"leak check: {len(left)} object(s) of run {RUN} survived it", red=True
+        )
+        for line in left:
+            reporter.write_line(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -5,13 +5,13 @@ passes to the next in line."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
 from e2e_support import remove_node_containers
+from leakcheck import unique
 from service_support import (
     PREFIX,
     ledger_for,
@@ -26,7 +26,7 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
-NODE = "gpulabwait" + secrets.token_hex(3)
+NODE = unique("gpulabwait")
 EXTRA = f"""
 c.JupyterHub.spawner_class = "gpulab"
 c.GPUDockerSpawner.attach_mode = "env"
