@@ -5,9 +5,8 @@ server did not start in the staff's words, each collect's report kept in the ass
 "Advanced" fold, and a link to their own course server, whose spawn form offers the course's
 profile (the hub's course hook starts that one whatever else is picked).
 
-Two students, so it stays quick: bob's course server starts on a T4 seat; ann already holds the
-one GPU slice her group allows (a claim in the ledger for another server), so her start is
-refused."""
+Two students, so it stays quick: bob's course server starts on a T4 seat; ann's own default
+server already holds the one GPU slice her group allows, so her course server is refused."""
 
 from __future__ import annotations
 
@@ -20,8 +19,6 @@ from e2e_support import remove_node_containers, require_docker
 from service_support import POLICIES, PREFIX, login, user_token, wait_for_service
 from test_service_browser import browser  # noqa: F401 (the fixture)
 
-from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
-
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.usefixtures("api_contract")]
 
 COURSE = {
@@ -31,7 +28,6 @@ COURSE = {
     "staff_group": "dl101-staff",
     "profiles": ["course-seat"],
 }
-SEAT = SliceRequest(kind=SliceKind.SHARED)
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +64,15 @@ def api(hub, token, method, path, **kw):
 
 def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
-    from service_support import ledger_for
     from test_service_browser import ARTIFACTS, click, log_in, save_screenshot, wait_until
 
     hub, token = lab
-    ledger = ledger_for(hub)
-    # ann's one slice (her group's limit) is held by another server of hers
-    other = ledger.claim(SEAT, user="ann", profile="shared-seat", server_name="other")
+    # ann's one slice (her group's limit) is held by her own default server
+    r = hub.spawn("ann", {"profile": "shared-seat"})
+    assert r.status_code in (201, 202), r.text
     b = browser
     try:
+        hub.wait_ready("ann", timeout=180)
         log_in(b, hub, "tina", f"{PREFIX}courses/dl101", heading="Deep learning 101")
         # the settings as a sentence; the raw record folded away
         seats = b.find_element(By.ID, "seats-form").text
@@ -157,8 +153,6 @@ def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa:
         )
         save_screenshot(b, ARTIFACTS / "course-page-staff-spawn-form.png")
     finally:
-        ledger.release(other.allocation.id, "test-cleanup")
-        for user in ("ann", "bob"):
-            if hub.server(user, "dl101") is not None:
-                hub.stop_server(user, "dl101")
-        ledger.close()
+        for user, name in (("ann", ""), ("ann", "dl101"), ("bob", "dl101")):
+            if hub.server(user, name) is not None:
+                hub.stop_server(user, name)
