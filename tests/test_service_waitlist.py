@@ -222,56 +222,49 @@ def test_the_spawn_form_offers_the_slice_held_for_the_student(hub, ledger):
             ledger.release(a.id, "test-cleanup")
 
 
+@pytest.fixture
+def mig_full(ledger):
+    """Both 1g.5gb MIG slices of the lab held, by the researcher and the instructor."""
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="full")
+        for u in ("researcher", "instructor")
+    ]
+    yield holders
+    for h in holders:
+        ledger.release(h.allocation.id, "test-cleanup")
+
+
+@pytest.mark.usefixtures("mig_full")
 def test_a_full_profiles_join_the_waitlist_on_the_spawn_form_links_to_the_queue(hub, ledger):
     from html_support import parse_html
 
-    holders = [
-        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="w")
-        for u in ("researcher", "instructor")
-    ]
-    try:
-        session = login(hub, "student")
-        doc = parse_html(session.get(hub.url + "/hub/spawn", timeout=30).text)
-        [why] = [n for n in doc.find_all("small") if n.attrs.get("id") == "why-mig-small"]
-        [link] = why.find_all("a")
-        assert link.text() == "join the waitlist"
-        # the link leads to the page whose button joins that queue
-        target = session.get(hub.url + link.attrs["href"], timeout=30)
-        assert target.status_code == 200 and target.url.split("#")[0].endswith(PREFIX + "me")
-        assert parse_html(target.text).find_all(
-            "form", cls="join-waitlist", data_profile="mig-small"
-        )
-    finally:
-        for h in holders:
-            ledger.release(h.allocation.id, "test-cleanup")
+    session = login(hub, "student")
+    doc = parse_html(session.get(hub.url + "/hub/spawn", timeout=30).text)
+    [why] = [n for n in doc.find_all("small") if n.attrs.get("id") == "why-mig-small"]
+    [link] = why.find_all("a")
+    assert link.text() == "join the waitlist"
+    # the link leads to the page whose button joins that queue
+    target = session.get(hub.url + link.attrs["href"], timeout=30)
+    assert target.status_code == 200 and target.url.split("#")[0].endswith(PREFIX + "me")
+    assert parse_html(target.text).find_all("form", cls="join-waitlist", data_profile="mig-small")
 
 
+@pytest.mark.usefixtures("mig_full")
 def test_a_researcher_is_not_offered_the_queue_for_the_slice_he_holds(hub, ledger):
     from html_support import parse_html
 
-    holders = [
-        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="v")
-        for u in ("researcher", "instructor")
-    ]
-    try:
-        doc = parse_html(login(hub, "researcher").get(hub.url + PREFIX + "me", timeout=30).text)
-        assert not doc.find_all("form", cls="join-waitlist", data_profile="mig-small")
-        # his limit is 2: the noun follows "at most 2", not the 1 he holds
-        assert "You hold 1 of at most 2 GPU slices." in " ".join(
-            doc.find("p", id="my-use").text().split()
-        )
-        other = parse_html(login(hub, "student").get(hub.url + PREFIX + "me", timeout=30).text)
-        assert other.find_all("form", cls="join-waitlist", data_profile="mig-small")
-    finally:
-        for h in holders:
-            ledger.release(h.allocation.id, "test-cleanup")
+    doc = parse_html(login(hub, "researcher").get(hub.url + PREFIX + "me", timeout=30).text)
+    assert not doc.find_all("form", cls="join-waitlist", data_profile="mig-small")
+    # his limit is 2: the noun follows "at most 2", not the 1 he holds
+    assert "You hold 1 of at most 2 GPU slices." in " ".join(
+        doc.find("p", id="my-use").text().split()
+    )
+    other = parse_html(login(hub, "student").get(hub.url + PREFIX + "me", timeout=30).text)
+    assert other.find_all("form", cls="join-waitlist", data_profile="mig-small")
 
 
-def test_an_offer_while_the_default_server_runs_says_to_start_a_named_one(hub, ledger):
-    others = [
-        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="u")
-        for u in ("researcher", "instructor")
-    ]
+def test_an_offer_while_the_default_server_runs_says_to_start_a_named_one(hub, ledger, mig_full):
+    others = mig_full
     r = hub.spawn("student", {"profile": "cpu"})
     assert r.status_code in (201, 202), r.text
     try:
