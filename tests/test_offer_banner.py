@@ -70,3 +70,28 @@ def test_the_gpulab_page_says_the_same_from_the_hubs_list_of_servers():
     assert stopped["message"] == OFFER
     other = SimpleNamespace(**{**w.__dict__, "rule": "gpu-idle"})
     assert warnings_view([other], running={""})[0]["message"] == OFFER  # only offers change
+
+
+def waitlist_section(servers) -> str:
+    from jupyterhub_gpulab.service.app import jinja_env
+
+    data = {
+        "waitlist": [
+            {"id": 1, "profile": "a40", "state": "offered", "position": 0,
+             "estimate_min": None, "offer_until": NOW.isoformat()}
+        ],
+        "preemptions": [], "profiles": [], "servers": servers,
+    }  # fmt: skip
+    html = (
+        jinja_env()
+        .get_template("gpulab_waitlist.html")
+        .render(data=data, base_url="/hub/", service_prefix="/services/gpulab/", xsrf_form="")
+    )
+    return " ".join(parse_html(html).find("div", data_profile="a40").text().split())
+
+
+def test_the_gpulab_pages_offer_says_how_to_take_it_while_the_default_server_runs():
+    running = waitlist_section([{"name": "", "state": "running"}])
+    assert "your default server is running, so start a named server with that profile" in running
+    for servers in ([{"name": "", "state": "stopped"}, {"name": "x", "state": "running"}], []):
+        assert "start your server to take it" in waitlist_section(servers)
