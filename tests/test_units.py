@@ -164,3 +164,15 @@ def test_the_spawn_forms_use_of_the_limit_counts_the_noun_next_to_it(held, limit
     from jupyterhub_gpulab.spawner.form import usage_note
 
     assert usage_note(held, limit) == text
+
+
+def test_a_stop_all_of_one_idle_server_says_it_was_not_running():
+    from datetime import datetime, timezone
+
+    from jupyterhub_gpulab.courses.model import parse_course
+    from jupyterhub_gpulab.courses.prestart import PrestartRun
+
+    course = parse_course({"slug": "dl", "title": "DL", "roster_group": "dl", "staff_group": "s"})
+    run = PrestartRun(course, ["ann", "bob"], started_at=datetime.now(timezone.utc))
+    run.servers["ann"].state, run.servers["bob"].state = "stopped", "not-running"
+    assert run.summary() == "1 stopped, 1 was not running"

@@ -28,6 +28,7 @@ from tornado.escape import url_escape
 
 from .. import clock
 from ..service.hubclient import HubClient, HubError, HubUnreachable
+from ..units import plural
 from .model import Course
 
 log = logging.getLogger("gpulab.courses")
@@ -80,7 +81,9 @@ class PrestartRun:
         if c["stopped"] or c["not-running"]:
             parts = [f"{c['stopped']} stopped"]
             if c["not-running"]:
-                parts.append(f"{c['not-running']} were not running")
+                parts.append(
+                    f"{c['not-running']} {plural(c['not-running'], 'was', 'were')} not running"
+                )
             others = len(self.servers) - c["stopped"] - c["not-running"]
             if others:
                 reasons = Counter(p.reason for p in self.servers.values() if p.reason)

@@ -293,7 +293,7 @@ class CollectAPI(CourseHandler):
         if self.give:
             report = await self.courses.give_back(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "returned")
-            message = f"Feedback returned to {n} of {len(report)} students."
+            message = f"Feedback returned to {n} of {counted(len(report), 'student')}."
         else:
             report = await self.courses.collect(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "submitted")
