@@ -125,6 +125,11 @@ def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa:
         view = requests.get(hub.url + PREFIX + "api/courses/dl101", headers=auth, timeout=60)
         [hw1] = [a for a in view.json()["assignments"] if a["name"] == "hw1"]
         assert hw1["last_collect"]["done"] == ["bob"] and hw1["last_collect"]["who"] == "tina"
+        assert view.json()["my_server"] == {"user": "tina", "state": "stopped", "url": None}
+        # an admin off the staff has no staff folder in their course server: no link for them
+        admin = {"Authorization": f"token {user_token(hub, login(hub, 'admin'), 'admin')}"}
+        as_admin = requests.get(hub.url + PREFIX + "api/courses/dl101", headers=admin, timeout=60)
+        assert as_admin.status_code == 200 and as_admin.json()["my_server"] is None
 
         # her own course server holds the collected work: the page links its spawn page
         link = b.find_element(By.ID, "open-collected")

@@ -95,7 +95,9 @@ class CourseHandler(JSONHandler):
         return course
 
     async def view(self, course) -> dict:
-        return await course_view(self.state, self.hub, self.courses, course, reader=self.who)
+        return await course_view(
+            self.state, self.hub, self.courses, course, reader=self.current_user
+        )
 
 
 class CoursesAPI(CourseHandler):

@@ -159,8 +159,8 @@ VIEW = obj(
         "audit": array(obj({"at": TIME, "who": STRING, "action": STRING})),
         "my_server": obj(
             {"user": STRING, "state": STRING, "url": STR},
-            "the reader's own course server (the staff folder is mounted there); url while "
-            "it runs, else null",
+            "the reader's own course server (the staff folder is mounted there; null unless "
+            "the reader is on the course's staff); url while it runs, else null",
             nullable=True,
         ),
     }

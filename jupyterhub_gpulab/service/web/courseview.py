@@ -56,13 +56,14 @@ def _reservations(state, courses, course, bookings, open_allocs, now) -> dict:
     }
 
 
-async def course_view(state, hub, courses, course, reader: str | None = None) -> dict:
+async def course_view(state, hub, courses, course, reader: dict | None = None) -> dict:
     """The record, each roster member's course server (state, slice as people name it, GPU use
     now, last activity, GPU-hours of the last 7 days through it, why it did not start in the
     staff's words), the sessions of the next 60 days with their pre-start and reservation, the
     assignments with their collection and each one's last collect and return report, the
-    course budget, the latest start-all, the audit trail's last entries and ``reader``'s own
-    course server (where staff open the collected work)."""
+    course budget, the latest start-all, the audit trail's last entries and the own course server
+    of ``reader`` (the hub's model of who asks) when they are on its staff (where they open the
+    collected work)."""
     roster = sorted(await roster_of(hub, course))
     try:
         active = await hub.refresh_active()
@@ -169,7 +170,14 @@ async def course_view(state, hub, courses, course, reader: str | None = None) ->
         },
         "progress": {**run.as_dict(), "summary": run.summary(staff_words)} if run else None,
         "audit": [{"at": a.at.isoformat(), "who": a.who, "action": a.action} for a in audit[:20]],
-        "my_server": staff_server(reader, course.server_name, active),
+        # the staff folder is mounted in staff's course servers only (courses.hubhook)
+        "my_server": staff_server(
+            reader["name"]
+            if reader and course.staff_group in (reader.get("groups") or ())
+            else None,
+            course.server_name,
+            active,
+        ),
     }
 
 
