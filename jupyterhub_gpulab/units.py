@@ -9,7 +9,15 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["UnitError", "parse_bytes", "parse_seconds", "format_bytes", "format_seconds"]
+__all__ = [
+    "UnitError",
+    "parse_bytes",
+    "parse_seconds",
+    "format_bytes",
+    "format_seconds",
+    "plural",
+    "counted",
+]
 
 
 class UnitError(ValueError):
@@ -155,3 +163,16 @@ def format_gpu_hours(hours: float, *, limit: bool = False) -> str:
         return f"{h:.1f}"
     decimals = 1 - math.floor(math.log10(abs(h)))
     return f"{h:.{decimals}f}".rstrip("0").rstrip(".")
+
+
+def plural(n: float, noun: str, many: str | None = None) -> str:
+    """``noun`` in the number that ``n`` calls for: ``plural(1, "slice") == "slice"``,
+    ``plural(2, "slice") == "slices"``, ``plural(0, "is", "are") == "are"``. The noun follows
+    the count it stands next to: "1 of at most 2 GPU slices" (the limit), "1 GPU slice"."""
+    return noun if n == 1 else (many if many is not None else noun + "s")
+
+
+def counted(n: float, noun: str, many: str | None = None) -> str:
+    """``n`` and its noun: ``counted(1, "server") == "1 server"``, ``counted(3, "server") ==
+    "3 servers"`` (``n`` shown with ``:g``)."""
+    return f"{n:g} {plural(n, noun, many)}"

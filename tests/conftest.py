@@ -128,6 +128,8 @@ HUB_STARTERS = {
 }
 _HUB_FIXTURES = {"hub_factory", "hub_maker"}
 _selected: dict[str, bool] = {}
+#: the engines this session's tests used (the leak check at its end asks only those)
+_ENGINES = pytest.StashKey[set]()
 
 
 def pytest_addoption(parser):
@@ -177,8 +179,16 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """Before the test's fixtures: whether it is a ``unit`` test (the hub guard reads it)."""
+    """Before the test's fixtures: whether it is a ``unit`` test (the hub guard reads it), and
+    which engines this session used: the leak check asks only those (a ``-m "not docker"`` run
+    makes no engine call)."""
     _selected["unit"] = item.get_closest_marker("unit") is not None
+    marks = {m.name for m in item.iter_markers()}
+    used = item.session.config.stash.setdefault(_ENGINES, set())
+    if marks & {"docker", "swarm"}:
+        used.add("docker")
+    if "swarm" in marks:
+        used.add("swarm")
 
 
 def pytest_sessionstart(session):
@@ -198,3 +208,27 @@ def pytest_sessionstart(session):
         return start(self, *args, **kw)
 
     hubtools.Hub.start = guarded
+
+
+# -- nothing left behind: this session's containers, volumes and Swarm services (leakcheck.py) --
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when a container, volume or Swarm service named by this session
+    (:func:`leakcheck.unique`) survived it: every test removes what it made."""
+    used = session.config.stash.get(_ENGINES, set())
+    if "docker" not in used:
+        return
+    from leakcheck import RUN, leftovers
+
+    left = leftovers(swarm="swarm" in used)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep(
+            "=", f"leak check: {len(left)} object(s) of run {RUN} survived it", red=True
+        )
+        for line in left:
+            reporter.write_line(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

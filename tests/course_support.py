@@ -5,7 +5,6 @@ GPUDockerSpawner, a home volume per user and a course, and a look into a user's 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import jupyterhub
 from hubtools import DOCKER_GATEWAY, Hub, free_port
+from leakcheck import unique
 from service_support import PROFILES, service_config
 
 LAB_IMAGE = os.environ.get(
@@ -108,7 +108,7 @@ def course_hub(tmp_path: Path, course: dict, *, extra: str = "", shared_root: st
     """A hub (not started) with the service, GPUDockerSpawner, per-user home volumes named
     ``<node>-home-{username}`` and ``course`` declared; ``shared_root``: the course's
     ``c.GPULabCourses.shared_folder_root`` (default: the product's)."""
-    node = "gpulabcrs" + secrets.token_hex(3)
+    node = unique("gpulabcrs")
     port = free_port()
     profiles = PROFILES + [
         {"slug": "course-lab", "display_name": "Course (JupyterLab)", "image": LAB_IMAGE},

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 from pathlib import Path
 
 import jupyterhub
 import pytest
 from hubtools import Hub, docker_available
+from leakcheck import unique
 
 IMAGE = os.environ.get("GPULAB_TEST_IMAGE", f"gpulab/singleuser:{jupyterhub.__version__}")
 
@@ -160,7 +160,7 @@ class DockerHub(Hub):
 
 
 def new_hub(tmp_path: Path, **kw) -> DockerHub:
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     return DockerHub(tmp_path / node, gpulab_config(node, **kw))
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 from e2e_support import IMAGE, LAB, PROFILES
 from hubtools import Hub, free_port
+from leakcheck import unique
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -143,7 +143,7 @@ class SwarmHub(Hub):
     backend = "swarm"
 
     def __init__(self, workdir: Path, extra: str = "", boards: dict[str, str] | None = None):
-        self.prefix = "sw" + secrets.token_hex(3)
+        self.prefix = unique("sw")
         self.boards = {**BOARDS, **(boards or {})}
         self.service_port = free_port()
         workdir = Path(workdir) / self.prefix

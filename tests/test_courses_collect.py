@@ -4,13 +4,13 @@ assumed)."""
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 
 import docker
 import pytest
 from course_support import LAB_IMAGE, read_home, remove_volumes
 from e2e_support import require_docker
+from leakcheck import unique
 
 from jupyterhub_gpulab.courses.collect import VolumeFiles, collect, give_back
 
@@ -40,7 +40,7 @@ def as_student(volume: str, script: str) -> None:
 @pytest.fixture
 def homes():
     require_docker()
-    prefix = "gpulabcol" + secrets.token_hex(3)
+    prefix = unique("gpulabcol")
     home = prefix + "-home-{username}"
     as_student(
         home.format(username="ann"),

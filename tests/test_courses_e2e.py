@@ -566,7 +566,7 @@ def test_staff_stop_the_course_servers_through_the_service(lab):
     assert {s["user"]: s["state"] for s in servers} == want, r.text
     idle = len(STUDENTS) - len(running)
     assert r.json()["message"] == f"Stop all: {len(running)} stopped" + (
-        f", {idle} were not running." if idle else "."
+        f", {idle} {'was' if idle == 1 else 'were'} not running." if idle else "."
     )
     deadline = time.monotonic() + 60
     while containers_of(hub.node, "ml101") and time.monotonic() < deadline:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import requests
 from e2e_support import IMAGE, gpulab_config, require_docker
 from html_support import parse_html
 from hubtools import Hub, free_port
+from leakcheck import unique
 from service_support import PREFIX, login, user_token, wait_for_service
 
 from jupyterhub_gpulab.ledger import Ledger, db
@@ -84,7 +84,7 @@ def labs(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    node = "labs" + secrets.token_hex(3)  # both labs: one host name, one container prefix
+    node = unique("labs")  # both labs: one host name, one container prefix
     root = tmp_path_factory.mktemp(node)
     gpusim = {"env": {"DOCKER_HOST": GPUSIM_HOST}, "gateway": GPUSIM_GATEWAY}
     prod = Hub(
@@ -242,13 +242,16 @@ def main_engine_hubs(tmp_path):
     yield make
     for hub, node in made:
         hub.stop()
+        # by the container prefix (``node``), not the node label: a test may rename the node,
+        # and the containers started after that carry the new name
         out = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=org.jupyter.gpulab.node={node}"],
+            ["docker", "ps", "-a", "--filter", f"name={node}", "--format", "{{.ID}} {{.Names}}"],
             capture_output=True,
             text=True,
-        ).stdout.split()
-        if out:
-            subprocess.run(["docker", "rm", "-f", *out], capture_output=True)
+        ).stdout.split("\n")
+        ids = [i for i, _, name in (line.partition(" ") for line in out) if name.startswith(node)]
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
 
 
 def mdocker(*args, check=True) -> subprocess.CompletedProcess:
@@ -259,7 +262,7 @@ KEEP = "c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False
 
 
 def test_renaming_the_node_keeps_running_servers_and_their_slices(main_engine_hubs):
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     hub = main_engine_hubs(node, KEEP + "c.GPUDockerSpawner.reconcile_interval = 2\n")
     hub.start()
     hub.create_user("ann", ["students"])
@@ -303,7 +306,7 @@ def legacy_container(name: str, labels: dict[str, str], gpu: str) -> str:
 
 
 def test_containers_from_before_lab_ids_are_told_apart_after_the_upgrade(main_engine_hubs):
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     hub = main_engine_hubs(node, "c.GPUDockerSpawner.reconcile_interval = 2\n")
     url = f"sqlite:///{hub.workdir}/gpulab.sqlite"
     # this lab's ledger of the previous release: ann holds a MIG instance (her container runs),

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import time
 
 import pytest
 from e2e_support import gpulab_config, require_docker
 from hubtools import Hub
+from leakcheck import unique
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -46,7 +46,7 @@ def gpusim_hub(tmp_path):
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    node = "gpusim" + secrets.token_hex(3)
+    node = unique("gpusim")
     hub = Hub(
         tmp_path / node,
         gpulab_config(node, attach_mode="device_request"),

@@ -202,6 +202,8 @@ def configure_service(
     # servers read their slice and GPU-hours at the service's own address (not the proxy's,
     # which containers may not reach): JupyterLab's status bar entry, jupyterlab-gpulab
     c.GPUDockerSpawner.service_api_url = f"{url.rstrip('/')}/services/{name}/api/"
+    # the spawn form's "join the waitlist" (relative to base_url, which may be set later)
+    c.GPUDockerSpawner.waitlist_url = f"services/{name}/me#my-waitlist"
     _announce_warnings(c, name)
 
 

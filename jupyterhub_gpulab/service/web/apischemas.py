@@ -329,6 +329,7 @@ ME = obj(
                     "wants_gpu": BOOL,
                     "free": _described(INT, "null: the profile wants no GPU"),
                     "total": INT,
+                    "mine": _described(INTEGER, "slices my servers hold for this profile"),
                 }
             )
         ),

@@ -25,6 +25,7 @@ from ...courses.collect import ASSIGNMENT
 from ...courses.model import CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
+from ...units import counted
 from . import inputs
 from .base import refuse
 from .courseapi import ADMIN_ONLY
@@ -57,7 +58,7 @@ class CourseActionPage(CoursePageBase):
             return await self._edit(course, action)
         if action == "start":
             run = await self.courses.start_all(course, by=self.who)
-            return self.back(slug, "info", f"Starting {len(run.servers)} servers.")
+            return self.back(slug, "info", f"Starting {counted(len(run.servers), 'server')}.")
         if action == "stop":
             run = await self.courses.stop_all(course, by=self.who)
             return self.back(slug, "success", f"Stopped: {run.summary()}.")
@@ -96,7 +97,7 @@ class CourseActionPage(CoursePageBase):
         else:
             report = await self.courses.give_back(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "returned")
-            msg = f"Feedback on {name} returned to {n} of {len(report)} students"
+            msg = f"Feedback on {name} returned to {n} of {counted(len(report), 'student')}"
         return self.back(course.slug, "success", msg + ".")
 
     # -- the roster -----------------------------------------------------------------------
@@ -257,7 +258,7 @@ class CourseActionPage(CoursePageBase):
                 if record.get("prestart", True)
                 else "no pre-start"
             )
-            return f"Saved: {started}; {record['reserve']} seats reserved per session."
+            return f"Saved: {started}; {counted(record['reserve'], 'seat')} reserved per session."
         if action == "record":
             try:
                 body = json.loads(arg("record"))

@@ -28,6 +28,7 @@ from ...courses.collect import ASSIGNMENT
 from ...courses.model import KEYS, CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
+from ...units import counted
 from . import inputs
 from .base import JSONHandler, refuse
 from .courseview import course_view
@@ -94,7 +95,9 @@ class CourseHandler(JSONHandler):
         return course
 
     async def view(self, course) -> dict:
-        return await course_view(self.state, self.hub, self.courses, course)
+        return await course_view(
+            self.state, self.hub, self.courses, course, reader=self.current_user
+        )
 
 
 class CoursesAPI(CourseHandler):
@@ -236,7 +239,7 @@ class StartAllAPI(CourseHandler):
         self.write_json(
             {
                 "status": 202,
-                "message": f"Starting {len(run.servers)} servers.",
+                "message": f"Starting {counted(len(run.servers), 'server')}.",
                 "progress": run.as_dict(),
             },
             202,
@@ -289,7 +292,7 @@ class CollectAPI(CourseHandler):
         if self.give:
             report = await self.courses.give_back(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "returned")
-            message = f"Feedback returned to {n} of {len(report)} students."
+            message = f"Feedback returned to {n} of {counted(len(report), 'student')}."
         else:
             report = await self.courses.collect(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "submitted")

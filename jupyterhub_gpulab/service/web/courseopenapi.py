@@ -13,6 +13,7 @@ from .apischemas import (
     STRINGS,
     TIME,
     TIME_OR_NULL,
+    _described,
     array,
     obj,
 )
@@ -102,6 +103,18 @@ CONTENT = obj(
     nullable=True,
 )
 
+COPY_REPORT = obj(
+    {
+        "at": TIME,
+        "who": STRING,
+        "done": _described(STRINGS, "who submitted (collect) or got feedback (return)"),
+        "skipped": array(obj({"user": STRING, "state": STRING, "reason": STRING})),
+        "of": INTEGER,
+    },
+    "the assignment's latest collect or return (null: none yet)",
+    nullable=True,
+)
+
 VIEW = obj(
     {
         "course": {"$ref": "#/components/schemas/CourseRecord"},
@@ -114,10 +127,13 @@ VIEW = obj(
                     "url": STR,
                     "last_activity": TIME_OR_NULL,
                     "slice": STR,
+                    "slice_name": _described(
+                        STR, "the slice as people name it: shared seat 1 of 4 …"
+                    ),
                     "gpu_percent": NUM,
                     "gpu_hours_7d": NUMBER,
                     "prestart": STR,
-                    "reason": STRING,
+                    "reason": _described(STRING, "why it did not start, to the staff"),
                     "content": CONTENT,
                 }
             )
@@ -154,10 +170,26 @@ VIEW = obj(
                 "calendar": array({"type": "object"}),
             }
         ),
-        "assignments": array(obj({"name": STRING, "due": TIME_OR_NULL, "collected": STR})),
+        "assignments": array(
+            obj(
+                {
+                    "name": STRING,
+                    "due": TIME_OR_NULL,
+                    "collected": STR,
+                    "last_collect": COPY_REPORT,
+                    "last_return": COPY_REPORT,
+                }
+            )
+        ),
         "budget": obj({"gpu_hours": NUM, "used": NUMBER, "since": TIME}),
         "progress": {"$ref": "#/components/schemas/CourseProgress"},
         "audit": array(obj({"at": TIME, "who": STRING, "action": STRING})),
+        "my_server": obj(
+            {"user": STRING, "state": STRING, "url": STR},
+            "the reader's own course server (the staff folder is mounted there; null unless "
+            "the reader is on the course's staff); url while it runs, else null",
+            nullable=True,
+        ),
     }
 )
 
