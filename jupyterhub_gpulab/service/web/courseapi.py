@@ -31,6 +31,7 @@ from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, se
 from ...ledger import BookingConflict, aio
 from . import inputs
 from .base import JSONHandler, refuse
+from .coursepages import no_course
 from .courseview import course_view
 
 
@@ -61,7 +62,7 @@ class CourseHandler(JSONHandler):
         self.require()
         course = await self.courses.course(inputs.name(slug, "course slug"))
         if course is None:
-            raise refuse(404, f"No course {inputs.shown(slug)}.")
+            raise refuse(404, no_course(self.courses, slug))
         if self.can_admin:
             return course
         if staff and await self.courses.is_staff(self.who, course):
@@ -106,8 +107,19 @@ class CoursesAPI(CourseHandler):
         for s in stored:
             c = s.course
             if groups is None or c.staff_group in groups:
-                out.append({"slug": c.slug, "title": c.title, "term": c.term, "origin": s.origin})
-        self.write_json({"courses": out})
+                out.append(
+                    {
+                        "slug": c.slug,
+                        "title": c.title,
+                        "term": c.term,
+                        "origin": s.origin,
+                        "attention": self.courses.attention_of(c.slug),
+                    }
+                )
+        body = {"courses": out}
+        if self.can_admin:
+            body["attention"] = self.courses.attention
+        self.write_json(body)
 
     async def post(self):
         self.require(admin=True)
@@ -178,7 +190,14 @@ class RosterAPI(CourseHandler):
             "roster",
             {"added": sorted(add), "removed": sorted(remove)},
         )
-        self.write_json({"status": 200, "message": f"{len(add)} added, {len(remove)} removed."})
+        stopped = await self.courses.stop_removed(course, remove, by=self.who) if remove else []
+        self.write_json(
+            {
+                "status": 200,
+                "message": f"{len(add)} added, {len(remove)} removed"
+                + (f"; their course servers stopped: {', '.join(stopped)}." if stopped else "."),
+            }
+        )
 
 
 class RosterCSVAPI(CourseHandler):
@@ -219,6 +238,8 @@ class RosterCSVAPI(CourseHandler):
         await aio.call(
             self.courses.store.record, course.slug, self.who, "roster-csv", preview.as_dict()
         )
+        if preview.removed:
+            await self.courses.stop_removed(course, preview.removed, by=self.who)
         self.write_json(
             {
                 "status": 200,

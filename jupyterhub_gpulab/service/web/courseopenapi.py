@@ -117,6 +117,11 @@ VIEW = obj(
             "the next 60 days' sessions (at most 20); prestart: its summary once run; reserved: "
             "its booking (null: none)",
         ),
+        "attention": array(
+            STRING,
+            "why the course needs an admin's attention (a declared or stored record that does "
+            "not parse, a profile the lab lost); empty when it does not",
+        ),
         "reservation": obj(
             {
                 "seats": INTEGER,
@@ -145,19 +150,27 @@ REPORT = {
 PREVIEW = obj({"added": STRINGS, "removed": STRINGS, "unknown": STRINGS, "kept": STRINGS})
 
 
+def _listing() -> dict:
+    """``GET courses``: the caller's courses; for admins also ``attention``."""
+    item = {"slug": STRING, "title": STRING, "term": STRING, "origin": STRING}
+    schema = obj({"courses": array(obj({**item, "attention": STRINGS}))})
+    schema["properties"]["attention"] = {
+        "type": "object",
+        "additionalProperties": STRINGS,
+        "description": "admins only: every course needing attention (its slug, or courses[i] "
+        "for a declared record without a valid slug) and why; such a course is not "
+        "pre-started and its sessions are not booked until an admin fixes it",
+    }
+    return schema
+
+
 def course_schemas() -> dict:
     ok = {"status": INTEGER, "message": STRING}
     return {
         "CourseRecord": RECORD,
         "CourseProgress": PROGRESS,
         "CourseView": VIEW,
-        "Courses": obj(
-            {
-                "courses": array(
-                    obj({"slug": STRING, "title": STRING, "term": STRING, "origin": STRING})
-                )
-            }
-        ),
+        "Courses": _listing(),
         "CourseSaved": obj({**ok, "course": {"$ref": "#/components/schemas/CourseRecord"}}),
         "CourseRun": obj({**ok, "progress": {"$ref": "#/components/schemas/CourseProgress"}}),
         "CourseProgressOnly": obj({"progress": {"$ref": "#/components/schemas/CourseProgress"}}),

@@ -119,6 +119,7 @@ async def course_view(state, hub, courses, course) -> dict:
         "server_name": course.server_name,
         "roster": rows,
         "roster_source": courses.roster_source(course),
+        "attention": courses.attention_of(course.slug),
         "sessions": [
             {
                 "start": s.isoformat(),
