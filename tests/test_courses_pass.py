@@ -159,3 +159,18 @@ def test_course_dates_lie_in_this_century_but_stored_ones_stay_readable(field, v
     with pytest.raises(CourseError, match="must lie in the years 2000 to 2099"):
         parse_course({"slug": "ml101", field: value})
     assert parse_course({"slug": "ml101", field: value}, years=None).slug == "ml101"
+
+
+async def test_a_prestart_the_hub_never_answers_is_interrupted_not_done():
+    """The hub is down: each server is failed and the run is cut off (the next pass resumes it),
+    never recorded as finished."""
+    from jupyterhub_gpulab.courses.prestart import PrestartRun
+
+    run = PrestartRun(parse_course({"slug": "ml101"}), ["a", "b"])
+    await run.start_all(
+        HubClient("http://127.0.0.1:9/hub/api", "x", timeout=1),
+        batch=2, retries=0, backoff_s=0, ready_timeout_s=5,
+    )  # fmt: skip
+    assert run.interrupted
+    assert {p.state for p in run.servers.values()} == {"failed"}
+    assert run.summary().startswith("0 of 2 ready, 2 failed: the hub")
