@@ -174,3 +174,20 @@ async def test_a_prestart_the_hub_never_answers_is_interrupted_not_done():
     assert run.interrupted
     assert {p.state for p in run.servers.values()} == {"failed"}
     assert run.summary().startswith("0 of 2 ready, 2 failed: the hub")
+
+
+async def test_a_failed_prestart_is_retried_with_doubling_back_off():
+    """retries=2, backoff 0.3 s: three attempts, 0.3 s then 0.6 s apart (a hub that refuses the
+    connection answers at once, so the waits are the back-off's)."""
+    import time
+
+    from jupyterhub_gpulab.courses.prestart import PrestartRun
+
+    run = PrestartRun(parse_course({"slug": "ml101"}), ["a"])
+    began = time.monotonic()
+    await run.start_all(
+        HubClient("http://127.0.0.1:9/hub/api", "x", timeout=1),
+        batch=1, retries=2, backoff_s=0.3, ready_timeout_s=5,
+    )  # fmt: skip
+    assert run.servers["a"].attempts == 3
+    assert time.monotonic() - began >= 0.85

@@ -469,9 +469,10 @@ def test_admins_create_courses_from_the_page_form(hub, admin, ta, ledger):
     assert CourseStore(ledger.engine).get("cv204").course.lead_minutes == 10
 
 
-def test_a_prestart_whose_token_may_neither_list_nor_start_is_refused_per_server(hub, svc, ta):
+def test_a_prestart_whose_token_may_neither_list_nor_start_fails_per_server(hub, svc, ta):
     """A token with too few scopes (here a TA's own): the run cannot list the roster's servers,
-    asks per server, and records the hub's refusal of each start; nothing is started."""
+    and records the hub's answer to each start (it does not show the TA those users: 404),
+    retried once each; nothing is started."""
     from jupyterhub_gpulab.courses.model import parse_course
     from jupyterhub_gpulab.courses.prestart import PrestartRun
     from jupyterhub_gpulab.service.hubclient import HubClient
@@ -483,7 +484,7 @@ def test_a_prestart_whose_token_may_neither_list_nor_start_is_refused_per_server
         await run.start_all(client, batch=1, retries=1, backoff_s=0.1, ready_timeout_s=10)
 
     svc.call(go, timeout=60)
-    assert {p.state for p in run.servers.values()} == {"refused"}
-    assert all(p.attempts == 2 for p in run.servers.values())
-    assert run.summary().startswith("0 of 2 ready, 2 refused: ")
+    assert {p.state for p in run.servers.values()} == {"failed"}
+    assert all(p.attempts == 2 and p.reason for p in run.servers.values())
+    assert run.summary().startswith("0 of 2 ready, 2 failed: ")
     assert not running(hub, "stu1")
