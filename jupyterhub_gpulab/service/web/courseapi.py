@@ -31,7 +31,6 @@ from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, se
 from ...ledger import BookingConflict, aio
 from . import inputs
 from .base import JSONHandler, refuse
-from .coursepages import no_course
 from .courseview import course_view
 
 
@@ -45,6 +44,17 @@ async def save_course(courses, course, who: str, origin: str = "admin") -> bool:
         raise refuse(409, f"Not saved: {e.message}") from None
     except CourseError as e:
         raise refuse(400, "Not saved: " + "; ".join(e.errors)) from None
+
+
+def no_course(courses, slug: str) -> str:
+    """The 404's message for course ``slug``: none, or one whose stored record cannot be read
+    (then why, so an admin knows what to fix)."""
+    why = courses.attention_of(slug)
+    if why:
+        return f"Course {inputs.shown(slug)} cannot be used until an admin fixes it: " + "; ".join(
+            why
+        )
+    return f"No course {inputs.shown(slug)}."
 
 
 #: Fields only an admin may change: who the course's people are, and the host folder mounted

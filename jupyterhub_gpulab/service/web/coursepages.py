@@ -16,6 +16,7 @@ from ...courses.roster import set_members
 from ...ledger import BookingConflict, aio
 from . import inputs
 from .base import refuse
+from .courseapi import no_course
 from .courseview import course_view
 from .pages import PageHandler
 
@@ -31,17 +32,6 @@ def form_number(text: str, key: str) -> int:
         return inputs.whole_number(text, key, 0, MAX_FORM_NUMBER)
     except web.HTTPError as e:
         raise ValueError(e.log_message % e.args) from None
-
-
-def no_course(courses, slug: str) -> str:
-    """The 404's message for course ``slug``: none, or one whose stored record cannot be read
-    (then why, so an admin knows what to fix)."""
-    why = courses.attention_of(slug)
-    if why:
-        return f"Course {inputs.shown(slug)} cannot be used until an admin fixes it: " + "; ".join(
-            why
-        )
-    return f"No course {inputs.shown(slug)}."
 
 
 class CoursePageBase(PageHandler):
