@@ -191,3 +191,43 @@ async def test_a_failed_prestart_is_retried_with_doubling_back_off():
     )  # fmt: skip
     assert run.servers["a"].attempts == 3
     assert time.monotonic() - began >= 0.85
+
+
+async def test_a_deadline_missed_by_more_than_a_day_is_left_to_the_staff(ledger):
+    now = datetime.now(timezone.utc)
+    store_raw(ledger, {"slug": "ml101", "assignments": [
+        {"name": "old", "due": local(now - timedelta(hours=25), BERLIN)},
+        {"name": "new", "due": local(now - timedelta(hours=23), BERLIN)},
+    ]})  # fmt: skip
+    await manager(ledger, BERLIN).check_due()
+    assert [a for a, _ in CourseStore(ledger.engine).deadlines("ml101")] == ["new"]
+
+
+async def test_a_course_needing_attention_is_not_prestarted(ledger):
+    now = datetime.now(timezone.utc)
+    session = {"start": local(now + timedelta(minutes=5), timezone.utc),
+               "end": local(now + timedelta(minutes=65), timezone.utc)}  # fmt: skip
+    for slug, profile in (("ml101", "cpu"), ("cv202", "gpu-old")):
+        store_raw(ledger, {"slug": slug, "profiles": [profile], "sessions": {"dates": [session]}})
+    m = manager(ledger, timezone.utc)
+    await m.declare()
+    assert set(m.attention) == {"cv202"}
+    await m.check_due()
+    store = CourseStore(ledger.engine)
+    assert store.prestarts("ml101") and not store.prestarts("cv202")
+
+
+def test_only_users_off_the_roster_and_staff_lose_their_course_server():
+    from jupyterhub_gpulab.courses.schedule import strays_of
+    from jupyterhub_gpulab.hub.servers import HubServer
+
+    course = parse_course({"slug": "ml101"})
+    servers = [
+        HubServer("stu", "ml101", "ready", groups=("ml101",)),
+        HubServer("ta", "ml101", "ready", groups=("ml101-staff",)),
+        HubServer("root", "ml101", "ready", admin=True),
+        HubServer("gone", "ml101", "ready", groups=("students",)),
+        HubServer("gone", "", "ready", groups=("students",)),  # their own server stays
+        HubServer("other", "dl201", "ready"),
+    ]
+    assert strays_of(course, {s.key: s for s in servers}) == ["gone"]
