@@ -231,3 +231,25 @@ def test_only_users_off_the_roster_and_staff_lose_their_course_server():
         HubServer("other", "dl201", "ready"),
     ]
     assert strays_of(course, {s.key: s for s in servers}) == ["gone"]
+
+
+@pytest.mark.parametrize("hours", [float("nan"), float("inf"), -1, 1_000_001, True, "400"])
+def test_a_course_budget_is_a_finite_number_of_gpu_hours(hours):
+    """NaN passed "< 0" once and was written out as bare NaN, which no JSON reader takes."""
+    with pytest.raises(CourseError, match="'gpu_hours' must be a number of GPU-hours"):
+        parse_course({"slug": "ml101", "gpu_hours": hours})
+    assert parse_course({"slug": "ml101", "gpu_hours": 400}).gpu_hours == 400.0
+
+
+async def test_a_session_is_prestarted_only_within_its_lead(ledger):
+    now = datetime.now(timezone.utc)
+
+    def at(minutes: int) -> dict:
+        return {"start": local(now + timedelta(minutes=minutes), timezone.utc),
+                "end": local(now + timedelta(minutes=minutes + 60), timezone.utc)}  # fmt: skip
+
+    store_raw(ledger, {"slug": "ml101", "lead_minutes": 15, "sessions": {"dates": [at(30)]}})
+    store_raw(ledger, {"slug": "dl201", "lead_minutes": 15, "sessions": {"dates": [at(10)]}})
+    await manager(ledger, timezone.utc).check_due()
+    store = CourseStore(ledger.engine)
+    assert not store.prestarts("ml101") and store.prestarts("dl201")

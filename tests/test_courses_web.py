@@ -488,3 +488,13 @@ def test_a_prestart_whose_token_may_neither_list_nor_start_fails_per_server(hub,
     assert all(p.attempts == 2 and p.reason for p in run.servers.values())
     assert run.summary().startswith("0 of 2 ready, 2 failed: ")
     assert not running(hub, "stu1")
+
+
+def test_a_profile_the_roster_may_not_use_is_refused(hub, admin_api, ledger):
+    """The lab's real policies: the A40 profile is for researchers, and the roster group ml101
+    is no researcher group: the save is refused naming both, and nothing changes."""
+    before = record(ledger)
+    r = api(hub, "PUT", "courses/ml101", admin_api, json={"profiles": ["a40"]})
+    assert r.status_code == 400, r.text
+    assert "'a40'" in r.json()["message"] and "researchers" in r.json()["message"]
+    assert record(ledger) == before
