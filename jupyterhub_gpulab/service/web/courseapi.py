@@ -6,7 +6,8 @@
                                          the latest start-all's progress          (staff, admin)
     PUT    courses/<slug>                replace the record (admin; staff: all but the groups
                                          and the shared folder)
-    POST   courses/<slug>/roster         {"add": [...], "remove": [...]}          (staff, admin)
+    POST   courses/<slug>/roster         {"add": [...], "remove": [...]}: a removed
+                                         student's running course server stops   (staff, admin)
     POST   courses/<slug>/roster.csv     a CSV of usernames; ?apply=1 applies it, else a preview
                                          of who is added, removed, unknown        (staff, admin)
     POST   courses/<slug>/start          start every roster member's course server (staff, admin)

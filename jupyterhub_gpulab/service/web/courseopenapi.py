@@ -240,8 +240,10 @@ def course_paths(op, json, ref) -> dict:
             "/roster",
             {
                 "post": staff_op(
-                    "Add or remove students ({add: [...], remove: [...]}); an unknown user "
-                    "changes nothing; a 409 when the identity provider owns the roster",
+                    "Add or remove students ({add: [...], remove: [...]}); a removed "
+                    "student's running course server is stopped (the message names them); an "
+                    "unknown user changes nothing; a 409 when the identity provider owns the "
+                    "roster",
                     {"200": json(ref("Done"), "done"), **bad, **conflict},
                     requestBody=body,
                 )
@@ -252,7 +254,8 @@ def course_paths(op, json, ref) -> dict:
             {
                 "post": staff_op(
                     "A CSV of usernames: a preview of who is added, removed, unknown; "
-                    "?apply=1 applies it (refused while any name is unknown)",
+                    "?apply=1 applies it (refused while any name is unknown) and stops the "
+                    "removed students' running course servers",
                     {"200": json(ref("RosterPreview"), "preview or applied"), **bad, **conflict},
                 )
             },
