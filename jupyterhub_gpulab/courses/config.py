@@ -13,7 +13,7 @@ from __future__ import annotations
 from traitlets import Dict, Float, Integer, List, Unicode
 from traitlets.config import Configurable
 
-from .model import Course, parse_courses
+from .model import Course, parse_courses, split_courses
 
 
 class GPULabCourses(Configurable):
@@ -126,6 +126,14 @@ class GPULabCourses(Configurable):
         """The declared courses, validated (raises :class:`~.model.CourseError`), their shared
         folders under ``shared_folder_root``."""
         return parse_courses(self.courses, profiles=profiles, shared_root=self.shared_folder_root)
+
+    def declared_each(
+        self, profiles: set[str] | None = None
+    ) -> tuple[list[Course], dict[str, list[str]]]:
+        """The valid declared courses and the problems of the others, by slug
+        (:func:`~.model.split_courses`): what the service stores, and what it marks as needing
+        attention while the rest of the lab runs."""
+        return split_courses(self.courses, profiles=profiles, shared_root=self.shared_folder_root)
 
     def volume_of(self, username: str) -> str:
         from dockerspawner.dockerspawner import escape  # noqa: F401 (same escaping as volumes)

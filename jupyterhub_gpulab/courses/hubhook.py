@@ -195,7 +195,8 @@ def configure_courses(c, *, service: str = "gpulab") -> None:
         shared_root=settings.shared_folder_root,
     )
     courses = {co.slug: co for co in _stored(gpulab.db_url)}
-    courses.update({co.slug: co for co in settings.declared()})
+    # the valid ones: a broken course is the service's to report, never a reason to stop the hub
+    courses.update({co.slug: co for co in settings.declared_each()[0]})
     secret = _service_secret(c)
     roles = list(config_value(c.JupyterHub, "load_roles", []))
     services = list(config_value(c.JupyterHub, "services", []))

@@ -24,7 +24,7 @@ from .model import Course, CourseError, parse_course
 from .prestart import PrestartRun
 from .reserve import book_course, fit_problems, prefix_of
 from .roster import PendingPreviews, roster_of
-from .schedule import run_pass, sync_reservations
+from .schedule import run_pass, strays_of, sync_reservations
 from .store import CourseStore
 
 log = logging.getLogger("gpulab.courses")
@@ -78,6 +78,10 @@ class CourseManager(ContentActions):
         self.reservations_synced_at = float("-inf")
         #: slug -> user -> (container id, sources): each server's last content pull, as read
         self._content: dict[str, dict[str, tuple]] = {}
+        #: slug (or ``courses[i]``) -> why that course needs an admin's attention: a declared
+        #: record that does not parse, a stored one that no longer does, a profile the lab lost
+        #: (:meth:`declare`); shown on its page, in the API and the log; the lab runs on
+        self.attention: dict[str, list[str]] = {}
 
     def roster_source(self, course) -> dict:
         """Where ``course``'s roster comes from: ``{"owner": kind, "editable": bool,
@@ -90,14 +94,39 @@ class CourseManager(ContentActions):
         }
 
     async def declare(self) -> None:
-        """Store the courses of the config and book their sessions (what fits; conflicts are
-        logged and shown on the course page)."""
-        declared = self.settings.declared(self.profiles)
+        """Store the valid courses of the config and book their sessions (what fits; conflicts
+        are logged and shown on the course page). A course that cannot be used (an invalid
+        declared or stored record, a profile the lab no longer has) is marked as needing
+        attention (:attr:`attention`, a WARNING each) and the rest of the lab starts: its stored
+        record, if any, stays as it was."""
+        declared, problems = self.settings.declared_each(self.profiles)
         changed = await aio.call(self.store.declare, declared)
         if changed:
             log.info("Courses from the config stored: %s", ", ".join(changed))
+        stored, broken = await aio.call(self.store.checked)
+        for slug, errors in broken.items():
+            problems.setdefault(slug, []).extend(
+                f"the stored record cannot be read: {m}" for m in errors
+            )
+        for s in stored:  # today's rules: a profile the lab lost, a date out of bounds…
+            try:
+                self.parse(s.course.to_dict())
+            except CourseError as e:
+                problems.setdefault(s.course.slug, e.errors)
+        self.attention = problems
+        for key, errors in problems.items():
+            log.warning(
+                "Course %s needs attention (not pre-started, sessions not booked until an "
+                "admin fixes it; the rest of the lab runs): %s",
+                key,
+                "; ".join(errors),
+            )
         for course in declared:
             await sync_reservations(self, course)
+
+    def attention_of(self, slug: str) -> list[str]:
+        """Why course ``slug`` needs an admin's attention (empty: it does not)."""
+        return list(self.attention.get(slug, ()))
 
     def parse(self, record: dict) -> Course:
         """The course of a record staff or an admin sent (:func:`~.model.parse_course` against
@@ -139,7 +168,11 @@ class CourseManager(ContentActions):
                 horizon_days=self.settings.reserve_horizon_days,
             )
             self.booking_problems[course.slug] = []
-        return await aio.call(self.store.put, course, by=by, origin=origin)
+        changed = await aio.call(self.store.put, course, by=by, origin=origin)
+        self.attention.pop(
+            course.slug, None
+        )  # a valid record now (the config's is re-read at start)
+        return changed
 
     async def bookings_of(self, course: Course) -> list:
         """The course's reservations from now on (one per session)."""
@@ -236,6 +269,43 @@ class CourseManager(ContentActions):
         self.runs[course.slug] = run
         await aio.call(self.store.record, course.slug, by, "stop-all", {"users": len(users)})
         return run
+
+    async def stop_removed(self, course: Course, users, *, by: str, active=None) -> list[str]:
+        """Stop the ``course`` servers ``users`` run: they left its roster, so they lose its
+        server (its course storage, its reserved seat) at once, not at their next logout. Only
+        servers the hub lists as running or pending (``active``: its answer, else asked now),
+        of users the hub no longer puts in the roster or staff group; with the service's token
+        (the course's own reaches the roster only); each stop on its own, a server already gone
+        is no error. Returns the users whose server was stopped (audited as ``stop-removed``;
+        none when the hub cannot list its servers: the scheduled pass stops them later)."""
+        if active is None:
+            try:
+                active = await self.hub.refresh_active()
+            except HubError as e:
+                log.warning("Course %s: removed students' servers not stopped yet: %s",
+                            course.slug, e.message)  # fmt: skip
+                return []
+        stopped = []
+        for user in sorted(set(users) & set(strays_of(course, active))):
+            try:
+                await self.hub.call(
+                    "DELETE",
+                    f"users/{url_escape(user, plus=False)}/servers/"
+                    f"{url_escape(course.server_name, plus=False)}",
+                )
+                stopped.append(user)
+            except HubError as e:
+                if e.status != 404:
+                    log.warning(
+                        "Course %s: cannot stop %s's server after removal: %s",
+                        course.slug,
+                        user,
+                        e.message,
+                    )
+        if stopped:
+            log.info("Course %s: stopped the servers of removed %s", course.slug, stopped)
+            await aio.call(self.store.record, course.slug, by, "stop-removed", {"users": stopped})
+        return stopped
 
     async def check_due(self) -> None:
         """The scheduled pass: pre-starts, deadlines, reservations (:mod:`.schedule`)."""

@@ -32,7 +32,6 @@ naming rules), and its content lands in ``~/<dir>`` of the student's home.
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 from ..errors import ConfigError
 from .records import (
     DAYS,
+    YEARS,
     Assignment,
     ContentSource,
     OneOff,
@@ -48,6 +48,7 @@ from .records import (
     parse_content,
     parse_one_off,
     parse_weekly,
+    shared_folder_problem,
 )
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "WeeklyRule",
     "parse_course",
     "parse_courses",
+    "split_courses",
     "shared_folder_problem",
     "DAYS",
 ]
@@ -194,42 +196,19 @@ def _text(raw: dict, key: str, errors: list[str], where: str, *, default: str = 
     return v.strip()
 
 
-def shared_folder_problem(path: str, root: str) -> str | None:
-    """Why host path ``path`` may not be a course's ``shared_folder`` under the admin's
-    ``root`` (``c.GPULabCourses.shared_folder_root``), or ``None`` when it may: it must be
-    absolute, have no ``..`` component, and lie under ``root`` once both are resolved (symbolic
-    links followed, so a link inside the root pointing out of it is refused). ``root`` empty:
-    no shared folder is allowed at all."""
-    if not path.startswith("/"):
-        return f"'shared_folder' must be an absolute host path, not {path!r}"
-    if ".." in path.split("/"):
-        return f"'shared_folder' must not contain '..' ({path!r})"
-    if not root:
-        return (
-            "'shared_folder' is not allowed: no c.GPULabCourses.shared_folder_root is set "
-            f"(an admin sets it to the host folder course folders live under), not {path!r}"
-        )
-    real, base = os.path.realpath(path), os.path.realpath(root)
-    if real == base or os.path.commonpath([real, base]) != base:
-        return (
-            f"'shared_folder' must be a folder under {root} (c.GPULabCourses.shared_folder_root), "
-            f"not {path!r}"
-            + (f" (it resolves to {real})" if real != os.path.normpath(path) else "")
-        )
-    return None
-
-
 def parse_course(
     raw: object,
     *,
     profiles: set[str] | None = None,
     shared_root: str | None = None,
     where: str = "",
+    years: tuple[int, int] | None = YEARS,
 ) -> Course:
     """A :class:`Course` from a dict (module docstring). ``profiles``: the lab's profile slugs,
     to check the course's against; ``shared_root``: the folder a ``shared_folder`` must lie
-    under (:func:`shared_folder_problem`; ``None``: not checked, for records already stored).
-    Raises :class:`CourseError` listing every problem."""
+    under (:func:`shared_folder_problem`; ``None``: not checked, for records already stored);
+    ``years``: the years every date lies in (:data:`~.records.YEARS`; ``None``: not checked,
+    for records already stored). Raises :class:`CourseError` listing every problem."""
     errors: list[str] = []
     if not isinstance(raw, dict):
         raise CourseError(f"{where or 'course'} must be a dict, not {type(raw).__name__}")
@@ -278,11 +257,11 @@ def parse_course(
         errors.append(f"{where}: 'sessions' must be a dict of weekly, dates, ical")
         sessions = {}
     weekly = [
-        parse_weekly(r, f"{where}: sessions.weekly[{i}]", errors)
+        parse_weekly(r, f"{where}: sessions.weekly[{i}]", errors, years)
         for i, r in enumerate(sessions.get("weekly") or [])
     ]
     dates = [
-        parse_one_off(r, f"{where}: sessions.dates[{i}]", errors)
+        parse_one_off(r, f"{where}: sessions.dates[{i}]", errors, years)
         for i, r in enumerate(sessions.get("dates") or [])
     ]
     ical = sessions.get("ical") or ""
@@ -349,7 +328,8 @@ def parse_course(
         errors.append(f"{where}: 'assignments' must be a list of {{name, due}}")
         tasks_raw = []
     tasks = [
-        parse_assignment(a, f"{where}: assignments[{i}]", errors) for i, a in enumerate(tasks_raw)
+        parse_assignment(a, f"{where}: assignments[{i}]", errors, years)
+        for i, a in enumerate(tasks_raw)
     ]
     names = [a.name for a in tasks if a]
     if len(names) != len(set(names)):
@@ -389,25 +369,38 @@ def parse_course(
 def parse_courses(
     raw: object, *, profiles: set[str] | None = None, shared_root: str | None = None
 ) -> list[Course]:
-    """Every course of ``c.GPULab.courses`` (``profiles``, ``shared_root``: as for
+    """Every course of ``c.GPULabCourses.courses`` (``profiles``, ``shared_root``: as for
     :func:`parse_course`); :class:`CourseError` lists all problems, including two courses with
     one slug."""
+    courses, problems = split_courses(raw, profiles=profiles, shared_root=shared_root)
+    if problems:
+        raise CourseError([m for ms in problems.values() for m in ms])
+    return courses
+
+
+def split_courses(
+    raw: object, *, profiles: set[str] | None = None, shared_root: str | None = None
+) -> tuple[list[Course], dict[str, list[str]]]:
+    """The valid courses of ``c.GPULabCourses.courses`` and the problems of the others, so one
+    broken course never stops the lab: ``(courses, {key: [message, ...]})`` where ``key`` is
+    the broken record's slug when it has a valid one, else ``courses[<index>]``. Two courses
+    with one slug are a problem of that slug, and neither is among ``courses``.
+    ``raw`` not a list: every course is a problem (key ``courses``)."""
     if not isinstance(raw, list):
-        raise CourseError("c.GPULab.courses must be a list of dicts")
-    errors: list[str] = []
+        return [], {"courses": ["c.GPULabCourses.courses must be a list of dicts"]}
+    problems: dict[str, list[str]] = {}
     courses: list[Course] = []
     for i, r in enumerate(raw):
+        slug = r.get("slug") if isinstance(r, dict) else None
+        key = slug if isinstance(slug, str) and SLUG.match(slug) else f"courses[{i}]"
         try:
-            courses.append(
-                parse_course(r, profiles=profiles, shared_root=shared_root, where=f"courses[{i}]")
-            )
+            c = parse_course(r, profiles=profiles, shared_root=shared_root, where=f"courses[{i}]")
         except CourseError as e:
-            errors.extend(e.errors)
-    seen: set[str] = set()
-    for c in courses:
-        if c.slug in seen:
-            errors.append(f"courses: two courses have the slug {c.slug!r}")
-        seen.add(c.slug)
-    if errors:
-        raise CourseError(errors)
-    return courses
+            problems.setdefault(key, []).extend(e.errors)
+            continue
+        if any(k.slug == c.slug for k in courses):
+            problems.setdefault(c.slug, []).append(f"courses: two courses have the slug {c.slug!r}")
+            continue
+        courses.append(c)
+    broken = set(problems)
+    return [c for c in courses if c.slug not in broken], problems

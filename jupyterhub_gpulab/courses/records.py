@@ -5,6 +5,7 @@ accepted form, and returns ``None`` for what it cannot read."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time
@@ -21,7 +22,9 @@ __all__ = [
     "NAME",
     "OneOff",
     "REPO_SCHEMES",
+    "shared_folder_problem",
     "WeeklyRule",
+    "YEARS",
 ]
 
 #: A content folder in the student's home, or an assignment's folder: one path component.
@@ -74,6 +77,20 @@ class Assignment:
     due: datetime | None = None
 
 
+#: The years a course date may lie in: a date far outside them is a typo, and near the ends of
+#: Python's calendar (0001, 9999) converting it between the lab's zone and UTC overflows.
+YEARS = (2000, 2099)
+
+
+def _in_years(d, v: object, what: str, errors: list[str], years: tuple[int, int] | None):
+    """``d`` when its year is within ``years`` (``None``: not checked, for records already
+    stored), else ``None`` with an error naming them."""
+    if years is None or years[0] <= d.year <= years[1]:
+        return d
+    errors.append(f"{what} must lie in the years {years[0]} to {years[1]}, not {v!r}")
+    return None
+
+
 def _parse_time(v: object, what: str, errors: list[str]) -> time | None:
     try:
         return time.fromisoformat(str(v)) if isinstance(v, str) else None
@@ -83,22 +100,22 @@ def _parse_time(v: object, what: str, errors: list[str]) -> time | None:
     return None
 
 
-def _parse_date(v: object, what: str, errors: list[str]) -> date | None:
+def _parse_date(v: object, what: str, errors: list[str], years=YEARS) -> date | None:
     try:
         if isinstance(v, str):
-            return date.fromisoformat(v)
+            return _in_years(date.fromisoformat(v), v, what, errors, years)
     except ValueError:
         pass
     errors.append(f"{what} must be a date such as '2026-09-07', not {v!r}")
     return None
 
 
-def _parse_local(v: object, what: str, errors: list[str]) -> datetime | None:
+def _parse_local(v: object, what: str, errors: list[str], years=YEARS) -> datetime | None:
     try:
         if isinstance(v, str):
             dt = datetime.fromisoformat(v)
             if dt.tzinfo is None:
-                return dt
+                return _in_years(dt, v, what, errors, years)
             errors.append(f"{what}: give the lab's local time without an offset, not {v!r}")
             return None
     except ValueError:
@@ -107,7 +124,8 @@ def _parse_local(v: object, what: str, errors: list[str]) -> datetime | None:
     return None
 
 
-def parse_weekly(raw: object, where: str, errors: list[str]) -> WeeklyRule | None:
+def parse_weekly(raw: object, where: str, errors: list[str], years=YEARS) -> WeeklyRule | None:
+    """A weekly rule; ``years``: the years its dates may lie in (:data:`YEARS`; ``None``: any)."""
     if not isinstance(raw, dict):
         errors.append(f"{where} must be a dict with days, start, end, from, until")
         return None
@@ -127,8 +145,8 @@ def parse_weekly(raw: object, where: str, errors: list[str]) -> WeeklyRule | Non
     n = len(errors)
     start = _parse_time(raw.get("start"), f"{where}.start", errors)
     end = _parse_time(raw.get("end"), f"{where}.end", errors)
-    first = _parse_date(raw.get("from"), f"{where}.from", errors)
-    last = _parse_date(raw.get("until"), f"{where}.until", errors)
+    first = _parse_date(raw.get("from"), f"{where}.from", errors, years)
+    last = _parse_date(raw.get("until"), f"{where}.until", errors, years)
     if len(errors) > n or not ok_days:
         return None
     if end <= start:
@@ -149,13 +167,13 @@ def parse_weekly(raw: object, where: str, errors: list[str]) -> WeeklyRule | Non
     return WeeklyRule(days=ordered, start=start, end=end, first=first, last=last)
 
 
-def parse_one_off(raw: object, where: str, errors: list[str]) -> OneOff | None:
+def parse_one_off(raw: object, where: str, errors: list[str], years=YEARS) -> OneOff | None:
     if not isinstance(raw, dict):
         errors.append(f"{where} must be a dict with start and end")
         return None
     n = len(errors)
-    start = _parse_local(raw.get("start"), f"{where}.start", errors)
-    end = _parse_local(raw.get("end"), f"{where}.end", errors)
+    start = _parse_local(raw.get("start"), f"{where}.start", errors, years)
+    end = _parse_local(raw.get("end"), f"{where}.end", errors, years)
     if len(errors) > n:
         return None
     if end <= start:
@@ -211,7 +229,7 @@ def parse_content(raw: object, where: str, errors: list[str]) -> ContentSource |
     return ContentSource(repo=repo, branch=branch, dir=d)
 
 
-def parse_assignment(raw: object, where: str, errors: list[str]) -> Assignment | None:
+def parse_assignment(raw: object, where: str, errors: list[str], years=YEARS) -> Assignment | None:
     if isinstance(raw, str):
         raw = {"name": raw}
     if not isinstance(raw, dict):
@@ -229,7 +247,32 @@ def parse_assignment(raw: object, where: str, errors: list[str]) -> Assignment |
         return None
     due = None
     if raw.get("due") not in (None, ""):
-        due = _parse_local(raw.get("due"), f"{where}.due", errors)
+        due = _parse_local(raw.get("due"), f"{where}.due", errors, years)
         if due is None:
             return None
     return Assignment(name=name, due=due)
+
+
+def shared_folder_problem(path: str, root: str) -> str | None:
+    """Why host path ``path`` may not be a course's ``shared_folder`` under the admin's
+    ``root`` (``c.GPULabCourses.shared_folder_root``), or ``None`` when it may: it must be
+    absolute, have no ``..`` component, and lie under ``root`` once both are resolved (symbolic
+    links followed, so a link inside the root pointing out of it is refused). ``root`` empty:
+    no shared folder is allowed at all."""
+    if not path.startswith("/"):
+        return f"'shared_folder' must be an absolute host path, not {path!r}"
+    if ".." in path.split("/"):
+        return f"'shared_folder' must not contain '..' ({path!r})"
+    if not root:
+        return (
+            "'shared_folder' is not allowed: no c.GPULabCourses.shared_folder_root is set "
+            f"(an admin sets it to the host folder course folders live under), not {path!r}"
+        )
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    if real == base or os.path.commonpath([real, base]) != base:
+        return (
+            f"'shared_folder' must be a folder under {root} (c.GPULabCourses.shared_folder_root), "
+            f"not {path!r}"
+            + (f" (it resolves to {real})" if real != os.path.normpath(path) else "")
+        )
+    return None

@@ -22,6 +22,7 @@ from datetime import timedelta
 
 from .. import clock
 from ..ledger import aio
+from ..service.hubclient import HubError
 from .reserve import fit_problems, sync_course
 from .sessions import sessions_between
 
@@ -39,17 +40,22 @@ async def run_pass(manager) -> None:
         if not run.done and run.session_start is not None:
             await aio.call(manager.store.heartbeat, run.course.slug, run.session_start)
     stored = await aio.call(manager.store.all)
-    for s in stored:
+    usable = [s for s in stored if not manager.attention_of(s.course.slug)]
+    for s in usable:
         try:
             await _prestart_due(manager, s.course, now, stale)
-            await _deadlines_due(manager, s.course, now)
         except Exception:
             log.exception(
-                "Course %s: the scheduled pass failed; the next one tries again", s.course.slug
+                "Course %s: the scheduled pre-start failed; the next pass tries again",
+                s.course.slug,
             )
+    for s in stored:  # a course needing attention still has its work collected
+        await _deadlines_due(manager, s.course, now)
+    if stored:
+        await stop_strays(manager, stored)
     if time.monotonic() - manager.reservations_synced_at >= manager.settings.reserve_sync_every:
         manager.reservations_synced_at = time.monotonic()
-        for s in stored:
+        for s in usable:
             await sync_reservations(manager, s.course)
 
 
@@ -71,18 +77,60 @@ async def _prestart_due(manager, course, now, stale_after_s: float) -> None:
 
 
 async def _deadlines_due(manager, course, now) -> None:
+    """Collect each assignment of ``course`` due now, each on its own: one that fails (a date
+    the time zone cannot convert, a collect that raises) is logged and the others go on."""
     for a in course.assignments:
         if a.due is None:
             continue
-        due = a.due.replace(tzinfo=manager.tz).astimezone(now.tzinfo)
-        if not (due <= now < due + MISSED_DEADLINE):
-            continue
-        if await aio.call(manager.store.begin_deadline, course.slug, a.name, due):
-            log.info("Collecting %s of %s at its deadline %s", a.name, course.slug, due)
-            report = await manager.collect(course, a.name, by="schedule")
-            n = sum(1 for r in report.values() if r["state"] == "submitted")
-            summary = f"{n} of {len(report)} submitted"
-            await aio.call(manager.store.finish_deadline, course.slug, a.name, due, summary)
+        try:
+            await _deadline_due(manager, course, a, now)
+        except Exception:
+            log.exception(
+                "Course %s: collecting %s at its deadline failed; the next pass tries again",
+                course.slug,
+                a.name,
+            )
+
+
+async def _deadline_due(manager, course, a, now) -> None:
+    due = a.due.replace(tzinfo=manager.tz).astimezone(now.tzinfo)
+    if not (due <= now < due + MISSED_DEADLINE):
+        return
+    if await aio.call(manager.store.begin_deadline, course.slug, a.name, due):
+        log.info("Collecting %s of %s at its deadline %s", a.name, course.slug, due)
+        report = await manager.collect(course, a.name, by="schedule")
+        n = sum(1 for r in report.values() if r["state"] == "submitted")
+        summary = f"{n} of {len(report)} submitted"
+        await aio.call(manager.store.finish_deadline, course.slug, a.name, due, summary)
+
+
+def strays_of(course, active) -> list[str]:
+    """Users running ``course``'s server who are neither on its roster nor its staff nor hub
+    admins (``active``: the hub's running servers, :meth:`~..service.hubclient.HubClient.refresh_active`):
+    removed from the roster since their server started."""
+    return sorted(
+        s.user
+        for s in active.values()
+        if s.name == course.server_name
+        and not s.admin
+        and course.roster_group not in s.groups
+        and course.staff_group not in s.groups
+    )
+
+
+async def stop_strays(manager, stored) -> None:
+    """Stop the course servers of users removed from their course's roster by the hub's admin
+    panel or the identity provider (the course pages and API stop them at removal:
+    :meth:`~.manager.CourseManager.stop_removed`). The hub unreachable: the next pass tries."""
+    try:
+        active = await manager.hub.refresh_active()
+    except HubError as e:
+        log.warning("Course servers of removed students not checked: %s", e.message)
+        return
+    for s in stored:
+        users = strays_of(s.course, active)
+        if users:
+            await manager.stop_removed(s.course, users, by="schedule", active=active)
 
 
 async def sync_reservations(manager, course) -> list[str]:

@@ -17,8 +17,6 @@ whole record as JSON; only admins change its groups and ``shared_folder``).
 
 from __future__ import annotations
 
-import json
-
 from tornado import web
 
 from ...courses.collect import ASSIGNMENT
@@ -29,7 +27,7 @@ from ...units import counted
 from . import inputs
 from .base import refuse
 from .courseapi import ADMIN_ONLY
-from .coursepages import CoursePageBase
+from .coursepages import CoursePageBase, form_number
 
 #: Actions that change the course record (the rest act on servers, files or the roster).
 RECORD_ACTIONS = (
@@ -121,7 +119,9 @@ class CourseActionPage(CoursePageBase):
             {"added": sorted(add), "removed": sorted(remove)},
         )
         where = "added to" if add else "removed from"
-        return self.back(course.slug, "success", f"{user} {where} the roster.")
+        stopped = await self.courses.stop_removed(course, remove, by=self.who) if remove else []
+        also = "; their course server was stopped" if stopped else ""
+        return self.back(course.slug, "success", f"{user} {where} the roster{also}.")
 
     async def _csv(self, course, text: str, apply: str):
         """Preview an uploaded CSV (kept server-side, its id in a cookie), or apply the
@@ -162,6 +162,8 @@ class CourseActionPage(CoursePageBase):
             )
         await set_members(self.hub, course.roster_group, set(pv.added), set(pv.removed))
         await aio.call(self.courses.store.record, course.slug, self.who, "roster-csv", pv.as_dict())
+        if pv.removed:
+            await self.courses.stop_removed(course, pv.removed, by=self.who)
         return self.back(
             course.slug, "success", f"Roster: {len(pv.added)} added, {len(pv.removed)} removed."
         )
@@ -236,9 +238,9 @@ class CourseActionPage(CoursePageBase):
         if action in ("content-remove", "session-remove"):
             kind = "content" if action == "content-remove" else arg("kind")
             items = record["content"] if kind == "content" else sessions.get(kind)
-            if not isinstance(items, list) or not arg("index").isdigit():
+            if not isinstance(items, list):
                 raise ValueError("no such entry")
-            index = int(arg("index"))
+            index = form_number(arg("index"), "index")
             if index >= len(items):
                 raise ValueError("no such entry (the page was out of date; reload it)")
             items.pop(index)
@@ -248,11 +250,7 @@ class CourseActionPage(CoursePageBase):
                 record["prestart"] = self.get_body_argument("prestart", "") == "on"
             for key in ("lead_minutes", "reserve", "grace_minutes", "reserve_lead_minutes"):
                 if arg(key):
-                    if not arg(key).isdigit():
-                        raise ValueError(
-                            f"{key} must be a whole number, not {inputs.shown(arg(key))}"
-                        )
-                    record[key] = int(arg(key))
+                    record[key] = form_number(arg(key), key)
             started = (
                 f"servers started {record['lead_minutes']} min before each session"
                 if record.get("prestart", True)
@@ -261,7 +259,7 @@ class CourseActionPage(CoursePageBase):
             return f"Saved: {started}; {counted(record['reserve'], 'seat')} reserved per session."
         if action == "record":
             try:
-                body = json.loads(arg("record"))
+                body = inputs.json_value(arg("record"))
             except ValueError as e:
                 raise ValueError(f"the record is not JSON ({e})") from None
             if not isinstance(body, dict):

@@ -6,7 +6,8 @@
                                          the latest start-all's progress          (staff, admin)
     PUT    courses/<slug>                replace the record (admin; staff: all but the groups
                                          and the shared folder)
-    POST   courses/<slug>/roster         {"add": [...], "remove": [...]}          (staff, admin)
+    POST   courses/<slug>/roster         {"add": [...], "remove": [...]}: a removed
+                                         student's running course server stops   (staff, admin)
     POST   courses/<slug>/roster.csv     a CSV of usernames; ?apply=1 applies it, else a preview
                                          of who is added, removed, unknown        (staff, admin)
     POST   courses/<slug>/start          start every roster member's course server (staff, admin)
@@ -46,6 +47,17 @@ async def save_course(courses, course, who: str, origin: str = "admin") -> bool:
         raise refuse(400, "Not saved: " + "; ".join(e.errors)) from None
 
 
+def no_course(courses, slug: str) -> str:
+    """The 404's message for course ``slug``: none, or one whose stored record cannot be read
+    (then why, so an admin knows what to fix)."""
+    why = courses.attention_of(slug)
+    if why:
+        return f"Course {inputs.shown(slug)} cannot be used until an admin fixes it: " + "; ".join(
+            why
+        )
+    return f"No course {inputs.shown(slug)}."
+
+
 #: Fields only an admin may change: who the course's people are, and the host folder mounted
 #: into every roster member's server.
 ADMIN_ONLY = ("roster_group", "staff_group", "slug", "shared_folder")
@@ -61,7 +73,7 @@ class CourseHandler(JSONHandler):
         self.require()
         course = await self.courses.course(inputs.name(slug, "course slug"))
         if course is None:
-            raise refuse(404, f"No course {inputs.shown(slug)}.")
+            raise refuse(404, no_course(self.courses, slug))
         if self.can_admin:
             return course
         if staff and await self.courses.is_staff(self.who, course):
@@ -109,8 +121,19 @@ class CoursesAPI(CourseHandler):
         for s in stored:
             c = s.course
             if groups is None or c.staff_group in groups:
-                out.append({"slug": c.slug, "title": c.title, "term": c.term, "origin": s.origin})
-        self.write_json({"courses": out})
+                out.append(
+                    {
+                        "slug": c.slug,
+                        "title": c.title,
+                        "term": c.term,
+                        "origin": s.origin,
+                        "attention": self.courses.attention_of(c.slug),
+                    }
+                )
+        body = {"courses": out}
+        if self.can_admin:
+            body["attention"] = self.courses.attention
+        self.write_json(body)
 
     async def post(self):
         self.require(admin=True)
@@ -181,7 +204,14 @@ class RosterAPI(CourseHandler):
             "roster",
             {"added": sorted(add), "removed": sorted(remove)},
         )
-        self.write_json({"status": 200, "message": f"{len(add)} added, {len(remove)} removed."})
+        stopped = await self.courses.stop_removed(course, remove, by=self.who) if remove else []
+        self.write_json(
+            {
+                "status": 200,
+                "message": f"{len(add)} added, {len(remove)} removed"
+                + (f"; their course servers stopped: {', '.join(stopped)}." if stopped else "."),
+            }
+        )
 
 
 class RosterCSVAPI(CourseHandler):
@@ -222,6 +252,8 @@ class RosterCSVAPI(CourseHandler):
         await aio.call(
             self.courses.store.record, course.slug, self.who, "roster-csv", preview.as_dict()
         )
+        if preview.removed:
+            await self.courses.stop_removed(course, preview.removed, by=self.who)
         self.write_json(
             {
                 "status": 200,

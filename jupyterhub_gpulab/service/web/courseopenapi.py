@@ -160,6 +160,11 @@ VIEW = obj(
             "the next 60 days' sessions (at most 20); prestart: its summary once run; reserved: "
             "its booking (null: none)",
         ),
+        "attention": array(
+            STRING,
+            "why the course needs an admin's attention (a declared or stored record that does "
+            "not parse, a profile the lab lost); empty when it does not",
+        ),
         "reservation": obj(
             {
                 "seats": INTEGER,
@@ -204,19 +209,27 @@ REPORT = {
 PREVIEW = obj({"added": STRINGS, "removed": STRINGS, "unknown": STRINGS, "kept": STRINGS})
 
 
+def _listing() -> dict:
+    """``GET courses``: the caller's courses; for admins also ``attention``."""
+    item = {"slug": STRING, "title": STRING, "term": STRING, "origin": STRING}
+    schema = obj({"courses": array(obj({**item, "attention": STRINGS}))})
+    schema["properties"]["attention"] = {
+        "type": "object",
+        "additionalProperties": STRINGS,
+        "description": "admins only: every course needing attention (its slug, or courses[i] "
+        "for a declared record without a valid slug) and why; such a course is not "
+        "pre-started and its sessions are not booked until an admin fixes it",
+    }
+    return schema
+
+
 def course_schemas() -> dict:
     ok = {"status": INTEGER, "message": STRING}
     return {
         "CourseRecord": RECORD,
         "CourseProgress": PROGRESS,
         "CourseView": VIEW,
-        "Courses": obj(
-            {
-                "courses": array(
-                    obj({"slug": STRING, "title": STRING, "term": STRING, "origin": STRING})
-                )
-            }
-        ),
+        "Courses": _listing(),
         "CourseSaved": obj({**ok, "course": {"$ref": "#/components/schemas/CourseRecord"}}),
         "CourseRun": obj({**ok, "progress": {"$ref": "#/components/schemas/CourseProgress"}}),
         "CourseProgressOnly": obj({"progress": {"$ref": "#/components/schemas/CourseProgress"}}),
@@ -292,8 +305,10 @@ def course_paths(op, json, ref) -> dict:
             "/roster",
             {
                 "post": staff_op(
-                    "Add or remove students ({add: [...], remove: [...]}); an unknown user "
-                    "changes nothing; a 409 when the identity provider owns the roster",
+                    "Add or remove students ({add: [...], remove: [...]}); a removed "
+                    "student's running course server is stopped (the message names them); an "
+                    "unknown user changes nothing; a 409 when the identity provider owns the "
+                    "roster",
                     {"200": json(ref("Done"), "done"), **bad, **conflict},
                     requestBody=body,
                 )
@@ -304,7 +319,8 @@ def course_paths(op, json, ref) -> dict:
             {
                 "post": staff_op(
                     "A CSV of usernames: a preview of who is added, removed, unknown; "
-                    "?apply=1 applies it (refused while any name is unknown)",
+                    "?apply=1 applies it (refused while any name is unknown) and stops the "
+                    "removed students' running course servers",
                     {"200": json(ref("RosterPreview"), "preview or applied"), **bad, **conflict},
                 )
             },

@@ -9,8 +9,6 @@ every few seconds to show its progress.
 
 from __future__ import annotations
 
-import json
-
 from tornado import web
 
 from ...courses.model import CourseError
@@ -18,8 +16,22 @@ from ...courses.roster import set_members
 from ...ledger import BookingConflict, aio
 from . import inputs
 from .base import refuse
+from .courseapi import no_course
 from .courseview import course_view
 from .pages import PageHandler
+
+#: The largest whole number a course form field takes (minutes, seats, list indexes): past
+#: every bound of the record (:mod:`...courses.model`), short of a huge ``int()``.
+MAX_FORM_NUMBER = 10**6
+
+
+def form_number(text: str, key: str) -> int:
+    """Form field ``key`` as a whole number of ASCII digits; ``ValueError`` saying so otherwise
+    (the record's own bounds are checked when it is parsed)."""
+    try:
+        return inputs.whole_number(text, key, 0, MAX_FORM_NUMBER)
+    except web.HTTPError as e:
+        raise ValueError(e.log_message % e.args) from None
 
 
 class CoursePageBase(PageHandler):
@@ -32,7 +44,7 @@ class CoursePageBase(PageHandler):
             raise refuse(403, "Log in to the hub first (and send the form's _xsrf token).")
         course = await self.courses.course(slug)
         if course is None:
-            raise refuse(404, f"No course {inputs.shown(slug)}.")
+            raise refuse(404, no_course(self.courses, slug))
         if self.can_admin or await self.courses.is_staff(self.who, course):
             return course
         raise refuse(
@@ -54,7 +66,11 @@ class CoursesPage(CoursePageBase):
         mine = [s for s in stored if groups is None or s.course.staff_group in groups]
         profiles = [p for p in self.state.lab.profiles]
         self.render_page(
-            "gpulab_courses.html", courses=mine, profiles=profiles, flash=self.pop_flash()
+            "gpulab_courses.html",
+            courses=mine,
+            profiles=profiles,
+            attention=self.courses.attention if self.can_admin else {},
+            flash=self.pop_flash(),
         )
 
     async def post(self):
@@ -65,7 +81,10 @@ class CoursesPage(CoursePageBase):
         arg = lambda k: self.get_body_argument(k, "").strip()  # noqa: E731
         try:
             if arg("record"):
-                record = json.loads(arg("record"))
+                try:
+                    record = inputs.json_value(arg("record"))
+                except ValueError as e:
+                    raise ValueError(f"the record is not JSON ({e})") from None
             else:
                 record = {
                     k: arg(k)
@@ -76,10 +95,10 @@ class CoursesPage(CoursePageBase):
                     record["profiles"] = [arg("profile")]
                 for key in ("reserve", "lead_minutes"):
                     if arg(key):
-                        record[key] = int(arg(key)) if arg(key).isdigit() else arg(key)
+                        record[key] = form_number(arg(key), key)
             course = self.courses.parse(record)
         except ValueError as e:
-            errors = e.errors if isinstance(e, CourseError) else [f"not JSON: {e}"]
+            errors = e.errors if isinstance(e, CourseError) else [str(e)]
             self.flash("danger", "Course not created: " + "; ".join(errors))
             self.redirect(self.prefix + "courses")
             return

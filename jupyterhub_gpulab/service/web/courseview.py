@@ -138,6 +138,7 @@ async def course_view(state, hub, courses, course, reader: dict | None = None) -
         "server_name": course.server_name,
         "roster": rows,
         "roster_source": courses.roster_source(course),
+        "attention": courses.attention_of(course.slug),
         "sessions": [
             {
                 "start": s.isoformat(),

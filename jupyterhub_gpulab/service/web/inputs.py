@@ -65,6 +65,27 @@ def shown(text: object, limit: int = 60) -> str:
     return f"{s[:limit]!r}… ({len(s)} characters)"
 
 
+def whole_number(text: object, what: str, low: int, high: int) -> int:
+    """A whole number from ``low`` to ``high`` written in ASCII digits (``what`` names it in the
+    400): ``str.isdigit`` alone lets ``"²"`` through to a ``ValueError`` in ``int()``."""
+    t = text.strip() if isinstance(text, str) else ""
+    if t.isascii() and t.isdigit() and len(t) <= len(str(high)) and low <= int(t) <= high:
+        return int(t)
+    raise refuse(400, f"{what} must be a whole number from {low} to {high}, not {shown(text)}.")
+
+
+def json_value(text: str | bytes):
+    """``text`` parsed as JSON; ``ValueError`` (never ``RecursionError``: ``[[[[…`` nested
+    deeper than the parser's stack) when it is not JSON; a 400 for ``NaN``/``Infinity``
+    (:func:`no_constant`)."""
+    import json
+
+    try:
+        return json.loads(text, parse_constant=no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def allocation_id(text: str) -> int:
     """An allocation id from a path or form field: a whole number from 1 to :data:`MAX_ID`."""
     t = (text or "").strip()

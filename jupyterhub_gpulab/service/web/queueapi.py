@@ -19,7 +19,7 @@ from ...lab.policy import PolicyContext
 from ...lab.profiles import entitled_in
 from ...ledger import aio
 from .base import JSONHandler, refuse
-from .inputs import shown
+from .inputs import shown, whole_number
 
 #: Longest capacity calendar the API draws (hours): four weeks.
 MAX_HOURS = 24 * 28
@@ -149,12 +149,8 @@ def bookings_data(state, hours: int) -> dict:
 class BookingsAPI(JSONHandler):
     async def get(self):
         self.require(read=True)
-        raw = self.get_argument("hours", "336")
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_HOURS:
-            raise refuse(
-                400, f"hours must be a whole number from 1 to {MAX_HOURS}, not {shown(raw)}."
-            )
-        self.write_json(await aio.call(bookings_data, self.state, int(raw)))
+        hours = whole_number(self.get_argument("hours", "336"), "hours", 1, MAX_HOURS)
+        self.write_json(await aio.call(bookings_data, self.state, hours))
 
 
 def queue_handlers(api: str) -> list[tuple]:
