@@ -248,14 +248,14 @@ class CourseManager:
         return self._docker
 
     def _files(self, course: Course):
-        from .collect import VolumeFiles
+        from .storage import DockerVolumes
 
         image = (
             self.settings.helper_image
             or self.images.get(course.profile)
             or next(iter(self.images.values()), "")
         )
-        return VolumeFiles(self.docker(), image)
+        return DockerVolumes(self.docker(), image)
 
     async def collect(self, course: Course, assignment: str, *, by: str) -> dict:
         """Collect ``assignment`` from every roster member (:func:`.collect.collect`)."""
@@ -273,14 +273,17 @@ class CourseManager:
         """Run ``copy`` (collect or give_back) for the roster, audit it as ``action``; the
         per-student report."""
         students = await roster_of(self.hub, course)
+        s = self.settings
+        extra = {"owner": tuple(s.staff_owner)} if action == "collect" else {}
         report = await aio.call(
             copy,
             self._files(course),
             assignment=assignment,
             students=students,
-            home_volume=self.settings.home_volume,
-            course_volume=self.settings.course_volume.format(slug=course.slug),
+            volume_of=lambda user: s.work_of(course.slug, user),
+            course_volume=s.staff_of(course.slug),
             max_bytes=course.collect_max_bytes,
+            **extra,
         )
         detail = {"assignment": assignment, "report": report}
         await aio.call(self.store.record, course.slug, by, action, detail)

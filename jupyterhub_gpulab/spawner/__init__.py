@@ -12,7 +12,7 @@
   service's create, wait, address, poll), pure :mod:`.swarmspec` (the service spec),
   :mod:`.swarmtasks` (task states) and :mod:`.swarmnodes` (Swarm's nodes by lab name);
 - :mod:`.reconcile` (the continuous reconcile pass), :mod:`.runtime` (one lab per hub process);
-- pure helpers: :mod:`.container` (device request, env, labels), :mod:`.names`, :mod:`.form`
+- pure helpers: :mod:`.container` (device request, env, labels), :mod:`.form`
   (and ``templates/gpulab_form.html``), :mod:`.formmixin`, :mod:`.hardenmixin`, :mod:`.logs`.
 
 ``GPUDockerSpawner`` is imported on first use (``jupyterhub_gpulab.spawner.GPUDockerSpawner``, the

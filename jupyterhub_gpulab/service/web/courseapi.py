@@ -48,7 +48,7 @@ async def save_course(courses, course, who: str, origin: str = "admin") -> bool:
 
 #: Fields only an admin may change: who the course's people are, and the host folder mounted
 #: into every roster member's server.
-ADMIN_ONLY = ("roster_group", "staff_group", "slug", "shared_folder")
+ADMIN_ONLY = ("roster_group", "staff_group", "slug", "shared_folder", "mount_home")
 
 
 class CourseHandler(JSONHandler):
