@@ -31,7 +31,6 @@ token, after checking the staff and roster groups itself.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import logging
@@ -196,7 +195,7 @@ def make_pre_spawn_hook(db_url: str, settings, before=None):
             spawner.user_options = {"profile": course.profile}
         spawner.cmd = start_command(course, home_path)
         volumes, home = course_volumes(spawner, course, settings, staff=staff)
-        carried = await asyncio.to_thread(_carry_over, spawner, course, settings, home)
+        carried = await aio.call(_carry_over, spawner, course, settings, home)
         if carried:
             spawner.log.info(
                 "Course %s: from %s's home: %s", course.slug, spawner.user.name, carried
