@@ -213,3 +213,42 @@ def test_mount_home_is_a_true_or_false_that_staff_cannot_change():
     from jupyterhub_gpulab.service.web.courseapi import ADMIN_ONLY
 
     assert "mount_home" in ADMIN_ONLY
+
+
+def test_staff_cannot_edit_a_roster_the_identity_provider_owns(tmp_path):
+    """The check every roster edit passes (API, page, CSV): under SSO or LTI it refuses before
+    anything is asked of the hub or written."""
+    import asyncio
+
+    from jupyterhub_gpulab.auth.roster import GroupsOwner
+    from jupyterhub_gpulab.courses.manager import CourseManager, RosterLocked
+    from jupyterhub_gpulab.courses.store import CourseStore
+    from jupyterhub_gpulab.ledger import Ledger
+
+    led = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    try:
+        store = CourseStore(led.engine)
+        manager = CourseManager(store, GPULabCourses(), None, tz=None, secret=None, ledger=led,
+                                groups_owner=GroupsOwner("authenticator"))  # fmt: skip
+        course = parse_course({"slug": "dl101"})
+        with pytest.raises(RosterLocked, match="Nothing changed"):
+            asyncio.run(manager.edit_roster(course, by="ta1", add={"ann"}, remove=set()))
+        assert store.audit("dl101") == [] and led.warnings() == []
+    finally:
+        led.close()
+
+
+def test_a_roster_notice_stays_a_day_whatever_runs():
+    from datetime import datetime, timedelta, timezone
+
+    from jupyterhub_gpulab.fairuse.cullplan import NOTICE_TTL, to_clear
+    from jupyterhub_gpulab.hub.announce import kind_of
+    from jupyterhub_gpulab.ledger.models import CullWarning
+
+    now = datetime(2026, 12, 2, tzinfo=timezone.utc)
+    fresh = CullWarning("ann", "dl101", "course:roster", "You were added", now, now)
+    old = CullWarning("bob", "dl101", "course:roster", "You were added", now, now - NOTICE_TTL)
+    running = [SimpleNamespace(key=("ann", "dl101")), SimpleNamespace(key=("bob", "dl101"))]
+    later = now + timedelta(seconds=1)
+    assert to_clear([fresh, old], {}, running, later) == [("bob", "dl101", "course:roster")]
+    assert kind_of("course:roster") == "notice" and kind_of("culled:idle") == "stopped"

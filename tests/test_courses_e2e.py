@@ -162,6 +162,12 @@ def test_a_ta_acts_on_the_rosters_servers_only(lab):
     hub.wait_ready("researcher1")
     r = api(hub, tokens["ta1"], "POST", "courses/ml101/roster", json={"add": ["researcher1"]})
     assert r.status_code == 200, r.text
+    # …and is told who added them, on their gpulab page (and the hub's home)
+    mine = user_token(hub, login(hub, "researcher1"), "researcher1")
+    told = [w for w in api(hub, mine, "GET", "me").json()["warnings"] if w["kind"] == "notice"]
+    assert [w["message"] for w in told] == [
+        "You were added to Machine learning 101 (ml101) by ta1."
+    ], told
     try:
         r = hub.api("DELETE", "/users/researcher1/server", headers=ta)
         assert r.status_code in (403, 404), r.text

@@ -14,6 +14,7 @@ from tornado.escape import url_escape
 
 from .. import clock
 from ..auth.roster import GroupsOwner
+from ..hub.announce import COURSE_PREFIX
 from ..ledger import aio
 from ..service.hubclient import HubClient, HubError
 from .access import roster_profile_problems
@@ -22,11 +23,18 @@ from .hubhook import prestart_token
 from .model import Course, CourseError, parse_course
 from .prestart import PrestartRun
 from .reserve import book_course, fit_problems, prefix_of
-from .roster import PendingPreviews, roster_of
+from .roster import PendingPreviews, roster_of, set_members
 from .schedule import run_pass, sync_reservations
 from .store import CourseStore
 
 log = logging.getLogger("gpulab.courses")
+
+#: The rule of the notice a student gets when staff add or remove them (``course:roster``).
+ROSTER_NOTICE = COURSE_PREFIX + "roster"
+
+
+class RosterLocked(Exception):
+    """The roster's group is not the hub's to edit (campus SSO, LTI): ``str(e)`` says whose."""
 
 
 class CourseManager:
@@ -137,6 +145,36 @@ class CourseManager:
             )
             self.booking_problems[course.slug] = []
         return await aio.call(self.store.put, course, by=by, origin=origin)
+
+    async def edit_roster(
+        self, course: Course, *, by: str, add: set[str], remove: set[str], action: str = "roster"
+    ) -> None:
+        """Add and remove roster members as staff member (or admin) ``by``: audited as
+        ``action`` (``roster``, ``roster-csv``), and each student told on their gpulab page and
+        the hub's home ("You were added to DL 101 (dl101) by ta1."). Raises
+        :class:`RosterLocked` when the identity provider or LMS owns the groups (nothing
+        changes): the check every roster edit passes, whichever page or API asked."""
+        if not self.groups_owner.may_edit:
+            raise RosterLocked(
+                self.groups_owner.describe(course.roster_group) + " Nothing changed."
+            )
+        await set_members(self.hub, course.roster_group, add, remove)
+        detail = {"added": sorted(add), "removed": sorted(remove)}
+        await aio.call(self.store.record, course.slug, by, action, detail)
+        if self.ledger is None:
+            return
+        name = f"{course.title} ({course.slug})" if course.title else course.slug
+        now = clock.utcnow()
+        for users, says in ((add, f"added to {name}"), (remove, f"removed from {name}")):
+            for user in sorted(users):
+                await aio.call(
+                    self.ledger.set_warning,
+                    user,
+                    course.server_name,
+                    ROSTER_NOTICE,
+                    f"You were {says} by {by}.",
+                    now,
+                )
 
     async def bookings_of(self, course: Course) -> list:
         """The course's reservations from now on (one per session)."""

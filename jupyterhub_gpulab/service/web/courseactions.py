@@ -24,8 +24,8 @@ from tornado import web
 from ...courses.collect import ASSIGNMENT
 from ...courses.content import check_reachable
 from ...courses.model import CourseError
-from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
-from ...ledger import BookingConflict, aio
+from ...courses.roster import csv_preview, known_users, parse_csv, roster_of
+from ...ledger import BookingConflict
 from . import inputs
 from .base import refuse
 from .courseapi import ADMIN_ONLY
@@ -90,9 +90,15 @@ class CourseActionPage(CoursePageBase):
             missing = sorted(u for u, r in report.items() if r["state"] == "missing")
             big = sorted(u for u, r in report.items() if r["state"] == "oversized")
             failed = sorted(u for u, r in report.items() if r["state"] == "failed")
-            ok = len(report) - len(missing) - len(big) - len(failed)
+            links = sorted(u for u, r in report.items() if r["state"] == "skipped")
+            ok = len(report) - len(missing) - len(big) - len(failed) - len(links)
             msg = f"Collected {name}: {ok} of {len(report)} submitted"
-            for label, who in (("missing", missing), ("oversized", big), ("failed", failed)):
+            for label, who in (
+                ("missing", missing),
+                ("oversized", big),
+                ("failed", failed),
+                ("skipped (a link on the path)", links),
+            ):
                 msg += f"; {label}: {', '.join(who)}" if who else ""
         else:
             report = await self.courses.give_back(course, name, by=self.who)
@@ -112,14 +118,7 @@ class CourseActionPage(CoursePageBase):
                 course.slug, "danger", f"No user {user!r} on the hub; nothing changed."
             )
         add, remove = ({user}, set()) if action == "add" else (set(), {user})
-        await set_members(self.hub, course.roster_group, add, remove)
-        await aio.call(
-            self.courses.store.record,
-            course.slug,
-            self.who,
-            "roster",
-            {"added": sorted(add), "removed": sorted(remove)},
-        )
+        await self.courses.edit_roster(course, by=self.who, add=add, remove=remove)
         where = "added to" if add else "removed from"
         return self.back(course.slug, "success", f"{user} {where} the roster.")
 
@@ -160,8 +159,9 @@ class CourseActionPage(CoursePageBase):
                 "danger",
                 f"Unknown users, nothing changed: {', '.join(pv.unknown[:20])}.",
             )
-        await set_members(self.hub, course.roster_group, set(pv.added), set(pv.removed))
-        await aio.call(self.courses.store.record, course.slug, self.who, "roster-csv", pv.as_dict())
+        await self.courses.edit_roster(
+            course, by=self.who, add=set(pv.added), remove=set(pv.removed), action="roster-csv"
+        )
         return self.back(
             course.slug, "success", f"Roster: {len(pv.added)} added, {len(pv.removed)} removed."
         )

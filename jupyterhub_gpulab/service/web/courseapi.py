@@ -170,14 +170,7 @@ class RosterAPI(CourseHandler):
                 400,
                 f"Unknown user(s), nothing changed: {', '.join(unknown[:20])}. Users must have logged in to the hub once (or be created by an admin).",
             )
-        await set_members(self.hub, course.roster_group, add, remove)
-        await aio.call(
-            self.courses.store.record,
-            course.slug,
-            self.who,
-            "roster",
-            {"added": sorted(add), "removed": sorted(remove)},
-        )
+        await self.courses.edit_roster(course, by=self.who, add=add, remove=remove)
         self.write_json({"status": 200, "message": f"{len(add)} added, {len(remove)} removed."})
 
 
@@ -215,9 +208,12 @@ class RosterCSVAPI(CourseHandler):
                 400,
                 f"Unknown user(s) in the CSV, nothing changed: {', '.join(preview.unknown[:20])}.",
             )
-        await set_members(self.hub, course.roster_group, set(preview.added), set(preview.removed))
-        await aio.call(
-            self.courses.store.record, course.slug, self.who, "roster-csv", preview.as_dict()
+        await self.courses.edit_roster(
+            course,
+            by=self.who,
+            add=set(preview.added),
+            remove=set(preview.removed),
+            action="roster-csv",
         )
         self.write_json(
             {

@@ -137,9 +137,9 @@ VIEW = obj(
 
 REPORT = {
     "type": "object",
-    "description": "per student: state submitted | missing | oversized | failed (collect) or "
-    "returned | no-feedback | oversized | failed (return), with bytes, files, modified, folder, "
-    "reason where they apply",
+    "description": "per student: state submitted | missing | skipped | oversized | failed "
+    "(collect) or returned | no-feedback | skipped | oversized | failed (return), with bytes, "
+    "files, modified, folder, reason where they apply (skipped: a link on the path)",
     "additionalProperties": obj({"state": STRING}),
 }
 

@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta, timezone, tzinfo
 from ...clock import midnight_utc
 from ...fairuse.accounting import Usage
 from ...fairuse.quota import Budget, period_window
-from ...hub.announce import NOTICE_PREFIXES
+from ...hub.announce import kind_of
 from ...ledger import CullWarning
 from .inputs import shown
 from .views import iso
@@ -149,13 +149,14 @@ def budget_view(
 
 def warnings_view(warnings: Iterable[CullWarning]) -> list[dict]:
     """The culler's warnings and notices, soonest first: ``kind`` is ``warning`` (the server
-    will be stopped at ``due_at``) or ``stopped`` (a notice that it was)."""
+    will be stopped at ``due_at``), ``stopped`` (a notice that it was) or ``notice`` (a course's,
+    such as "You were added to DL 101 (dl101) by ta1.")."""
     return [
         {
             "user": w.user,
             "server_name": w.server_name,
             "rule": w.rule,
-            "kind": "stopped" if w.rule.startswith(NOTICE_PREFIXES) else "warning",
+            "kind": kind_of(w.rule),
             "message": w.message,
             "due_at": iso(w.due_at),
         }
