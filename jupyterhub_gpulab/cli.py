@@ -9,6 +9,7 @@
     gpulab nodes [--json] [-f jupyterhub_config.py]            (the lab's nodes; clinodes.py)
     gpulab node-token NODE [--revoke] [-f jupyterhub_config.py]
     gpulab node-agent --url … --node … --token-file …          (on each GPU node; agent/app.py)
+    gpulab names USER [--course SLUG] [--json] [-f …]           (its container and volumes; clinames.py)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
 usage.
@@ -27,6 +28,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from .auth.check import auth_errors, auth_warnings
+from .clinames import add_names_command
 from .clinodes import add_node_commands
 from .errors import ConfigError
 from .lab.config import GPULab, Lab, load_config_file
@@ -474,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("allocations", cmd_allocations, "list open allocations", True)
     add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
     add_node_commands(add)
+    add_names_command(add, _config)
     sub.add_parser(
         "node-agent",
         help="run the node agent on a GPU node (`gpulab node-agent --help-all` for its settings)",

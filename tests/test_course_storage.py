@@ -252,3 +252,30 @@ def test_a_roster_notice_stays_a_day_whatever_runs():
     later = now + timedelta(seconds=1)
     assert to_clear([fresh, old], {}, running, later) == [("bob", "dl101", "course:roster")]
     assert kind_of("course:roster") == "notice" and kind_of("culled:idle") == "stopped"
+
+
+@pytest.mark.parametrize("user", ["first.last", "user-name", "user_2Dname", "Zoë", "ANN"])
+def test_the_cli_names_what_the_spawner_and_courses_name(capsys, tmp_path, user):
+    """``gpulab names`` prints the spawner's own container and volume names for the user: the
+    spawner's ``format_volume_name`` and ``object_name``, and the course settings, agree."""
+    import json
+
+    from traitlets.config import Config
+
+    from jupyterhub_gpulab.cli import main
+    from jupyterhub_gpulab.spawner import GPUDockerSpawner
+
+    cfg = tmp_path / "jupyterhub_config.py"
+    cfg.write_text('c.DockerSpawner.prefix = "lab"\n')
+    assert main(["names", user, "--course", "dl101", "--json", "-f", str(cfg)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    config = Config()
+    config.DockerSpawner.prefix = "lab"
+    spawner = GPUDockerSpawner(config=config, user=SimpleNamespace(name=user))
+    assert shown["container (default server)"] == spawner.object_name
+    assert shown["home volume"] == spawner.format_volume_name(HOME, spawner)
+    server = SimpleNamespace(name="dl101", state=None, server=None, user_options=None)
+    course = GPUDockerSpawner(config=config, user=SimpleNamespace(name=user), orm_spawner=server)
+    assert shown["dl101: course server"] == course.object_name
+    vols, _ = course_volumes(course, parse_course({"slug": "dl101"}), GPULabCourses(), staff=False)
+    assert shown["dl101: course-work volume"] in vols
