@@ -170,11 +170,9 @@ def to_clear(
         if w.rule in RULES:
             if w.rule not in kept.get(key, {}):
                 found.append((w.user, w.server_name, w.rule))
-        elif (
-            w.rule.startswith(NOTICE_PREFIXES)
-            and (key in again or now - w.created_at > NOTICE_TTL)
-            or w.rule.startswith(COURSE_PREFIX)
-            and now - w.created_at > NOTICE_TTL
+        elif w.rule.startswith((*NOTICE_PREFIXES, COURSE_PREFIX)) and (
+            now - w.created_at > NOTICE_TTL
+            or (key in again and not w.rule.startswith(COURSE_PREFIX))
         ):
             found.append((w.user, w.server_name, w.rule))
     return found
