@@ -279,3 +279,98 @@ def test_the_cli_names_what_the_spawner_and_courses_name(capsys, tmp_path, user)
     assert shown["dl101: course server"] == course.object_name
     vols, _ = course_volumes(course, parse_course({"slug": "dl101"}), GPULabCourses(), staff=False)
     assert shown["dl101: course-work volume"] in vols
+
+
+def test_every_other_outcome_of_collect_and_return_is_reported_per_student(lab):
+    files, s, tmp = lab
+    (tmp / s.work_of("c2", "empty") / "assignments" / "hw1").mkdir(parents=True)
+    (tmp / s.work_of("c2", "other") / "assignments" / "hw2").mkdir(parents=True)
+    (tmp / s.work_of("c2", "weird") / "assignments").mkdir(parents=True)
+    os.mkfifo(tmp / s.work_of("c2", "weird") / "assignments" / "hw1")  # not a folder
+    report = run_collect(files, s, ["empty", "other", "weird", "c2-dan"])
+    assert report["empty"] == {"state": "missing", "reason": "assignments/hw1 is empty"}
+    assert report["other"] == {"state": "missing", "reason": "no assignments/hw1 folder"}
+    assert report["weird"] == {"state": "missing", "reason": "no assignments/hw1 folder"}
+    assert report["c2-dan"]["state"] == "submitted"  # the others never stop one who submitted
+    staff = s.staff_of("c2")
+    big = [Entry("huge", b"x" * 10_001, 1)]
+    files.write_tree(staff, f"feedback/hw1/{folder_name('c2-dan')}", big, (0, 0))
+    files.write_tree(staff, f"feedback/hw1/{folder_name('gone')}", [Entry("g", b"A", 1)], (0, 0))
+    os.symlink("/etc", tmp / staff / "feedback" / "hw1" / folder_name("first.last"))
+    back = run_return(files, s, ["c2-dan", "gone", "first.last"])
+    assert back["c2-dan"] == {"state": "oversized", "reason": "larger than 10000 bytes"}
+    assert back["gone"] == {"state": "failed", "reason": "no course work volume yet"}
+    assert back["first.last"]["state"] == "skipped"  # staff's own link is not followed either
+
+
+def test_one_broken_student_volume_is_a_failure_of_that_student_alone(lab, monkeypatch):
+    files, s, _ = lab
+    real = files.read_tree
+
+    def broken(volume, path, max_bytes):
+        if volume == s.work_of("c2", "c2-dan"):
+            raise OSError("input/output error")
+        return real(volume, path, max_bytes)
+
+    monkeypatch.setattr(files, "read_tree", broken)
+    report = run_collect(files, s, ["c2-dan", "c2-2ddan"])
+    assert report["c2-dan"] == {"state": "failed", "reason": "input/output error"}
+    assert report["c2-2ddan"]["state"] == "submitted"
+    monkeypatch.setattr(files, "read_tree", real)
+    files.write_tree(s.staff_of("c2"), f"feedback/hw1/{folder_name('Zoë')}", [Entry("g", b"A", 1)],
+                     (0, 0))  # fmt: skip
+    monkeypatch.setattr(
+        files, "owner", lambda volume, path="": (_ for _ in ()).throw(OSError("no"))
+    )
+    assert run_return(files, s, ["Zoë"])["Zoë"] == {"state": "failed", "reason": "no"}
+
+
+def test_the_upgrade_skips_links_and_oversized_folders(lab):
+    files, s, tmp = lab
+    home = s.home_of("ann")
+    files.write_tree(home, "big", [Entry("b", b"x" * 200, 1)], (0, 0))
+    os.symlink("/etc", tmp / home / "assignments")
+    work = s.work_of("dl101", "ann")
+    done = carry_over(files, home=home, work=work, folders=["assignments", "big"], max_bytes=100)
+    assert done == {
+        "assignments": "skipped: assignments is a link",
+        "big": "skipped: larger than 100 bytes",
+    }
+    assert files.exists(work)  # made, empty: the first start pulls the content into it
+
+
+def test_the_docker_storages_tar_holds_the_tree_as_written_and_read_back():
+    """The archive :class:`DockerVolumes` puts into a volume, and how it reads one back: the
+    folders on the way, the owner, and only regular files and folders."""
+    import io
+    import tarfile
+
+    from jupyterhub_gpulab.courses.storage import TooLarge, _tar, _untar
+
+    entries = [Entry("d", None, 5.0), Entry("d/a.txt", b"hi", 5.0)]
+    data = _tar(["feedback", "hw1"], entries, (1000, 100))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: (m.uid, m.gid, m.isdir()) for m in tar}
+    assert members == {
+        "feedback": (1000, 100, True),
+        "feedback/hw1": (1000, 100, True),
+        "feedback/hw1/d": (1000, 100, True),
+        "feedback/hw1/d/a.txt": (1000, 100, False),
+    }
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, body in (("hw1", None), ("hw1/a", b"12345"), ("hw1/b", b"678")):
+            t = tarfile.TarInfo(name)
+            if body is None:
+                t.type = tarfile.DIRTYPE
+                tar.addfile(t)
+            else:
+                t.size = len(body)
+                tar.addfile(t, io.BytesIO(body))
+        link = tarfile.TarInfo("hw1/pw")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    got, skipped = _untar(out.getvalue(), "hw1", 8, "assignments/hw1")
+    assert [e.path for e in got] == ["a", "b"] and skipped == ["pw"]
+    with pytest.raises(TooLarge):
+        _untar(out.getvalue(), "hw1", 7, "assignments/hw1")
