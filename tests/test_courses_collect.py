@@ -68,15 +68,29 @@ def course():
         as_student(
             work(user), f"mkdir -p ~/assignments/hw1 && echo '{user}' > ~/assignments/hw1/me"
         )
+    # 600 + 400 bytes: exactly 1000 in all, well under the stream's cut-off
+    as_student(work("edge"), "mkdir -p ~/assignments/hw1/d && head -c 600 /dev/zero > ~/assignments/hw1/a"
+               " && head -c 400 /dev/zero > ~/assignments/hw1/d/b")  # fmt: skip
     # ~/assignments a link to /etc: collecting "ssl" would copy the image's /etc/ssl
     as_student(work("mal"), "ln -s /etc ~/assignments")
     yield s, work
     remove_volumes(prefix)
 
 
-def run(copy, files, s, work, students, assignment="hw1", **kw):
+def run(copy, files, s, work, students, assignment="hw1", max_bytes=100_000, **kw):
     return copy(files, assignment=assignment, students=students, volume_of=work,
-                course_volume=s.staff_of("ml101"), max_bytes=100_000, **kw)  # fmt: skip
+                course_volume=s.staff_of("ml101"), max_bytes=max_bytes, **kw)  # fmt: skip
+
+
+def test_the_bound_is_the_submissions_total_file_size_not_the_streams(course):
+    """Between ``collect_max_bytes`` and the stream's cut-off (the bound plus headroom for tar
+    headers): the files' total decides, to the byte."""
+    s, work = course
+    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    ok = run(collect, files, s, work, ["edge"], max_bytes=1000, owner=(1000, 1000))
+    assert ok["edge"]["state"] == "submitted" and ok["edge"]["bytes"] == 1000, ok
+    over = run(collect, files, s, work, ["edge"], max_bytes=999, owner=(1000, 1000))
+    assert over["edge"] == {"state": "oversized", "reason": "larger than 999 bytes"}
 
 
 def test_collect_reports_submitted_missing_and_oversized_and_return_gives_feedback(course):

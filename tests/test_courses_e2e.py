@@ -372,6 +372,33 @@ def test_collect_gets_each_submission_and_reports_who_submitted_nothing(lab):
     assert audit[0]["who"] == "ta1"
 
 
+def test_staff_write_feedback_in_their_own_course_server_and_return_delivers_it(lab):
+    """The instructor's week as staff do it: the collected work is in ~/ml101-staff of their own
+    course server, written by the image's user (uid 1000) there, and Return brings it to the
+    student's course work (where it had been 'returned to 0 of 3': root-owned staff folder)."""
+    hub, repo, tokens = lab
+    r = hub.spawn("ta1", name="ml101")
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("ta1", "ml101", timeout=180)
+    try:
+        ta = containers_of(hub.node, "ml101")["ta1"]
+        script = (
+            "set -e; cd ~/ml101-staff; ls collected/hw1/s1/*/answer.py;"
+            " mkdir -p feedback/hw1/s1 && echo 'well done' > feedback/hw1/s1/notes.txt"
+        )
+        done = subprocess.run(["docker", "exec", "-u", "1000", ta, "sh", "-c", script],
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        r = api(hub, tokens["ta1"], "POST", "courses/ml101/return", json={"assignment": "hw1"})
+        assert r.status_code == 200, r.text
+        assert r.json()["report"]["s1"] == {"state": "returned", "files": 1}, r.json()
+        assert (
+            read_home(work_of(hub.node, "ml101", "s1"), "feedback/hw1/notes.txt") == "well done\n"
+        )
+    finally:
+        hub.stop_server("ta1", "ml101")
+
+
 def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_prestarted(lab):
     hub, repo, tokens = lab
     from datetime import datetime, timedelta, timezone

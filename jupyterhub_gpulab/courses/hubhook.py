@@ -131,11 +131,13 @@ def course_volumes(spawner, course, settings, *, staff: bool) -> tuple[dict, str
     return volumes, home
 
 
-def _carry_over(spawner, course, settings, home: str | None) -> dict:
-    """The upgrade path at a course server's first start (a container backend only: its volumes
-    are this engine's): copy the course folders of the personal home into the new course-work
-    volume (:func:`.collect.carry_over`). Blocking."""
-    if home is None or getattr(spawner, "object_type", "") != "container":
+def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool) -> dict:
+    """Before a course server starts (a container backend only: its volumes are this engine's):
+    a staff member's staff folder exists, owned by the images' user (``staff_owner``), so they
+    can write feedback in it; and, the upgrade path at a student's first start, the course
+    folders of the personal home are copied into the new course-work volume
+    (:func:`.collect.carry_over`; returns what it did). Blocking."""
+    if getattr(spawner, "object_type", "") != "container":
         return {}
     import docker
 
@@ -143,6 +145,10 @@ def _carry_over(spawner, course, settings, home: str | None) -> dict:
     from .storage import DockerVolumes
 
     files = DockerVolumes(docker.from_env(), settings.helper_image or spawner.image)
+    if staff:
+        files.prepare(settings.staff_of(course.slug), tuple(settings.staff_owner))
+    if home is None:
+        return {}
     folders = [*COURSE_FOLDERS, *(src.dir for src in course.content if src.dir)]
     return carry_over(
         files,
@@ -195,7 +201,7 @@ def make_pre_spawn_hook(db_url: str, settings, before=None):
             spawner.user_options = {"profile": course.profile}
         spawner.cmd = start_command(course, home_path)
         volumes, home = course_volumes(spawner, course, settings, staff=staff)
-        carried = await aio.call(_carry_over, spawner, course, settings, home)
+        carried = await aio.call(_prepare_storage, spawner, course, settings, home, staff=staff)
         if carried:
             spawner.log.info(
                 "Course %s: from %s's home: %s", course.slug, spawner.user.name, carried
