@@ -185,3 +185,23 @@ def test_staff_write_feedback_as_uid_1000_in_their_server_and_return_delivers_it
     assert back == {u: {"state": "returned", "files": 1} for u in ("ann", "first.last")}, back
     assert read_home(work("ann"), "feedback/hw1/notes.txt") == "well done\n"
     assert read_home(work("first.last"), "feedback/hw1/notes.txt") == "see me\n"
+
+
+def test_the_upgrade_copy_starts_the_course_work_as_a_first_mount_would(course):
+    """A personal home holding course work from before the upgrade: at the first start its
+    ``assignments`` are copied into a new course-work volume that also holds the image's home
+    files (as Docker gives a volume mounted first at the home), owned by the image's user."""
+    from jupyterhub_gpulab.courses.collect import carry_over
+
+    s, work = course
+    home = work("zed").replace("-work-", "-home-")
+    as_student(home, "mkdir -p ~/assignments/hw0 && echo mine > ~/assignments/hw0/old.py")
+    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    done = carry_over(files, home=home, work=work("zed"), folders=["assignments", "feedback"],
+                      max_bytes=100_000, like="/home/jovyan")  # fmt: skip
+    assert done == {"assignments": "copied", "feedback": "absent"}
+    assert read_home(work("zed"), "assignments/hw0/old.py") == "mine\n"
+    assert read_home(work("zed"), ".bashrc") is not None  # the image's home files
+    assert files.owner(work("zed")) == files.owner(home) != (0, 0)
+    as_student(work("zed"), "touch ~/mine-to-write && rm ~/assignments/hw0/old.py")
+    assert read_home(home, "assignments/hw0/old.py") == "mine\n"  # the home keeps it

@@ -155,22 +155,23 @@ def carry_over(
     work: str,
     folders: Iterable[str],
     max_bytes: int,
+    like: str | None = None,
 ) -> dict[str, str]:
     """The upgrade path: before a course server's first start on its new course-work volume
     ``work``, copy the course's ``folders`` (``assignments``, ``feedback``, the content
     folders) of the personal home ``home`` into it, owned as ``home``'s root is. The home is
-    only read (nothing is moved or deleted); a ``work`` that exists is left as it is. Returns
-    ``{folder: "copied" | "absent" | "skipped: <why>"}`` (empty when ``work`` existed or
-    ``home`` does not). Blocking."""
+    only read (nothing is moved or deleted); a ``work`` that exists is left as it is, and none
+    is made when there is nothing to copy (the server's first mount makes it). ``like``: the
+    image's home folder a new ``work`` starts with (:meth:`~.storage.Storage.prepare`).
+    Returns ``{folder: "copied" | "absent" | "skipped: <why>"}`` (empty when ``work`` existed
+    or ``home`` does not). Blocking."""
     if files.exists(work) or not files.exists(home):
         return {}
-    owner = files.owner(home)
-    files.prepare(work, owner)
     done: dict[str, str] = {}
+    found: dict[str, list[Entry]] = {}
     for folder in dict.fromkeys(folders):
         try:
-            entries, _ = files.read_tree(home, folder, max_bytes)
-            files.write_tree(work, folder, entries, owner)
+            found[folder] = files.read_tree(home, folder, max_bytes)[0]
             done[folder] = "copied"
         except FileNotFoundError:
             done[folder] = "absent"
@@ -178,4 +179,9 @@ def carry_over(
             done[folder] = f"skipped: {e} is a link"
         except TooLarge:
             done[folder] = f"skipped: larger than {max_bytes} bytes"
+    if found:
+        owner = files.owner(home)
+        files.prepare(work, owner, like)
+        for folder, entries in found.items():
+            files.write_tree(work, folder, entries, owner)
     return done

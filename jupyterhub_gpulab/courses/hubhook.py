@@ -156,6 +156,7 @@ def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool
         work=settings.work_of(course.slug, spawner.user.name),
         folders=folders,
         max_bytes=course.collect_max_bytes,
+        like=settings.home_path,
     )
 
 

@@ -78,9 +78,11 @@ class Storage(Protocol):
     def owner(self, volume: str, path: str = "") -> tuple[int, int]:
         """``(uid, gid)`` of ``path`` (the volume's root by default)."""
 
-    def prepare(self, volume: str, owner: tuple[int, int]) -> None:
+    def prepare(self, volume: str, owner: tuple[int, int], like: str | None = None) -> None:
         """Create ``volume`` if missing, its root owned by ``owner``; a root left owned by
-        root (an engine made it for a mount) is given to ``owner`` too."""
+        root (an engine made it for a mount) is given to ``owner`` too. ``like``: a folder of
+        the image (``/home/jovyan``) whose files a new volume starts with, as when a server
+        mounts it there first (Docker's copy of the image's content into an empty volume)."""
 
 
 class DockerVolumes:
@@ -100,14 +102,14 @@ class DockerVolumes:
             return False
 
     @contextmanager
-    def _mounted(self, volume: str, *, read_only: bool):
+    def _mounted(self, volume: str, *, read_only: bool, at: str = MOUNT):
         c = self.client.containers.create(
             self.image,
             command=["true"],
             entrypoint=[],
             network_disabled=True,
             labels={"org.jupyter.gpulab.helper": "courses"},
-            volumes={volume: {"bind": MOUNT, "mode": "ro" if read_only else "rw"}},
+            volumes={volume: {"bind": at, "mode": "ro" if read_only else "rw"}},
         )
         try:
             yield c
@@ -193,10 +195,17 @@ class DockerVolumes:
             self._no_link(c, dest, missing_ok=True)
             c.put_archive(MOUNT, data)
 
-    def prepare(self, volume: str, owner: tuple[int, int]) -> None:
-        if self.exists(volume) and self.owner(volume) != (0, 0):
-            return
-        self.client.volumes.create(volume)  # an existing one is kept as it is
+    def prepare(self, volume: str, owner: tuple[int, int], like: str | None = None) -> None:
+        if self.exists(volume):
+            if self.owner(volume) != (0, 0):
+                return
+        elif like:
+            with self._mounted(volume, read_only=False, at=like):
+                pass  # created with the image's files of ``like``, and their owner
+            if self.owner(volume) != (0, 0):
+                return
+        else:
+            self.client.volumes.create(volume)
         # the mount point as a tar entry at "/": extracting it gives the volume's root its owner
         root = tarfile.TarInfo(MOUNT.strip("/"))
         root.type, root.mode, (root.uid, root.gid) = tarfile.DIRTYPE, 0o755, owner
@@ -327,8 +336,8 @@ class LocalFolders:
         st = os.lstat(self._walk_to(volume, path, missing_ok=False))
         return st.st_uid, st.st_gid
 
-    def prepare(self, volume: str, owner: tuple[int, int]) -> None:
-        os.makedirs(self._vol(volume), exist_ok=True)
+    def prepare(self, volume: str, owner: tuple[int, int], like: str | None = None) -> None:
+        os.makedirs(self._vol(volume), exist_ok=True)  # ``like``: no image here
         if self.owner(volume) == (0, 0):
             self._chown(self._vol(volume), owner)
 
