@@ -9,7 +9,6 @@
     gpulab nodes [--json] [-f jupyterhub_config.py]            (the lab's nodes; clinodes.py)
     gpulab node-token NODE [--revoke] [-f jupyterhub_config.py]
     gpulab node-agent --url … --node … --token-file …          (on each GPU node; agent/app.py)
-    gpulab names USER [--course SLUG] [--json] [-f …]           (its container and volumes; clinames.py)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
 usage.
