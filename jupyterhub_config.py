@@ -283,8 +283,10 @@ if demo:
 # from the course page. ADMIN: declare courses here too (c.GPULabCourses.courses = [{...}]).
 c.GPULabCourses.home_volume = home_volume
 c.GPULabCourses.course_volume = os.environ.get("GPULAB_COURSE_VOLUME", "gpulab-course-{slug}")
-if demo and os.environ.get("GPULAB_DEMO_AUTH") != "oidc":  # with SSO the provider owns groups
-    # instructor1 runs it from /services/gpulab/courses/dl101: roster, content, Start all, collect
+if demo:
+    # instructor1 runs it from /services/gpulab/courses/dl101: roster, content, Start all, collect.
+    # Its groups come from load_groups above, or with GPULAB_DEMO_AUTH=oidc from the provider's
+    # claims (scripts/idp/demo-users.json: "/dl101", "/dl101-staff"), synced at each login.
     c.GPULabCourses.courses = [
         {
             "slug": "dl101",

@@ -8,9 +8,12 @@ requests alternate between the two kinds.
 
 The alternative measured in the same run is the obvious design without the ``held_by`` mirror:
 find a free slice with an anti-join against open allocations (``NOT EXISTS``), relying on the
-same unique index for safety. Its p99 at 99 % shows why the mirror exists.
+same unique index for safety. Its p99 at 99 % shows why the mirror exists. Both sides run on
+ledgers prepared alike, interleaved round by round (ABBA) with the same requests and the same
+number of rounds, so a load spike on the machine falls on both.
 
-Usage: ``python benchmarks/ledger.py [--rounds N] [--sizes 100,1000,10000]``.
+Usage: ``python benchmarks/ledger.py [--rounds N] [--sizes 100,1000,10000]``; ``--small`` (the
+test suite's, seconds): 40 rounds at 100 and 300 slices.
 The last line printed is one JSON object with the figures the foundation issue names.
 """
 
@@ -111,18 +114,18 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def measure(n_slices: int, fill: float, rounds: int, workdir: Path, naive: bool) -> dict:
-    path = workdir / f"ledger-{n_slices}-{int(fill * 100)}-{'naive' if naive else 'ours'}.sqlite"
+def prepare(n_slices: int, fill: float, path: Path) -> Ledger:
+    """A ledger of ``n_slices`` with a ``fill`` fraction of each kind held, holes scattered at
+    random (seeded by the size: two ledgers prepared alike hold the same slices)."""
     ledger = Ledger(f"sqlite:///{path}")
     ledger.sync_inventory(load_declared(lab_spec(n_slices)))
     rng = random.Random(n_slices)
-    # Hold a random `fill` fraction of each kind (random, so holes are spread over the lab).
     all_slices = ledger.slices()
     for kind, req in (("mig", MIG), ("shared", SEAT)):
         ids = [s["id"] for s in all_slices if s["kind"] == kind]
         for _ in range(int(len(ids) * fill)):
             ledger.claim(req, user="filler", profile="bench")
-        # release a random half of the first-fit block and re-fill elsewhere to scatter holes
+    # release a random quarter of the first-fit block and re-fill elsewhere to scatter holes
     held = ledger.open_allocations()
     rng.shuffle(held)
     for a in held[: len(held) // 4]:
@@ -132,60 +135,76 @@ def measure(n_slices: int, fill: float, rounds: int, workdir: Path, naive: bool)
     for _ in range(50):  # warm-up
         c = ledger.claim(SEAT, user="warm", profile="bench")
         ledger.release(c.allocation.id, "stopped")
-    times = []
+    return ledger
+
+
+def measure(n_slices: int, fill: float, rounds: int, workdir: Path) -> dict[str, dict]:
+    """``rounds`` claim+release pairs on each side (``ours``, ``naive``), interleaved round by
+    round (ABBA, so neither side always goes first) on two ledgers prepared alike, each round
+    asking both sides the same request: the load of the machine falls on both alike."""
+    tag = f"{n_slices}-{int(fill * 100)}"
+    ledgers = {side: prepare(n_slices, fill, workdir / f"ledger-{tag}-{side}.sqlite")
+               for side in ("ours", "naive")}  # fmt: skip
+    times: dict[str, list[float]] = {"ours": [], "naive": []}
     for i in range(rounds):
         req = MIG if i % 2 else SEAT
-        t0 = time.perf_counter()
-        if naive:
-            naive_claim_release(ledger, req)
-        else:
-            c = ledger.claim(req, user=f"u{i}", profile="bench")
-            ledger.release(c.allocation.id, "stopped")
-        times.append((time.perf_counter() - t0) * 1000)
-    doubles = len(ledger.double_allocations())
-    ledger.close()
-    return {
-        "p50_ms": round(statistics.median(times), 3),
-        "p99_ms": round(pct(times, 99), 3),
-        "double_allocations": doubles,
-    }
+        for side in ("ours", "naive") if i % 4 in (0, 3) else ("naive", "ours"):
+            t0 = time.perf_counter()
+            if side == "naive":
+                naive_claim_release(ledgers[side], req)
+            else:
+                c = ledgers[side].claim(req, user=f"u{i}", profile="bench")
+                ledgers[side].release(c.allocation.id, "stopped")
+            times[side].append((time.perf_counter() - t0) * 1000)
+    out = {}
+    for side, ledger in ledgers.items():
+        out[side] = {
+            "p50_ms": round(statistics.median(times[side]), 3),
+            "p99_ms": round(pct(times[side], 99), 3),
+            "double_allocations": len(ledger.double_allocations()),
+        }
+        ledger.close()
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2000, help="timed claim+release pairs per case")
     ap.add_argument("--sizes", default="100,1000,10000")
+    ap.add_argument("--small", action="store_true", help="seconds: 40 rounds, 100 and 300 slices")
     args = ap.parse_args(argv)
+    if args.small:
+        args.rounds, args.sizes = 40, "100,300"
     sizes = [int(s) for s in args.sizes.split(",")]
     out: dict = {}
     doubles = 0
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-") as tmp:
         for n in sizes:
             for fill in (0.5, 0.99):
-                r = measure(n, fill, args.rounds, Path(tmp), naive=False)
-                doubles += r["double_allocations"]
-                print(
-                    f"ours   {n:>6} slices, {fill:.0%} held: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms",
-                    file=sys.stderr,
-                )
-                out[(n, fill)] = r
-            naive = measure(n, 0.99, max(200, args.rounds // 4), Path(tmp), naive=True)
-            print(
-                f"naive  {n:>6} slices, 99% held: p50 {naive['p50_ms']:.3f} ms  p99 {naive['p99_ms']:.3f} ms",
-                file=sys.stderr,
-            )
-            out[(n, "naive")] = naive
+                r = measure(n, fill, args.rounds, Path(tmp))
+                for side in ("ours", "naive"):
+                    doubles += r[side]["double_allocations"]
+                    print(
+                        f"{side:6s} {n:>6} slices, {fill:.0%} held: p50 {r[side]['p50_ms']:.3f} ms"
+                        f"  p99 {r[side]['p99_ms']:.3f} ms",
+                        file=sys.stderr,
+                    )
+                out[(n, fill)] = r["ours"]
+                out[(n, "naive", fill)] = r["naive"]
     summary = {}
     for n in sizes:
         summary[f"p50_ms_{n}"] = max(out[(n, 0.5)]["p50_ms"], out[(n, 0.99)]["p50_ms"])
         summary[f"p99_ms_{n}"] = max(out[(n, 0.5)]["p99_ms"], out[(n, 0.99)]["p99_ms"])
         summary[f"p99_ms_{n}_99pct_held"] = out[(n, 0.99)]["p99_ms"]
-        summary[f"naive_p99_ms_{n}_99pct_held"] = out[(n, "naive")]["p99_ms"]
+        summary[f"naive_p99_ms_{n}_99pct_held"] = out[(n, "naive", 0.99)]["p99_ms"]
+        summary[f"naive_p99_ms_{n}_50pct_held"] = out[(n, "naive", 0.5)]["p99_ms"]
     lo, hi = min(sizes), max(sizes)
     summary[f"scaling_{hi // 1000}k_over_{lo}" if hi >= 1000 else f"scaling_{hi}_over_{lo}"] = (
         round(out[(hi, 0.99)]["p99_ms"] / out[(lo, 0.99)]["p99_ms"], 3)
     )
-    summary["naive_scaling"] = round(out[(hi, "naive")]["p99_ms"] / out[(lo, "naive")]["p99_ms"], 3)
+    summary["naive_scaling"] = round(
+        out[(hi, "naive", 0.99)]["p99_ms"] / out[(lo, "naive", 0.99)]["p99_ms"], 3
+    )
     summary["double_allocations"] = doubles
     summary["backend"] = "sqlite-wal"
     summary["rounds"] = args.rounds

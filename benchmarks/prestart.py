@@ -9,9 +9,13 @@ nbgitpuller):
   (``POST /services/gpulab/api/courses/<slug>/start``); the service starts every course server
   through the hub API with the course's token, in batches of ``concurrent_spawn_limit``, and each
   server pulls the repository into its home volume before it starts.
-- **plain**: ``dockerspawner.DockerSpawner`` with the same image, home volumes and limits; a script
-  POSTs ``/hub/api/users/<u>/servers/<slug>`` for every student at once (the hub's
-  ``concurrent_spawn_limit`` applies) — no profile, no slice, no content.
+- **plain**: ``dockerspawner.DockerSpawner`` with the same image, home volumes and limits, its
+  servers pulling the same repository at start as an admin without gpulab would have them do
+  (``c.DockerSpawner.cmd``: nbgitpuller's ``gitpuller <repo> main course`` in the same image,
+  under the same timeout, then ``jupyterhub-singleuser``); a script POSTs
+  ``/hub/api/users/<u>/servers/<slug>`` for every student at once (the hub's
+  ``concurrent_spawn_limit`` applies) — no profile, no slice. So the ratio is what the slices,
+  the course's token and the service's batches cost, not the pull.
 
 Both are timed the same way, from outside: from the first request until the hub lists every
 student's server as ready (``GET /hub/api/users?state=ready``, every 0.5 s). Rounds run in ABBA
@@ -19,9 +23,12 @@ order (ours, plain, plain, ours, …) so neither side always meets the machine a
 all servers are stopped and their containers removed, untimed, between rounds.
 
 Usage: ``python benchmarks/prestart.py [--students 60] [--rounds 2]`` (dockerd, the lab image and
-git; ``scripts/test-setup.sh`` provides them). The last line is one JSON object with
-``prestart_wall_s_ours``, ``prestart_wall_s_plain``, ``prestart_ratio``, ``ready_pct``,
-``content_present_pct`` and ``double_allocations``.
+git; ``scripts/test-setup.sh`` provides them); ``--small``: 3 students, one round each (the test
+suite's run). The last line is one JSON object with ``prestart_wall_s_ours``,
+``prestart_wall_s_plain``, ``prestart_ratio``, ``ready_pct`` (ours, its worst round),
+``content_present_pct`` (ours, after its first round), ``ready_pct_plain``,
+``content_present_pct_plain`` and
+``double_allocations``.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from e2e_support import remove_node_containers  # noqa: E402
 from hubtools import Hub  # noqa: E402
 from service_support import PREFIX, login, user_token, wait_for_service  # noqa: E402
 
+from jupyterhub_gpulab.courses.content import PULL_TIMEOUT_S  # noqa: E402
 from jupyterhub_gpulab.ledger import Ledger  # noqa: E402
 from jupyterhub_gpulab.ledger.schema import allocations  # noqa: E402
 
@@ -104,7 +112,17 @@ c.JupyterHub.cleanup_servers = True
     return course_hub(tmp, course, extra=extra)
 
 
-def plain_hub(tmp: Path) -> Hub:
+def plain_pull(repo: GitServer) -> list[str]:
+    """The plain side's container command: pull ``repo`` into ``~/course`` with nbgitpuller (a
+    failure is reported and the server starts anyway, as ours does), then start the server."""
+    script = (
+        f"cd /home/jovyan && timeout {PULL_TIMEOUT_S} gitpuller {repo.url} main course"
+        ' || echo "could not pull" >&2; exec "$@"'
+    )
+    return ["sh", "-c", script, "plain-course", "jupyterhub-singleuser"]
+
+
+def plain_hub(tmp: Path, repo: GitServer) -> Hub:
     node = "gpulabpln" + secrets.token_hex(3)
     return Hub(
         tmp / node,
@@ -116,8 +134,17 @@ c.DockerSpawner.pull_policy = "never"
 c.DockerSpawner.remove = True
 c.DockerSpawner.prefix = {node!r}
 c.DockerSpawner.volumes = {{"{node}-home-{{username}}": "/home/jovyan"}}
+c.DockerSpawner.cmd = {plain_pull(repo)!r}
 """,
     )
+
+
+def content_present(node: str, users: list[str]) -> float:
+    """Per cent of ``users`` whose home volume on hub ``node`` holds the pulled lesson."""
+    vols = [f"{node}-home-{u}" for u in users]
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda v: read_home(v, "course/lesson1.py"), vols))
+    return 100.0 * sum(1 for f in found if f) / len(users)
 
 
 def ready_count(hub: Hub, users: set[str]) -> int:
@@ -213,17 +240,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2, help="ABBA pairs (each side runs this many)")
+    ap.add_argument("--small", action="store_true", help="3 students, one round each")
     args = ap.parse_args(argv)
+    if args.small:
+        args.students, args.rounds = 3, 1
     n = args.students
     users = [f"st{i:03d}" for i in range(n)]
     tmp = Path(tempfile.mkdtemp(prefix="gpulab-prestart-"))
     repo = GitServer(tmp / "git")
     repo.commit({"lesson1.py": "print('lesson 1')\n"}, "lesson 1")
     ours = ours_hub(tmp, repo, n)
-    plain = plain_hub(tmp)
+    plain = plain_hub(tmp, repo)
     walls: dict[str, list[float]] = {"ours": [], "plain": []}
-    ready: list[float] = []
-    content_pct = 0.0
+    ready: dict[str, list[float]] = {"ours": [], "plain": []}
+    content: dict[str, list[float]] = {"ours": [], "plain": []}
     doubles = 0
     try:
         ours.start()
@@ -238,18 +268,15 @@ def main(argv=None) -> int:
         for _ in range(args.rounds):
             order += ["ours", "plain"] if len(order) % 4 == 0 else ["plain", "ours"]
         for i, side in enumerate(order):
+            hub, node = (ours, ours.node) if side == "ours" else (plain, plain.workdir.name)
             if side == "ours":
                 wall, got = round_ours(ours, token, users)
-                ready.append(100.0 * got / n)
-                if not content_pct:
-                    vols = [f"{ours.node}-home-{u}" for u in users]
-                    with ThreadPoolExecutor(4) as pool:
-                        found = list(pool.map(lambda v: read_home(v, "course/lesson1.py"), vols))
-                    content_pct = 100.0 * sum(1 for f in found if f) / n
-                stop_all(ours, users, ours.node)
             else:
                 wall, got = round_plain(plain, users)
-                stop_all(plain, users, plain.workdir.name)
+            ready[side].append(100.0 * got / n)
+            if len(content[side]) < 1:  # the first round's pull (later ones merge onto it)
+                content[side].append(content_present(node, users))
+            stop_all(hub, users, node)
             walls[side].append(wall)
             print(f"round {i + 1} {side}: {wall:.1f} s, {got} of {n} ready", flush=True)
         led = Ledger(f"sqlite:///{ours.workdir}/gpulab.sqlite")
@@ -270,8 +297,10 @@ def main(argv=None) -> int:
         "prestart_wall_s_ours_each": [round(x, 2) for x in walls["ours"]],
         "prestart_wall_s_plain_each": [round(x, 2) for x in walls["plain"]],
         "prestart_ratio": round(o / p, 3),
-        "ready_pct": round(min(ready), 1),
-        "content_present_pct": round(content_pct, 1),
+        "ready_pct": round(min(ready["ours"]), 1),
+        "content_present_pct": round(min(content["ours"]), 1),
+        "ready_pct_plain": round(min(ready["plain"]), 1),
+        "content_present_pct_plain": round(min(content["plain"]), 1),
         "double_allocations": doubles,
     }
     print(json.dumps(result))

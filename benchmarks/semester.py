@@ -1,7 +1,8 @@
 """A 14-week term on a 4-GPU lab, simulated on real usage data, through gpulab's own code: static
 whole GPUs vs gpulab today vs gpulab with reservations, a waitlist and priority.
 
-Usage: ``python benchmarks/semester.py [--weeks 14] [--seed 7] [--load 1.0]``. Deterministic for a
+Usage: ``python benchmarks/semester.py [--weeks 14] [--seed 7] [--load 1.0]``; ``--small`` (the
+test suite's run): one week at a fifth of the load. Deterministic for a
 seed. The last line printed is one JSON object: ``class_served_within_1min_pct``,
 ``homework_intents_unserved_pct``, ``research_wait_p90_min``, ``idle_held_pct``,
 ``students_per_gpu_ratio``, ``double_allocations`` (for lab c) and ``lab``, the simulated lab.
@@ -747,7 +748,10 @@ def main() -> None:
     parser.add_argument("--seats", type=int, default=12, help="seats each section reserves")
     parser.add_argument("--mig-gpus", type=int, default=2, help="H100s in MIG mode (students)")
     parser.add_argument("--research-gpus", type=int, default=2, help="whole H100s (research)")
+    parser.add_argument("--small", action="store_true", help="one week at a fifth of the load")
     args = parser.parse_args()
+    if args.small:
+        args.weeks, args.load = 1, 0.2
     BOOKING["lead"], BOOKING["seats"] = args.lead, args.seats
     specs = labs(args.mig_gpus, args.research_gpus)
     intents = workload(random.Random(args.seed), args.weeks, args.load)

@@ -19,8 +19,9 @@ a utilisation sample for every slice, and two course reservations keeping 40 sli
 the same ledger (``state.snapshot()``), the alternative read an admin already pays for.
 
 Each is requested ``--rounds`` times after ``--warmup`` requests; latencies are wall-clock times
-of complete responses. Usage: ``python benchmarks/service.py [--rounds 200]``. The last line
-printed is one JSON object (``admin_page_ms_p50/p95``, ``api_ms_p50/p95``,
+of complete responses. Usage: ``python benchmarks/service.py [--rounds 200]``; ``--small`` (the
+test suite's run, seconds: 10 devices, 60 allocations, a 200-slice metrics lab, 10 rounds). The
+last line printed is one JSON object (``admin_page_ms_p50/p95``, ``api_ms_p50/p95``,
 ``metrics_ms_p50/p95``, ``metrics_http_ms_p95``, sizes, targets).
 """
 
@@ -34,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -52,15 +54,39 @@ from service_support import (  # noqa: E402
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest  # noqa: E402
 
 TARGETS = {"admin_page_ms_p95": 150, "api_ms_p95": 50, "metrics_ms_p95": 100}
-N_DEVICES = 100
-N_ALLOCATIONS = 1000
-N_USERS = 400
 GROUPS = [f"course-{i}" for i in range(10)]
+M_SEATS = 15  # seats per T4 of the metrics lab
 
 
-def lab_spec() -> list[dict]:
+@dataclass(frozen=True)
+class Size:
+    """The lab of one run: the hub's (``devices``, ``allocations`` over ``users``) and the
+    metrics lab's (``m_a100`` MIG GPUs, ``m_t4`` seat GPUs, ``m_open`` + ``m_closed``
+    allocations, ``m_booked`` slices kept by each of two course sessions)."""
+
+    devices: int = 100
+    allocations: int = 1000
+    users: int = 400
+    m_a100: int = 1000
+    m_t4: int = 200
+    m_open: int = 5000
+    m_closed: int = 5000
+    m_booked: int = 40
+
+    @property
+    def m_slices(self) -> int:
+        return self.m_a100 * 7 + self.m_t4 * M_SEATS
+
+
+FULL = Size()
+#: ``--small``: seconds, the test suite's run (tests/test_benchmarks.py)
+SMALL = Size(devices=10, allocations=60, users=30, m_a100=20, m_t4=4, m_open=100, m_closed=100,
+             m_booked=10)  # fmt: skip
+
+
+def lab_spec(size: Size) -> list[dict]:
     spec = []
-    for i in range(N_DEVICES // 2):
+    for i in range(size.devices // 2):
         spec.append(
             {
                 "uuid": f"GPU-a100-{i:04d}",
@@ -70,7 +96,7 @@ def lab_spec() -> list[dict]:
                 "mig": [{"uuid": f"MIG-{i:04d}-{j}", "profile": "1g.10gb"} for j in range(7)],
             }
         )
-    for i in range(N_DEVICES // 2, N_DEVICES):
+    for i in range(size.devices // 2, size.devices):
         spec.append(
             {
                 "uuid": f"GPU-t4-{i:04d}",
@@ -95,28 +121,24 @@ c.GPULabService.sample_interval = 30
 """
 
 
-def fill(ledger) -> None:
+def fill(ledger, size: Size) -> None:
     mig = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb")
     seat = SliceRequest(kind=SliceKind.SHARED)
-    for n in range(N_ALLOCATIONS):
-        user = f"user{n % N_USERS:03d}"
+    for n in range(size.allocations):
+        user = f"user{n % size.users:03d}"
         group = GROUPS[n % len(GROUPS)]
         ledger.claim(
             mig if n % 3 == 0 else seat,
             user=user,
             profile="mig" if n % 3 == 0 else "seat",
-            server_name="" if n < N_USERS else f"s{n // N_USERS}",
+            server_name="" if n < size.users else f"s{n // size.users}",
             charge_groups=[(group, 200)],
         )
         if n % 50 == 0:
             ledger.record_refusal(user, "mig", "quota", "group full")
 
 
-M_A100, M_T4, M_SEATS = 1000, 200, 15
-M_OPEN, M_CLOSED = 5000, 5000
-
-
-def metrics_lab(tmp: Path):
+def metrics_lab(tmp: Path, size: Size):
     """A LabState over a fresh SQLite ledger holding the metrics benchmark's lab (docstring)."""
     from traitlets.config import Config
 
@@ -135,7 +157,7 @@ def metrics_lab(tmp: Path):
             "memory": "80GiB",
             "mig": [{"uuid": f"MIG-{i:05d}-{j}", "profile": "1g.10gb"} for j in range(7)],
         }
-        for i in range(M_A100)
+        for i in range(size.m_a100)
     ] + [
         {
             "uuid": f"GPU-t4-{i:05d}",
@@ -144,7 +166,7 @@ def metrics_lab(tmp: Path):
             "memory": "16GiB",
             "shared": {"seats": M_SEATS, "memory_per_seat": "1GiB", "compute_share": 0.0625},
         }
-        for i in range(M_A100, M_A100 + M_T4)
+        for i in range(size.m_a100, size.m_a100 + size.m_t4)
     ]
     c = Config()
     c.GPULab.db_url = f"sqlite:///{tmp / 'metrics.sqlite'}"
@@ -160,11 +182,11 @@ def metrics_lab(tmp: Path):
     ledger = Ledger(gpulab.db_url)
     state = LabState(gpulab, ledger)
     state.sync()
-    assert len(state.inventory.slices) == 10_000
+    assert len(state.inventory.slices) == size.m_slices
     mig = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb")
     seat = SliceRequest(kind=SliceKind.SHARED)
     users = []
-    for n in range(M_OPEN + M_CLOSED):
+    for n in range(size.m_open + size.m_closed):
         user, group = f"user{n % 2500:04d}", GROUPS[n % len(GROUPS)]
         claim = ledger.claim(
             mig if n % 3 else seat,
@@ -173,7 +195,7 @@ def metrics_lab(tmp: Path):
             server_name=f"s{n}",
             charge_groups=[(group, None)],
         )
-        if n >= M_OPEN:
+        if n >= size.m_open:
             ledger.release(claim.allocation.id, "culled:gpu-idle" if n % 3 == 0 else "stopped")
         else:
             ledger.set_container(claim.allocation.id, f"c{n}", f"jupyter-{user}-s{n}")
@@ -186,9 +208,11 @@ def metrics_lab(tmp: Path):
         ("ml201", now - timedelta(minutes=5)),
     ):
         ledger.book(holder=holder, groups=[holder], profile="mig" if holder == "dl101" else "seat",
-                    request=mig if holder == "dl101" else seat, count=40, starts_at=start,
+                    request=mig if holder == "dl101" else seat, count=size.m_booked, starts_at=start,
                     ends_at=start + timedelta(hours=2), lead_s=3600, grace_s=900)  # fmt: skip
-    state.sample = Sample(
+    # the sampler's latest figures for this host (what ``take_sample`` keeps; ``sample`` merges
+    # them with node agents' reports, so it has no setter)
+    state._local = Sample(
         {s.id: Utilization(gpu_percent=float(i % 100), memory_used_bytes=i * 1024, at=now)
          for i, s in enumerate(state.inventory.slices)},
         now,
@@ -204,14 +228,14 @@ def metrics_lab(tmp: Path):
     return state, hub
 
 
-def metrics_server_time(rounds: int, warmup: int) -> dict:
+def metrics_server_time(rounds: int, warmup: int, size: Size) -> dict:
     """``metrics`` (docstring): p50/p95 of the collector plus exposition, interleaved with the
     admin API's ledger read."""
     from jupyterhub_gpulab.service.metrics import Exposition
 
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-metrics-") as tmp:
         t0 = time.perf_counter()
-        state, hub = metrics_lab(Path(tmp))
+        state, hub = metrics_lab(Path(tmp), size)
         fill_s = time.perf_counter() - t0
         metrics = Exposition(state, hub)
         # as the service does once started (service/launcher.py): what start built is frozen
@@ -238,8 +262,8 @@ def metrics_server_time(rounds: int, warmup: int) -> dict:
         state.ledger.close()
         gc.unfreeze()
     return {
-        "metrics_slices": 10_000,
-        "metrics_open_allocations": M_OPEN,
+        "metrics_slices": size.m_slices,
+        "metrics_open_allocations": size.m_open,
         "metrics_fill_s": round(fill_s, 1),
         "metrics_bytes": len(body),
         "metrics_ms_p50": round(statistics.median(scrape_ms), 1),
@@ -271,19 +295,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--small", action="store_true", help="seconds: a small lab, 10 rounds")
     args = ap.parse_args()
+    size = SMALL if args.small else FULL
+    if args.small:
+        args.rounds, args.warmup = 10, 2
 
-    metrics = metrics_server_time(args.rounds, 5)
+    metrics = metrics_server_time(args.rounds, 5, size)
     policies = {g: {"max_slices": 200, "max_slices_per_user": 4} for g in GROUPS}
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-") as tmp:
-        hub = start_hub(Path(tmp), extra=EXTRA.format(spec=lab_spec(), policies=policies))
+        hub = start_hub(Path(tmp), extra=EXTRA.format(spec=lab_spec(size), policies=policies))
         try:
             wait_for_service(hub)
             ledger = ledger_for(hub)
             t0 = time.perf_counter()
-            fill(ledger)
+            fill(ledger, size)
             fill_s = time.perf_counter() - t0
-            assert len(ledger.open_allocations()) == N_ALLOCATIONS
+            assert len(ledger.open_allocations()) == size.allocations
             session = login(hub, "admin")
             token = user_token(hub, session, "admin")
             page_url = hub.url + PREFIX
@@ -302,9 +330,9 @@ def main() -> int:
 
             # what is timed is what an admin gets: every allocation, on the page and in the API
             first_page, first_api = page(), api()
-            assert first_page.text.count('class="allocation"') == N_ALLOCATIONS
-            assert len(first_api.json()["allocations"]) == N_ALLOCATIONS
-            size = {
+            assert first_page.text.count('class="allocation"') == size.allocations
+            assert len(first_api.json()["allocations"]) == size.allocations
+            body_bytes = {
                 "admin_page_bytes": len(first_page.content),
                 "api_bytes": len(first_api.content),
             }
@@ -324,17 +352,17 @@ def main() -> int:
     for name, values in (
         ("admin page", page_ms),
         ("allocations API", api_ms),
-        ("metrics (1k)", scrape_ms),
+        ("metrics (HTTP)", scrape_ms),
     ):
         print(
             f"{name:16s} n={len(values)}  p50 {statistics.median(values):6.1f} ms  "
             f"p95 {pct(values, 95):6.1f} ms  max {max(values):6.1f} ms"
         )
     summary = {
-        "devices": N_DEVICES,
-        "open_allocations": N_ALLOCATIONS,
+        "devices": size.devices,
+        "open_allocations": size.allocations,
         "fill_s": round(fill_s, 2),
-        **size,
+        **body_bytes,
         "admin_page_ms_p50": round(statistics.median(page_ms), 1),
         "admin_page_ms_p95": round(pct(page_ms, 95), 1),
         "api_ms_p50": round(statistics.median(api_ms), 1),

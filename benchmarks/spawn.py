@@ -7,7 +7,8 @@ with ``dockerspawner.DockerSpawner``, both with the same CPU and memory limits.
 - **Single spawns**, ``--rounds`` of them (at least 20): each round spawns and stops one server on
   each hub, the order alternating (ours first in even rounds, plain first in odd ones) so that
   neither side always meets the machine as the other left it. Spawn→ready is measured as a client
-  sees it: POST, then poll the REST API every 50 ms until ``ready``. Reported as the spread (min,
+  sees it: POST (answered when the spawn ends: ``slow_spawn_timeout`` 120 s on every hub), then poll
+  the REST API every 50 ms until ``ready``. Reported as the spread (min,
   median, max) of each side and of the per-round ratio ours/plain: a ratio spread that straddles
   1 says the difference is noise, not a result.
 - **Storms** of ``--storm`` concurrent spawns in ABBA order (ours, plain, plain, ours): wall time
@@ -17,11 +18,13 @@ with ``dockerspawner.DockerSpawner``, both with the same CPU and memory limits.
   refusals' response times over ``--bursts`` bursts. The same burst against a third hub whose
   spawner is DockerSpawner for 4 of the users and refuses the others at once
   (``refusal_p95_s_hub_floor``) is what JupyterHub and the engine cost on this machine for the
-  same work: the floor no spawner can go below.
+  same work: the floor no spawner can go below. ``refusal_p95_over_floor`` is the ratio of the
+  two (ours / the bare hub's, bursts of the same run, alternating).
 
 Usage: ``python benchmarks/spawn.py [--rounds 20] [--storm 30] [--burst 40] [--bursts 3]`` (needs
 dockerd and the image; ``scripts/test-setup.sh`` provides both). About 5 minutes on the 2-core
-development machine. The last line is one JSON object.
+development machine; ``--small`` (the test suite's run: 2 rounds, storms of 2, one burst of 6)
+checks that it runs, its figures say nothing. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ c.DockerSpawner.remove = True
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 120
 c.JupyterHub.concurrent_spawn_limit = 100
+# a POST answers with the spawn's outcome (JupyterHub's default answers 202 after 10 s and the
+# spawn goes on): under load a refusal can take longer, and would be counted as a start
+c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 120}}
 {LIMITS}
 """
 #: Whole GPUs the refusal burst competes for.
@@ -94,6 +100,88 @@ c.GPULab.profiles = {profiles!r}
 c.GPUDockerSpawner.attach_mode = "env"
 """
     )
+
+
+#: ``--steps``: ours runs this subclass, which writes when each step of a start began and ended
+#: (``time.time()``, one JSON line per step) to ``steps.jsonl`` in the hub's folder.
+STEPS = """
+import json as _json
+import time as _time
+
+from jupyterhub_gpulab.spawner.gpudocker import GPUDockerSpawner
+
+_STEPS = open({path!r}, "a", buffering=1)
+
+
+def _step(user, step, t0):
+    _STEPS.write(_json.dumps({{"user": user, "step": step, "t0": t0, "t1": _time.time()}}) + "\\n")
+
+
+class StepsSpawner(GPUDockerSpawner):
+    async def start(self):
+        t0 = _time.time()
+        try:
+            return await super().start()
+        finally:
+            _step(self.user.name, "start", t0)
+
+    async def image_requirements(self, profile):
+        t0 = _time.time()
+        try:
+            return await super().image_requirements(profile)
+        finally:
+            _step(self.user.name, "image", t0)
+
+    def _reserve(self, rt, profile, ctx, ent, who, need=None):
+        t0 = _time.time()
+        try:
+            return super()._reserve(rt, profile, ctx, ent, who, need)
+        finally:
+            _step(who.user, "reserve", t0)
+
+    async def poll(self):
+        t0 = _time.time()
+        try:
+            return await super().poll()
+        finally:
+            _step(self.user.name, "poll", t0)
+
+
+c.JupyterHub.spawner_class = StepsSpawner
+"""
+
+
+def step_breakdown(path: Path, answers: dict[str, tuple[float, float]]) -> dict[str, list[float]]:
+    """Per refused user of one burst (``answers``: ``{user: (sent, answered)}``, ``time.time()``),
+    milliseconds spent in each part of the refusal: ``before_start`` (the hub's request handling
+    until ``start()``), ``image`` (the image's labels), ``reserve_queue`` (waiting for a thread),
+    ``reserve`` (budget, claim, the refusal's record: one thread trip), ``after_reserve`` (back on
+    the loop until ``start()`` raised), ``after_start`` (JupyterHub's handling of the failure,
+    ``poll`` included, until the answer), ``poll``, and ``total``."""
+    steps: dict[str, dict[str, tuple[float, float]]] = {}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        steps.setdefault(rec["user"], {})[rec["step"]] = (rec["t0"], rec["t1"])
+    out: dict[str, list[float]] = {}
+
+    def add(name, seconds):
+        out.setdefault(name, []).append(seconds * 1000)
+
+    for user, (sent, answered) in answers.items():
+        got = steps.get(user, {})
+        if not {"start", "image", "reserve"} <= got.keys():
+            continue
+        start, image, reserve = got["start"], got["image"], got["reserve"]
+        add("before_start", start[0] - sent)
+        add("image", image[1] - image[0])
+        add("reserve_queue", reserve[0] - image[1])
+        add("reserve", reserve[1] - reserve[0])
+        add("after_reserve", start[1] - reserve[1])
+        add("after_start", answered - start[1])
+        if "poll" in got:
+            add("poll", got["poll"][1] - got["poll"][0])
+        add("total", answered - sent)
+    return out
 
 
 def plain_config(node: str) -> str:
@@ -172,6 +260,18 @@ def stop(hub: Hub, user: str) -> float:
     return took
 
 
+def settle_and_stop(hub: Hub, user: str) -> float:
+    """Stop a burst's winner once its spawn has finished (JupyterHub answers a stop of a pending
+    spawn with a 500; under load the winners are still starting when the refusals are in)."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        s = hub.server(user)
+        if s and s.get("ready"):
+            break
+        time.sleep(0.2)
+    return stop(hub, user)
+
+
 def storm(hub: Hub, users: list[str], options: dict) -> float:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(len(users)) as pool:
@@ -182,22 +282,25 @@ def storm(hub: Hub, users: list[str], options: dict) -> float:
     return wall
 
 
-def burst(hub: Hub, users: list[str], options: dict) -> tuple[list[float], list[str]]:
-    """Every user POSTs at once: ``(refusals' response times in s, users who got a server)``."""
+def burst(
+    hub: Hub, users: list[str], options: dict
+) -> tuple[list[float], list[str], dict[str, tuple[float, float]]]:
+    """Every user POSTs at once: ``(refusals' response times in s, users who got a server,
+    {refused user: (sent, answered)} as ``time.time()``)``."""
 
     def one(user):
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         r = hub.spawn(user, options)
-        return user, r.status_code, time.perf_counter() - t0
+        return user, r.status_code, time.perf_counter() - t0, (w0, time.time())
 
     with ThreadPoolExecutor(len(users)) as pool:
         answers = list(pool.map(one, users))
-    refused = [t for _, code, t in answers if code == 503]
-    started = [u for u, code, _ in answers if code in (201, 202)]
-    odd = [(u, code) for u, code, _ in answers if code not in (201, 202, 503)]
+    refused = [t for _, code, t, _ in answers if code == 503]
+    started = [u for u, code, _, _ in answers if code in (201, 202)]
+    odd = [(u, code) for u, code, _, _ in answers if code not in (201, 202, 503)]
     if odd:
         raise RuntimeError(f"unexpected answers in the burst: {odd}\n{hub.log_tail()}")
-    return refused, started
+    return refused, started, {u: w for u, code, _, w in answers if code == 503}
 
 
 def p95(xs: list[float]) -> float:
@@ -219,11 +322,28 @@ def main(argv=None) -> int:
     ap.add_argument("--storm-pairs", type=int, default=2, help="1: one storm each; 2: ABBA order")
     ap.add_argument("--burst", type=int, default=40, help="concurrent spawns in a refusal burst")
     ap.add_argument("--bursts", type=int, default=3)
+    ap.add_argument("--small", action="store_true", help="runs, measures nothing: tiny sizes")
+    ap.add_argument(
+        "--steps",
+        action="store_true",
+        help="time each step of our refusals (refusal_steps_ms in the JSON; a subclass of "
+        "GPUDockerSpawner that records them)",
+    )
+    ap.add_argument("--bursts-only", action="store_true", help="skip the spawns and storms")
     args = ap.parse_args(argv)
-    if args.rounds < 20:
+    if args.small:
+        args.rounds, args.storm, args.storm_pairs, args.burst, args.bursts = 2, 2, 1, 6, 1
+        args.steps = True
+    elif args.rounds < 20:
         ap.error("--rounds must be at least 20: fewer rounds cannot tell a difference from noise")
     tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-spawn-"))
-    ours = Hub(tmp / "gpubenchours", ours_config("gpubenchours", args.storm + 2))
+    steps_file = tmp / "gpubenchours" / "steps.jsonl"
+    steps: dict[str, list[float]] = {}
+    ours = Hub(
+        tmp / "gpubenchours",
+        ours_config("gpubenchours", args.storm + 2)
+        + (STEPS.format(path=str(steps_file)) if args.steps else ""),
+    )
     plain = Hub(tmp / "gpubenchplain", plain_config("gpubenchplain"))
     crowd = [f"b{i}" for i in range(args.burst)]
     floor = Hub(tmp / "gpubenchfloor", floor_config("gpubenchfloor", crowd[:BURST_SLICES]))
@@ -247,7 +367,7 @@ def main(argv=None) -> int:
             stop(h, "u0")
         times = {"ours": [], "plain": []}
         stops = {"ours": [], "plain": []}
-        for i in range(args.rounds):
+        for i in range(0 if args.bursts_only else args.rounds):
             order = ("ours", "plain") if i % 2 == 0 else ("plain", "ours")
             for label in order:
                 h, opts = sides[label]
@@ -260,23 +380,30 @@ def main(argv=None) -> int:
             )
         # Storms in ABBA order (ours, plain, plain, ours): neither side always goes first.
         walls = {"ours": [], "plain": []}
-        for label in ("ours", "plain", "plain", "ours")[: 4 if args.storm_pairs > 1 else 2]:
+        for label in ("ours", "plain", "plain", "ours")[: 4 if args.storm_pairs > 1 else 2] * (
+            not args.bursts_only
+        ):
             h, opts = sides[label]
             walls[label].append(storm(h, users, opts))
             print(f"storm of {args.storm}: {label} {walls[label][-1]:.1f} s", file=sys.stderr)
         # Refusal bursts: ours over BURST_SLICES free whole GPUs, then the hub's own floor.
         refusals = {"ours": [], "floor": []}
         for b in range(args.bursts):
-            refused, started = burst(ours, crowd, {"profile": "a40"})
+            if args.steps:
+                steps_file.write_text("")
+            refused, started, answers = burst(ours, crowd, {"profile": "a40"})
+            if args.steps:
+                for k, v in step_breakdown(steps_file, answers).items():
+                    steps.setdefault(k, []).extend(v)
             if len(started) != BURST_SLICES:
                 raise RuntimeError(f"{len(started)} servers started in a burst, not {BURST_SLICES}")
             refusals["ours"] += refused
             with ThreadPoolExecutor(BURST_SLICES) as pool:
-                list(pool.map(lambda u: stop(ours, u), started))
-            refused, started = burst(floor, crowd, {})
+                list(pool.map(lambda u: settle_and_stop(ours, u), started))
+            refused, started, _ = burst(floor, crowd, {})
             refusals["floor"] += refused
             with ThreadPoolExecutor(BURST_SLICES) as pool:
-                list(pool.map(lambda u: stop(floor, u), started))
+                list(pool.map(lambda u: settle_and_stop(floor, u), started))
             print(
                 f"burst {b + 1} of {args.burst}: refusal p95 ours {p95(refusals['ours']):.2f} s, "
                 f"hub floor {p95(refusals['floor']):.2f} s",
@@ -286,40 +413,55 @@ def main(argv=None) -> int:
         doubles = len(ledger.double_allocations())
         leaked = len(ledger.open_allocations())
         ledger.close()
-        med = {k: statistics.median(v) for k, v in times.items()}
-        ratios = [o / p for o, p in zip(times["ours"], times["plain"])]
-        storm_ours = statistics.mean(walls["ours"])
-        storm_plain = statistics.mean(walls["plain"])
-        result = {
-            "spawn_ready_median_s_ours": round(med["ours"], 3),
-            "spawn_ready_median_s_plain": round(med["plain"], 3),
-            "overhead_ratio": round(med["ours"] / med["plain"], 3),
-            "spawn_ready_s_ours": spread(times["ours"]),
-            "spawn_ready_s_plain": spread(times["plain"]),
-            "overhead_ratio_per_round": spread(ratios),
-            "stop_median_s_ours": round(statistics.median(stops["ours"]), 3),
-            "stop_median_s_plain": round(statistics.median(stops["plain"]), 3),
-            "storm_size": args.storm,
-            "storm_wall_s_ours": round(storm_ours, 2),
-            "storm_wall_s_plain": round(storm_plain, 2),
-            "storm_ratio": round(storm_ours / storm_plain, 3),
+        result = {} if args.bursts_only else spawn_figures(times, stops, walls)
+        result |= {
             "burst_size": args.burst,
             "burst_free_slices": BURST_SLICES,
             "refusals": len(refusals["ours"]),
             "refusal_p95_s": round(p95(refusals["ours"]), 3),
             "refusal_s": spread(refusals["ours"]),
             "refusal_p95_s_hub_floor": round(p95(refusals["floor"]), 3),
+            "refusal_p95_over_floor": round(p95(refusals["ours"]) / p95(refusals["floor"]), 3),
             "double_allocations": doubles,
             "open_allocations_after": leaked,
             "rounds": args.rounds,
+            "storm_size": args.storm,
+            "small": args.small,
             "wall_s": round(time.perf_counter() - t_start),
         }
+        if args.steps:
+            result["refusal_steps_ms"] = {
+                k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)}
+                for k, v in steps.items()
+                if len(v) > 1
+            }
     finally:
         for h in hubs:
             h.stop()
             remove_node_containers(h.workdir.name)
     print(json.dumps(result))
     return 0
+
+
+def spawn_figures(times: dict, stops: dict, walls: dict) -> dict:
+    """The single spawns' and storms' figures (module docstring)."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratios = [o / p for o, p in zip(times["ours"], times["plain"])]
+    storm_ours = statistics.mean(walls["ours"])
+    storm_plain = statistics.mean(walls["plain"])
+    return {
+        "spawn_ready_median_s_ours": round(med["ours"], 3),
+        "spawn_ready_median_s_plain": round(med["plain"], 3),
+        "overhead_ratio": round(med["ours"] / med["plain"], 3),
+        "spawn_ready_s_ours": spread(times["ours"]),
+        "spawn_ready_s_plain": spread(times["plain"]),
+        "overhead_ratio_per_round": spread(ratios),
+        "stop_median_s_ours": round(statistics.median(stops["ours"]), 3),
+        "stop_median_s_plain": round(statistics.median(stops["plain"]), 3),
+        "storm_wall_s_ours": round(storm_ours, 2),
+        "storm_wall_s_plain": round(storm_plain, 2),
+        "storm_ratio": round(storm_ours / storm_plain, 3),
+    }
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ Measured on the 2-core development machine, shared with other runs (two ABBA rou
 
 Usage: ``python benchmarks/swarm.py [--rounds 2] [--users 30] [--gpu 20]``; needs the test Swarm
 (``scripts/ensure-swarm.sh``, which ``scripts/test-setup.sh`` runs). About 5 minutes on the 2-core
-development machine. The last line is one JSON object: ``nodes``, ``storm_wall_s_ours``,
+development machine; ``--small`` (the test suite's run): 3 users, one storm each. The last line
+is one JSON object: ``nodes``, ``storm_wall_s_ours``,
 ``storm_wall_s_plain`` (medians), ``storm_ratio`` (ours / plain; target <= 1.10),
 ``double_allocations``, ``misplaced``, and each round's walls.
 """
@@ -44,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from agent_fakes import bench_uuid  # noqa: E402
 from e2e_support import IMAGE  # noqa: E402
 from hubtools import Hub  # noqa: E402
 from swarm_support import (  # noqa: E402
@@ -57,7 +59,7 @@ from swarm_support import (  # noqa: E402
 
 LIMITS = {"mem_limit": "512M", "cpu_limit": 1.0}
 SEATS = {
-    f"GPU-bench-{n}-{i}": {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2}
+    bench_uuid(n, i): {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2}
     for n in ("n2", "n3")
     for i in range(2)
 }
@@ -159,7 +161,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="ABBA pairs of storms")
     ap.add_argument("--users", type=int, default=30)
     ap.add_argument("--gpu", type=int, default=20, help="users of the storm who take a GPU seat")
+    ap.add_argument("--small", action="store_true", help="3 users (2 on seats), one storm each")
     args = ap.parse_args()
+    if args.small:
+        args.rounds, args.users, args.gpu = 1, 3, 2
     require_swarm()
     users = [f"u{i:02d}" for i in range(args.users)]
     profiles = {u: "seat" if i < args.gpu else "cpu" for i, u in enumerate(users)}
@@ -180,7 +185,7 @@ def main() -> None:
             plain.create_user(u)
         order = []
         for _ in range(args.rounds):
-            order += ["ours", "plain", "plain", "ours"]
+            order += ["ours", "plain"] if args.small else ["ours", "plain", "plain", "ours"]
         for i, side in enumerate(order):
             hub = ours if side == "ours" else plain
             wall = storm(hub, users, profiles if side == "ours" else {})

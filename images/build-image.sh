@@ -259,6 +259,8 @@ for img in "${todo[@]}"; do
             [ -d "$ROOT$site/nvidia/cuda_nvcc/bin" ] && envs+=("PATH=$site/nvidia/cuda_nvcc/bin:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         fi
     fi
+    # the framework's quiet start-up (TF_CPP_MIN_LOG_LEVEL, ...): jupyterhub_gpulab/lab/imageenv.py
+    while IFS= read -r kv; do envs+=("$kv"); done < <("$PYTHON" -m jupyterhub_gpulab.lab.imageenv "$img")
     import_image "$img" "$tag" "$lock" "${envs[@]}"
 done
 step "done"

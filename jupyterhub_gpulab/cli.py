@@ -22,6 +22,7 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 from traitlets import TraitError
 from traitlets.config import Config
@@ -232,51 +233,20 @@ def _uses_swarm_spawner(config: Config) -> bool:
 
 def _spawner(config: Config):
     """``(the gpulab spawner built from config, [every problem])``: GPUSwarmSpawner when the
-    config names it, else GPUDockerSpawner; the spawner is ``None`` when it
-    cannot be built. Building it runs the spawner's own validators (``remove``, ``attach_mode``,
-    ``prefix``, ``pids_limit``, ``cap_add``, …), the same that refuse the value when the hub loads
-    its configuration. traitlets stops at the first bad value, so each setting of the spawner's
-    sections is also tried on its own: every bad one is listed, not only the first."""
-    import copy
-    from types import SimpleNamespace
-
-    from traitlets import TraitError
-
+    config names it, else GPUDockerSpawner, built without the refused settings (``None`` when
+    it cannot be built even so); every refused setting of the spawner's sections is listed, as
+    the hub refuses them (:mod:`.spawner.configcheck`)."""
     from .spawner import GPUDockerSpawner, GPUSwarmSpawner
+    from .spawner.configcheck import refused_settings
 
-    swarm = _uses_swarm_spawner(config)
-    spawner_class = GPUSwarmSpawner if swarm else GPUDockerSpawner
-    sections = (
-        ("Spawner", "DockerSpawner", "SwarmSpawner", "GPUSwarmSpawner")
-        if swarm
-        else ("Spawner", "DockerSpawner", "GPUDockerSpawner")
-    )
-
-    def build(cfg: Config):
+    spawner_class = GPUSwarmSpawner if _uses_swarm_spawner(config) else GPUDockerSpawner
+    good, refused = refused_settings(spawner_class, config)
+    errors = [r.message for r in refused]
+    try:
         # a stand-in user: DockerSpawner names the container when c.DockerSpawner.image is set
-        return spawner_class(config=cfg, user=SimpleNamespace(name="check-config"))
-
-    try:
-        return build(config), []
-    except (TraitError, ValueError) as first:
-        first_error = str(first)
-    errors: list[str] = []
-    good = copy.deepcopy(config)
-    for section in sections:
-        if section not in config:
-            continue
-        for key, value in list(config[section].items()):
-            alone = Config()
-            alone[section][key] = value
-            try:
-                build(alone)
-            except (TraitError, ValueError) as e:
-                errors.append(str(e))
-                del good[section][key]
-    try:
-        return build(good), errors or [first_error]
+        return spawner_class(config=good, user=SimpleNamespace(name="check-config")), errors
     except (TraitError, ValueError) as e:
-        return None, [*errors, str(e)] if errors else [first_error]
+        return None, errors if any(r.setting for r in refused) else [str(e)]
 
 
 def _db_url_errors(url: str) -> list[str]:
@@ -336,9 +306,21 @@ def _limit_warnings(lab: Lab, spawner) -> list[str]:
     return limit_warnings(limits, host_cpus=cpus, host_memory=memory)
 
 
+def _print_errors(args, errors: list[str]) -> int:
+    """check-config's answer to a configuration with ``errors``: each on stderr; exit 1."""
+    print(f"{args.config or DEFAULT_CONFIG}: {len(errors)} error(s):", file=sys.stderr)
+    for m in errors:
+        print(f"  - {m}", file=sys.stderr)
+    return 1
+
+
 def cmd_check_config(args) -> int:
     config = _config(args.config)
     spawner, errors = _spawner(config)
+    try:
+        GPULab(config=config)
+    except TraitError as e:  # the rest reads c.GPULab: say what the hub says, and stop here
+        return _print_errors(args, [*errors, f"c.GPULab: {e}"])
     errors += _service_errors(config)
     errors += _db_url_errors(GPULab(config=config).db_url)
     errors += auth_errors(config)
@@ -353,10 +335,7 @@ def cmd_check_config(args) -> int:
         image_errors, image_warnings = _image_report(config, lab)
         errors += image_errors
     if errors:
-        print(f"{args.config or DEFAULT_CONFIG}: {len(errors)} error(s):", file=sys.stderr)
-        for m in errors:
-            print(f"  - {m}", file=sys.stderr)
-        return 1
+        return _print_errors(args, errors)
     warnings = [*lab.warnings, *_limit_warnings(lab, spawner), *auth_warnings(config, lab)]
     for w in warnings + image_warnings:
         print(f"warning: {w}")

@@ -63,6 +63,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .units import counted
+
 try:  # JupyterHub >= 6
     from jupyterhub.spawner import SpawnException
 except ImportError:  # pragma: no cover - JupyterHub 5 has no SpawnException
@@ -102,7 +104,7 @@ class ConfigError(ValueError):
         if not self.errors:
             raise ValueError("ConfigError needs at least one problem")
         n = len(self.errors)
-        header = f"{n} problem{'s' if n > 1 else ''} in gpulab configuration:"
+        header = f"{counted(n, 'problem')} in gpulab configuration:"
         super().__init__("\n".join([header, *(f"- {e}" for e in self.errors)]))
 
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["UnitError", "parse_bytes", "parse_seconds", "format_bytes", "format_seconds"]
+__all__ = [
+    "UnitError",
+    "parse_bytes",
+    "parse_seconds",
+    "format_bytes",
+    "format_seconds",
+    "plural",
+    "counted",
+]
 
 
 class UnitError(ValueError):
@@ -139,3 +147,32 @@ def format_seconds(s: float) -> str:
         return f"{h}h {m}m" if m else f"{h}h"
     d, h = divmod(s // 3600, 24)
     return f"{d}d {h}h" if h else f"{d}d"
+
+
+def format_gpu_hours(hours: float, *, limit: bool = False) -> str:
+    """GPU-hours as a person reads them, never rounded to a false zero. Used hours: one
+    decimal from 1 (``"4.5"``, ``"10.0"``), two significant digits below (``"0.25"``,
+    ``"0.0042"``, where ``.1f`` said ``"0.0"``). A configured ``limit``: as written, up to three
+    decimals (``"10"``, ``"0.25"``, ``"0.01"``). ``"0"`` for nothing."""
+    h = float(hours)
+    if h == 0:
+        return "0"
+    if limit and abs(h) >= 0.001:
+        return f"{h:.3f}".rstrip("0").rstrip(".")
+    if not limit and abs(h) >= 1:
+        return f"{h:.1f}"
+    decimals = 1 - math.floor(math.log10(abs(h)))
+    return f"{h:.{decimals}f}".rstrip("0").rstrip(".")
+
+
+def plural(n: float, noun: str, many: str | None = None) -> str:
+    """``noun`` in the number that ``n`` calls for: ``plural(1, "slice") == "slice"``,
+    ``plural(2, "slice") == "slices"``, ``plural(0, "is", "are") == "are"``. The noun follows
+    the count it stands next to: "1 of at most 2 GPU slices" (the limit), "1 GPU slice"."""
+    return noun if n == 1 else (many if many is not None else noun + "s")
+
+
+def counted(n: float, noun: str, many: str | None = None) -> str:
+    """``n`` and its noun: ``counted(1, "server") == "1 server"``, ``counted(3, "server") ==
+    "3 servers"`` (``n`` shown with ``:g``)."""
+    return f"{n:g} {plural(n, noun, many)}"

@@ -20,10 +20,25 @@
 #   GPULAB_SWARM_MANAGER=… GPULAB_SWARM_HOST_IP=… GPULAB_SWARM_NODES=… GPULAB_SWARM_GPU_NODES=…
 #   GPULAB_SWARM_ENGINES=…   (scripts/ensure-swarm.sh: the test Swarm)
 #   GPULAB_OIDC_PROVIDER_MODULE=/var/cache/gpulab/npm/oidc-provider-<v>/node_modules/oidc-provider/lib/index.js
+# GPULAB_TEST_NEEDS (a comma-separated subset of docker,postgres,hub,browser,swarm,sso, the
+# test markers; "none"; default "all") limits the set-up to what those tests need: the packages and
+# the venv always; dockerd, the images and the gpusim engine for docker or swarm; PostgreSQL for
+# postgres; the proxy for hub, docker, browser, swarm or sso (they start hubs); the Swarm for
+# swarm; the OIDC provider for sso. Lines of parts not set up are not printed.
 # Called by scripts/test.sh and .ci/run. Stops at the first failing step, naming it on stderr.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+NEEDS=${GPULAB_TEST_NEEDS:-all}
+
+# need MARKER...: whether the selection needs any of these markers' parts
+need() {
+    local m
+    for m in "$@"; do
+        case ",$NEEDS," in *,all,* | *",$m,"*) return 0 ;; esac
+    done
+    return 1
+}
 
 run_step() {
     local name=$1; shift
@@ -31,33 +46,35 @@ run_step() {
 }
 
 run_step packages "$REPO/scripts/ensure-packages.sh"
-run_step docker "$REPO/scripts/ensure-docker.sh"
-pg_url=$(run_step postgres "$REPO/scripts/ensure-postgres.sh" | tail -n 1)
-run_step proxy "$REPO/scripts/ensure-proxy.sh"
+if need docker swarm; then run_step docker "$REPO/scripts/ensure-docker.sh"; fi
+if need postgres; then pg_url=$(run_step postgres "$REPO/scripts/ensure-postgres.sh" | tail -n 1); fi
+if need hub docker browser swarm sso; then run_step proxy "$REPO/scripts/ensure-proxy.sh"; fi
 # Install this checkout (editable, with its test extras) into the checkout's own virtual
 # environment, made from Debian's /usr/bin/python3 (which refuses pip installs of its own).
 PYTHON=$(run_step venv "$REPO/scripts/ensure-venv.sh" test | tail -n 1)
 export PYTHON
-image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
-lab_image=$(GPULAB_IMAGE_LAB=1 run_step image-lab "$REPO/images/build-singleuser.sh" | tail -n 1)
-# The framework images (CPU variants), from their lock files; cached, ~4 min cold, ~1 s warm.
-framework_tags=$(run_step framework-images "$REPO/images/build-image.sh" --variant cpu base pytorch tensorflow)
-mapfile -t framework <<<"$framework_tags"
-# A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
-gpusim=$(GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh")
-# A real three-node Docker Swarm in network namespaces, the test image on every node (marker swarm)
-swarm=$(GPULAB_TEST_IMAGE=$image run_step swarm "$REPO/scripts/ensure-swarm.sh" "$image")
-# npm's oidc-provider: the real identity provider of the SSO tests (marker sso)
-oidc=$(run_step oidc-provider "$REPO/scripts/ensure-oidc-provider.sh" | tail -n 1)
-
-
 echo "GPULAB_PYTHON=$PYTHON"
-echo "GPULAB_TEST_POSTGRES_URL=$pg_url"
-echo "GPULAB_TEST_IMAGE=$image"
-echo "GPULAB_TEST_LAB_IMAGE=$lab_image"
-echo "GPULAB_TEST_BASE_IMAGE=${framework[0]}"
-echo "GPULAB_TEST_PYTORCH_IMAGE=${framework[1]}"
-echo "GPULAB_TEST_TENSORFLOW_IMAGE=${framework[2]}"
-echo "$gpusim"
-echo "$swarm"
-echo "GPULAB_OIDC_PROVIDER_MODULE=$oidc"
+if need postgres; then echo "GPULAB_TEST_POSTGRES_URL=$pg_url"; fi
+if need docker swarm; then
+    image=$(run_step image "$REPO/images/build-singleuser.sh" | tail -n 1)
+    lab_image=$(GPULAB_IMAGE_LAB=1 run_step image-lab "$REPO/images/build-singleuser.sh" | tail -n 1)
+    # The framework images (CPU variants), from their lock files; cached, ~4 min cold, ~1 s warm.
+    framework_tags=$(run_step framework-images "$REPO/images/build-image.sh" --variant cpu base pytorch tensorflow)
+    mapfile -t framework <<<"$framework_tags"
+    echo "GPULAB_TEST_IMAGE=$image"
+    echo "GPULAB_TEST_LAB_IMAGE=$lab_image"
+    echo "GPULAB_TEST_BASE_IMAGE=${framework[0]}"
+    echo "GPULAB_TEST_PYTORCH_IMAGE=${framework[1]}"
+    echo "GPULAB_TEST_TENSORFLOW_IMAGE=${framework[2]}"
+    # A second engine whose NVIDIA device-request path runs (with a stand-in for the toolkit's hook).
+    GPULAB_TEST_IMAGE=$image run_step gpusim "$REPO/scripts/ensure-gpusim-docker.sh"
+fi
+if need swarm; then
+    # A real three-node Docker Swarm in network namespaces, the test image on every node (marker swarm)
+    GPULAB_TEST_IMAGE=$image run_step swarm "$REPO/scripts/ensure-swarm.sh" "$image"
+fi
+if need sso; then
+    # npm's oidc-provider: the real identity provider of the SSO tests (marker sso)
+    oidc=$(run_step oidc-provider "$REPO/scripts/ensure-oidc-provider.sh" | tail -n 1)
+    echo "GPULAB_OIDC_PROVIDER_MODULE=$oidc"
+fi

@@ -23,26 +23,35 @@ from fake_nvml import FakeGpu, FakeNVML, MiB, _a100_80gb_profiles, mig_gpu  # no
 def a100() -> FakeGpu:
     """e2e_support.LAB's A100 80GB: two 1g.10gb and one 3g.40gb MIG instances."""
     return mig_gpu(
-        "GPU-e2e-a100",
+        "GPU-e2e0a100-0000-4000-8000-000000000000",
         "NVIDIA A100-SXM4-80GB",
         81920 * MiB,
         _a100_80gb_profiles(),
-        [("MIG-e2e-1g-0", "1g.10gb"), ("MIG-e2e-1g-1", "1g.10gb"), ("MIG-e2e-3g-0", "3g.40gb")],
+        [
+            ("MIG-e2e00100-0000-4000-8000-000000000000", "1g.10gb"),
+            ("MIG-e2e00101-0000-4000-8000-000000000001", "1g.10gb"),
+            ("MIG-e2e00300-0000-4000-8000-000000000000", "3g.40gb"),
+        ],
     )
 
 
 def t4() -> FakeGpu:
     """e2e_support.LAB's T4 (the lab's c.GPULab.shared_devices splits it into 5 seats)."""
-    return FakeGpu("GPU-e2e-t4", "Tesla T4", 16384 * MiB, (7, 5))
+    return FakeGpu("GPU-e2e0f400-0000-4000-8000-000000000001", "Tesla T4", 16384 * MiB, (7, 5))
 
 
 def a40() -> FakeGpu:
-    return FakeGpu("GPU-e2e-a40", "NVIDIA A40", 49152 * MiB, (8, 6))
+    return FakeGpu("GPU-e2e0a400-0000-4000-8000-000000000002", "NVIDIA A40", 49152 * MiB, (8, 6))
+
+
+def bench_uuid(node: str, i: int) -> str:
+    """The UUID of GPU ``i`` of benchmark node ``node`` (``"n2"``), in NVML's form."""
+    return f"GPU-be0c{int(node[1:]):04x}-0000-4000-8000-{i:012x}"
 
 
 def bench(node: str) -> list[FakeGpu]:
     """benchmarks/swarm.py's boards: two T4s per GPU node (the lab splits each in 5 seats)."""
-    return [FakeGpu(f"GPU-bench-{node}-{i}", "Tesla T4", 16384 * MiB, (7, 5)) for i in range(2)]
+    return [FakeGpu(bench_uuid(node, i), "Tesla T4", 16384 * MiB, (7, 5)) for i in range(2)]
 
 
 BOARDS = {

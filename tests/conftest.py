@@ -106,3 +106,129 @@ def hub_factory(tmp_path, hub_maker):
 
             h.stop()
             remove_node_containers(h.workdir.name)
+
+
+# -- what a selection needs: markers, the ``unit`` selection, and the guards that keep it honest -
+#
+# Each kind of outside part a test may need is a marker (pyproject.toml). A test carrying none is
+# marked ``unit`` here: ``pytest -m unit`` runs in seconds with nothing set up. A test that starts
+# a JupyterHub subprocess (with its proxy) is marked ``hub`` where it does not say so itself: the
+# hub helpers it imports say it. ``scripts/test.sh`` asks ``pytest --gpulab-needs`` which of these
+# the selection needs and sets up only those.
+
+#: the markers of outside parts, in the order scripts/test-setup.sh sets them up
+NEEDS = ("docker", "postgres", "hub", "browser", "swarm", "sso")
+#: the test helpers that start a hub subprocess (a module that imports one starts hubs)
+HUB_STARTERS = {
+    "hubtools": {"Hub"},
+    "service_support": {"make_hub", "start_hub"},
+    "e2e_support": {"new_hub", "DockerHub"},
+    "course_support": {"course_hub", "running_course"},
+    "swarm_support": {"new_swarm_hub", "SwarmHub"},
+}
+_HUB_FIXTURES = {"hub_factory", "hub_maker"}
+_selected: dict[str, bool] = {}
+#: the engines this session's tests used (the leak check at its end asks only those)
+_ENGINES = pytest.StashKey[set]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--gpulab-needs",
+        action="store_true",
+        help="print which outside parts the selected tests need (a comma-separated subset of "
+        f"{','.join(NEEDS)}; 'none' for none) and run nothing (scripts/test.sh reads it)",
+    )
+
+
+def _starts_hubs(item) -> bool:
+    if _HUB_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    module = getattr(item, "module", None)
+    for obj in vars(module).values() if module else ():
+        names = HUB_STARTERS.get(getattr(obj, "__module__", None), ())
+        if getattr(obj, "__name__", None) in names:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before ``-m`` selects: mark hub-starting tests ``hub``, and tests needing nothing ``unit``."""
+    for item in items:
+        if not any(item.get_closest_marker(n) for n in NEEDS) and _starts_hubs(item):
+            item.add_marker(pytest.mark.hub)
+        if not any(item.get_closest_marker(n) for n in NEEDS):
+            item.add_marker(pytest.mark.unit)
+
+
+def _needs_of(item) -> set[str]:
+    return {n for n in NEEDS if item.get_closest_marker(n)}
+
+
+def pytest_collection_finish(session):
+    import e2e_support
+
+    needs = set().union(*(_needs_of(i) for i in session.items)) if session.items else set()
+    # teardown helpers skip their engine calls when no selected test needs an engine
+    e2e_support.ENGINE_SELECTED = bool(needs & {"docker", "swarm"})
+    if session.config.getoption("--gpulab-needs"):
+        print("gpulab-needs=" + (",".join(n for n in NEEDS if n in needs) or "none"))
+        session.items.clear()  # collect only
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the test's fixtures: whether it is a ``unit`` test (the hub guard reads it), and
+    which engines this session used: the leak check asks only those (a ``-m "not docker"`` run
+    makes no engine call)."""
+    _selected["unit"] = item.get_closest_marker("unit") is not None
+    marks = {m.name for m in item.iter_markers()}
+    used = item.session.config.stash.setdefault(_ENGINES, set())
+    if marks & {"docker", "swarm"}:
+        used.add("docker")
+    if "swarm" in marks:
+        used.add("swarm")
+
+
+def pytest_sessionstart(session):
+    """Guard: a ``unit`` test (or its fixture) that starts a hub fails, naming the marker it
+    lacks, rather than passing here and failing where the selection set up no proxy."""
+    import hubtools
+
+    start = hubtools.Hub.start
+
+    def guarded(self, *args, **kw):
+        if _selected.get("unit"):
+            pytest.fail(
+                "this test starts a JupyterHub but is marked unit: mark it @pytest.mark.hub "
+                "(or docker/swarm/sso where it needs those too)",
+                pytrace=False,
+            )
+        return start(self, *args, **kw)
+
+    hubtools.Hub.start = guarded
+
+
+# -- nothing left behind: this session's containers, volumes and Swarm services (leakcheck.py) --
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when a container, volume or Swarm service named by this session
+    (:func:`leakcheck.unique`) survived it: every test removes what it made."""
+    used = session.config.stash.get(_ENGINES, set())
+    if "docker" not in used:
+        return
+    from leakcheck import RUN, leftovers
+
+    left = leftovers(swarm="swarm" in used)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep(
+            "=", f"leak check: {len(left)} object(s) of run {RUN} survived it", red=True
+        )
+        for line in left:
+            reporter.write_line(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

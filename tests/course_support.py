@@ -5,14 +5,15 @@ GPUDockerSpawner, a home volume per user and a course, and a look into a user's 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import jupyterhub
 from hubtools import DOCKER_GATEWAY, Hub, free_port
+from leakcheck import unique
 from service_support import PROFILES, service_config
 
 LAB_IMAGE = os.environ.get(
@@ -36,9 +37,10 @@ def git(*args, cwd: Path) -> str:
 
 class GitServer:
     """A bare repository ``course.git`` under ``root``, served read-only by ``git daemon`` on
-    the Docker bridge address; ``commit(files)`` pushes a new commit as an instructor would."""
+    the Docker bridge address (or ``host``: ``127.0.0.1`` serves this machine only, not its
+    containers); ``commit(files)`` pushes a new commit as an instructor would."""
 
-    def __init__(self, root: Path, name: str = "course"):
+    def __init__(self, root: Path, name: str = "course", host: str = DOCKER_GATEWAY):
         self.root = Path(root)
         self.bare = self.root / "srv" / f"{name}.git"
         self.work = self.root / "work"
@@ -47,7 +49,7 @@ class GitServer:
         git("clone", str(self.bare), str(self.work), cwd=self.root)
         git("checkout", "-b", "main", cwd=self.work)
         self.port = free_port()
-        self.url = f"git://{DOCKER_GATEWAY}:{self.port}/{name}.git"
+        self.url = f"git://{host}:{self.port}/{name}.git"
         self.proc = subprocess.Popen(
             [
                 "git",
@@ -55,7 +57,7 @@ class GitServer:
                 "--reuseaddr",
                 "--export-all",
                 f"--base-path={self.root / 'srv'}",
-                f"--listen={DOCKER_GATEWAY}",
+                f"--listen={host}",
                 f"--port={self.port}",
                 str(self.root / "srv"),
             ],
@@ -70,7 +72,7 @@ class GitServer:
             p.write_text(text)
         git("add", "-A", cwd=self.work)
         git("commit", "-m", message, cwd=self.work)
-        git("push", "origin", "main", cwd=self.work)
+        git("push", "origin", "HEAD:main", cwd=self.work)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             r = subprocess.run(["git", "ls-remote", self.url], capture_output=True, text=True)
@@ -78,6 +80,24 @@ class GitServer:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"git daemon does not serve {self.url}")
+
+    def rewrite(self, files: dict[str, str], message: str = "a new start") -> None:
+        """Force-push a new root commit holding only ``files``, as an instructor who starts
+        the repository over would (``git checkout --orphan``, ``git push --force``)."""
+        git("checkout", "-q", "--orphan", f"root{time.monotonic_ns()}", cwd=self.work)
+        git("rm", "-rfq", ".", cwd=self.work)
+        self._force(files, "-m", message)
+
+    def amend(self, files: dict[str, str]) -> None:
+        """Replace the last commit (``git commit --amend``) and force-push it."""
+        self._force(files, "--amend", "-m", "amended")
+
+    def _force(self, files: dict[str, str], *commit: str) -> None:
+        for path, text in files.items():
+            (self.work / path).write_text(text)
+        git("add", "-A", cwd=self.work)
+        git("commit", "-q", *commit, cwd=self.work)
+        git("push", "-q", "--force", "origin", "HEAD:main", cwd=self.work)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -89,7 +109,7 @@ def course_hub(tmp_path: Path, course: dict, *, extra: str = "", shared_root: st
     ``<node>-home-{username}``, course-work volumes ``<node>-work-{slug}--{username}``
     (:func:`work_of`) and ``course`` declared; ``shared_root``: the course's
     ``c.GPULabCourses.shared_folder_root`` (default: the product's)."""
-    node = "gpulabcrs" + secrets.token_hex(3)
+    node = unique("gpulabcrs")
     port = free_port()
     profiles = PROFILES + [
         {"slug": "course-lab", "display_name": "Course (JupyterLab)", "image": LAB_IMAGE},
@@ -132,6 +152,30 @@ configure_courses(c)
     hub.service_port = port
     hub.node = node
     return hub
+
+
+@contextmanager
+def running_course(tmp_path: Path, course: dict, roster: list[str], staff: list[str], **kw):
+    """:func:`course_hub` started, with ``roster`` in the course's roster group and ``staff`` in
+    its staff group (both ``<slug>``/``<slug>-staff`` unless the record names them); its
+    containers and volumes removed afterwards. ``kw``: :func:`course_hub`'s."""
+    from e2e_support import remove_node_containers
+    from service_support import wait_for_service
+
+    slug = course["slug"]
+    hub = course_hub(tmp_path, course, **kw)
+    try:
+        hub.start()
+        wait_for_service(hub)
+        for u in roster:
+            hub.create_user(u, [course.get("roster_group", slug)])
+        for u in staff:
+            hub.create_user(u, [course.get("staff_group", f"{slug}-staff")])
+        yield hub
+    finally:
+        hub.stop()
+        remove_node_containers(hub.node)
+        remove_volumes(hub.node)
 
 
 def containers_of(node: str, server: str) -> dict[str, str]:

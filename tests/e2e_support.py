@@ -4,37 +4,42 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 from pathlib import Path
 
 import jupyterhub
 import pytest
 from hubtools import Hub, docker_available
+from leakcheck import unique
 
 IMAGE = os.environ.get("GPULAB_TEST_IMAGE", f"gpulab/singleuser:{jupyterhub.__version__}")
 
 #: A small lab: an A100 with two 1g.10gb and one 3g.40gb MIG instances, a T4 in 5 seats, an A40.
 LAB = [
     {
-        "uuid": "GPU-e2e-a100",
+        "uuid": "GPU-e2e0a100-0000-4000-8000-000000000000",
         "index": 0,
         "name": "NVIDIA A100-SXM4-80GB",
         "memory": "80GiB",
         "mig": [
-            {"uuid": "MIG-e2e-1g-0", "profile": "1g.10gb"},
-            {"uuid": "MIG-e2e-1g-1", "profile": "1g.10gb"},
-            {"uuid": "MIG-e2e-3g-0", "profile": "3g.40gb"},
+            {"uuid": "MIG-e2e00100-0000-4000-8000-000000000000", "profile": "1g.10gb"},
+            {"uuid": "MIG-e2e00101-0000-4000-8000-000000000001", "profile": "1g.10gb"},
+            {"uuid": "MIG-e2e00300-0000-4000-8000-000000000000", "profile": "3g.40gb"},
         ],
     },
     {
-        "uuid": "GPU-e2e-t4",
+        "uuid": "GPU-e2e0f400-0000-4000-8000-000000000001",
         "index": 1,
         "name": "Tesla T4",
         "memory": "16GiB",
         "shared": {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2},
     },
-    {"uuid": "GPU-e2e-a40", "index": 2, "name": "NVIDIA A40", "memory": "48GiB"},
+    {
+        "uuid": "GPU-e2e0a400-0000-4000-8000-000000000002",
+        "index": 2,
+        "name": "NVIDIA A40",
+        "memory": "48GiB",
+    },
 ]
 
 PROFILES = [
@@ -155,7 +160,7 @@ class DockerHub(Hub):
 
 
 def new_hub(tmp_path: Path, **kw) -> DockerHub:
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     return DockerHub(tmp_path / node, gpulab_config(node, **kw))
 
 
@@ -180,7 +185,14 @@ def containers_with_label(label: str) -> list[str]:
     return out.stdout.split()
 
 
+#: ``False`` when the pytest session selected no test that needs an engine (conftest.py sets it):
+#: a module fixture's teardown then has no container to remove and calls no engine.
+ENGINE_SELECTED = True
+
+
 def remove_node_containers(node: str) -> None:
+    if not ENGINE_SELECTED:
+        return
     ids = containers_with_label(f"org.jupyter.gpulab.node={node}")
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 from e2e_support import IMAGE, LAB, PROFILES
 from hubtools import Hub, free_port
+from leakcheck import unique
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -46,12 +46,18 @@ ENGINES = dict(
 BOARDS = {"gpulab-swn2": "a100", "gpulab-swn3": "t4+a40"}
 #: where each GPU node's NVIDIA runtime stand-in logs what its containers got
 HOOK_LOGS = {n: f"/var/log/gpulab-swarm/n{n[-1]}-hook.jsonl" for n in NODES}
-SHARED = {"GPU-e2e-t4": {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2}}
+SHARED = {
+    "GPU-e2e0f400-0000-4000-8000-000000000001": {
+        "seats": 5,
+        "memory_per_seat": "3GiB",
+        "compute_share": 0.2,
+    }
+}
 #: which node holds each of LAB's GPUs
 GPU_NODE = {
-    "GPU-e2e-a100": "gpulab-swn2",
-    "GPU-e2e-t4": "gpulab-swn3",
-    "GPU-e2e-a40": "gpulab-swn3",
+    "GPU-e2e0a100-0000-4000-8000-000000000000": "gpulab-swn2",
+    "GPU-e2e0f400-0000-4000-8000-000000000001": "gpulab-swn3",
+    "GPU-e2e0a400-0000-4000-8000-000000000002": "gpulab-swn3",
 }
 
 
@@ -137,7 +143,7 @@ class SwarmHub(Hub):
     backend = "swarm"
 
     def __init__(self, workdir: Path, extra: str = "", boards: dict[str, str] | None = None):
-        self.prefix = "sw" + secrets.token_hex(3)
+        self.prefix = unique("sw")
         self.boards = {**BOARDS, **(boards or {})}
         self.service_port = free_port()
         workdir = Path(workdir) / self.prefix

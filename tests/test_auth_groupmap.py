@@ -4,6 +4,7 @@ the settings are checked. Pure: no hub, no provider (the real-provider tests are
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -236,3 +237,21 @@ def test_an_overage_marker_always_refuses_whatever_else_is_sent(values, marker):
     claims = {"groups": values, marker: {"groups": "src1"} if marker == "_claim_names" else True}
     with pytest.raises(ClaimError, match=re.escape("group overage")):
         GroupMapping(keep_unmapped=True).groups(claims)
+
+
+def test_a_login_logs_how_many_groups_at_info_and_their_names_only_at_debug(caplog):
+    """A campus account in 5,000 groups: one short INFO line with the count (it was every name,
+    ~40 kB per login), the names at DEBUG."""
+    a = GPULabOAuthenticator(config=Config())
+    a.group_keep_unmapped = True
+    names = [f"course-{i:04d}-section-a" for i in range(5000)]
+    with caplog.at_level(logging.INFO, logger=a.log.name):
+        assert len(a.map_claims("alice", {"groups": names})) == 5000
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(info) == 1 and "alice: 5000 group(s)" in info[0] and len(info[0]) < 200, info
+    assert not any("course-0001" in m for m in info)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger=a.log.name):
+        a.map_claims("alice", {"groups": names})
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any("course-0001-section-a" in m and "course-4999-section-a" in m for m in debug)

@@ -163,6 +163,28 @@ def test_a_good_config_is_summarised(capsys, lab_config):
     )
 
 
+SEATS = {"seats": 4, "memory_per_seat": "3GiB", "compute_share": 0.25}
+
+
+def test_shared_devices_split_a_declared_whole_gpu_in_seats(capsys, lab_config):
+    # it was read for NVML's GPUs only: on a declared inventory it gave 0 seats, and exit 0
+    with lab_config.open("a") as f:
+        f.write(f"c.GPULab.shared_devices = {{'GPU-t4-0002': {SEATS!r}}}\n")
+    rc, out, err = run(capsys, "check-config", "-f", str(lab_config))
+    assert rc == 0, err
+    assert "14 slice(s) (2 whole GPU, 4 MIG instance, 8 shared seat)" in out
+
+
+def test_shared_devices_on_a_gpu_declared_split_is_refused_by_name(capsys, lab_config):
+    # GPU-t4s-0004 declares its own "shared" seats: which would hold is not for us to guess
+    with lab_config.open("a") as f:
+        f.write(f"c.GPULab.shared_devices = {{'GPU-t4s-0004': {SEATS!r}}}\n")
+    rc, out, err = run(capsys, "check-config", "-f", str(lab_config))
+    assert rc == 1 and "OK" not in out
+    assert "inventory[4] (GPU-t4s-0004): declares 'shared'" in err
+    assert "c.GPULab.shared_devices['GPU-t4s-0004']" in err
+
+
 BAD_INVENTORY = [
     {"uuid": "GPU-dup-0000", "index": 0, "name": "NVIDIA A40", "memory": "48GiB"},
     {"uuid": "GPU-dup-0000", "index": 1, "name": "NVIDIA A40", "memory": "48GiB"},

@@ -4,13 +4,13 @@ their own name, no link followed on the path, and a staff folder staff can write
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 
 import docker
 import pytest
 from course_support import LAB_IMAGE, read_home, remove_volumes
 from e2e_support import require_docker
+from leakcheck import unique
 
 from jupyterhub_gpulab.courses.collect import collect, give_back
 from jupyterhub_gpulab.courses.config import GPULabCourses
@@ -46,7 +46,7 @@ def course():
     """Course ``ml101``'s course-work volumes as the students' servers left them (written as the
     image's user), under a prefix of this test's own; removed after it."""
     require_docker()
-    prefix = "gpulabcol" + secrets.token_hex(3)
+    prefix = unique("gpulabcol")
     s = GPULabCourses(
         work_volume=prefix + "-work-{slug}--{username}", course_volume=prefix + "-course-{slug}"
     )

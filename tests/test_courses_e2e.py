@@ -332,7 +332,8 @@ def test_distribute_pulls_into_running_servers_now(lab):
     assert r.status_code == 200, r.text
     report = r.json()["report"]
     running = containers_of(hub.node, "ml101")
-    assert {u for u, v in report.items() if v == "pulled"} == set(running), report
+    assert {u for u, v in report.items() if v.startswith("pulled at ")} == set(running), report
+    assert r.json()["message"] == f"Pulled into {len(running)} of {len(running)} running servers."
     assert report["s3"] == "not running"  # stopped above
     for u in running:
         assert read_home(work_of(hub.node, "ml101", u), "ml101/week3.py") == "print('week 3')\n"
@@ -613,7 +614,7 @@ def test_staff_stop_the_course_servers_through_the_service(lab):
     assert {s["user"]: s["state"] for s in servers} == want, r.text
     idle = len(STUDENTS) - len(running)
     assert r.json()["message"] == f"Stop all: {len(running)} stopped" + (
-        f", {idle} were not running." if idle else "."
+        f", {idle} {'was' if idle == 1 else 'were'} not running." if idle else "."
     )
     deadline = time.monotonic() + 60
     while containers_of(hub.node, "ml101") and time.monotonic() < deadline:

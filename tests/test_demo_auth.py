@@ -57,9 +57,9 @@ def test_demo_idp_starts_and_serves_the_demo_users(tmp_path):
 @pytest.mark.parametrize(
     "user, groups, profile, budget",
     [
-        ("student1", ["students"], "pytorch-mig", "5 GPU-hours per week (students)"),
+        ("student1", ["dl101", "students"], "pytorch-mig", "5 GPU-hours per week (students)"),
         ("researcher1", ["researchers"], "pytorch-a40", None),
-        ("instructor1", ["instructors"], "cpu", None),
+        ("instructor1", ["dl101-staff", "instructors"], "cpu", None),
     ],
 )
 def test_demo_users_get_their_demo_groups_through_sso(
@@ -92,3 +92,31 @@ def test_the_demo_config_in_sso_mode_passes_check_config(oidc_mode, capsys, tmp_
     )  # fmt: skip
     assert main(["check-config", "-f", str(cfg)]) == 1
     assert "c.JupyterHub.load_groups" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["dummy", "oidc"])
+def test_the_demo_course_and_its_people_are_there_in_both_login_modes(
+    monkeypatch, tmp_path, capsys, mode
+):
+    """The README's Quick start lists dl101 with the students on its roster and instructor1 on
+    its staff: the demo declares it whichever login it uses, and the login gives its people its
+    groups (the dummy login through load_groups, SSO through the provider's claims)."""
+    from jupyterhub_gpulab.lab.config import load_config_file
+
+    monkeypatch.setenv("GPULAB_DEMO", "1")
+    monkeypatch.setenv("GPULAB_DEMO_AUTH", mode)
+    c = load_config_file(CONFIG)
+    [course] = [x for x in c.GPULabCourses.courses if x["slug"] == "dl101"]
+    roster, staff = course["roster_group"], course["staff_group"]
+    if mode == "dummy":
+        groups = c.JupyterHub.load_groups
+        members = {g: set(groups[g]["users"]) for g in (roster, staff)}
+    else:
+        members = {roster: set(), staff: set()}
+        for user, claims in DEMO_USERS.items():
+            (tmp_path / "c.json").write_text(json.dumps(claims))
+            main(["check-auth", "-f", CONFIG, "--json", str(tmp_path / "c.json")])
+            for g in json.loads(capsys.readouterr().out).get("groups") or []:
+                if g in members:
+                    members[g].add(user)
+    assert members == {roster: {"student1", "student2", "student3"}, staff: {"instructor1"}}

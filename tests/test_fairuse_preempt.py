@@ -81,6 +81,16 @@ def test_the_lowest_priority_then_longest_idle_server_is_chosen():
     assert chosen(servers, [Entry("x", "a100", priority=0)]) == {}
 
 
+def test_a_server_idle_less_than_preempt_min_idle_is_never_taken():
+    # alone, so nothing else could be chosen first: the minimum itself decides
+    assert chosen([server("short", idle_for=29)], [RESEARCHER]) == {}
+    assert chosen([server("long", idle_for=31)], [RESEARCHER]) == {"long": "res"}
+    # c.GPULabService.preempt_min_idle is what is compared: ten minutes lets the short one go
+    out = choose([server("short", idle_for=29)], [RESEARCHER], matches, NOW, SETTINGS,
+                 min_idle_s=10 * 60)  # fmt: skip
+    assert [s.preempt_for for s in out] == ["res"]
+
+
 def test_one_server_per_queued_profile_and_an_earlier_choice_stays():
     servers = [server("idle60", idle_for=60), server("idle90", idle_for=90)]
     second = Entry("res2", "a100", priority=10)  # same profile: waits behind res

@@ -117,6 +117,23 @@ def test_refusal_says_hours_used_and_when_more_come_back():
     )
 
 
+@pytest.mark.parametrize(
+    ("limit", "spent", "says"),
+    [
+        pytest.param(0.04, 0.042, "You have used 0.042 of 0.04 GPU-hours", id="2.4 minutes"),
+        pytest.param(0.25, 0.25, "You have used 0.25 of 0.25 GPU-hours", id="a quarter hour"),
+        pytest.param(0.001, 0.0012, "You have used 0.0012 of 0.001 GPU-hours", id="4 seconds"),
+    ],
+)
+def test_a_small_budget_is_told_in_its_own_digits_not_as_zero(limit, spent, says):
+    # .1f said "You have used 0.0 of 0.0 GPU-hours" for the first and the last
+    tiny = {"students": GroupPolicy("students", gpu_hours=limit, period="week")}
+    msg = check_spawn("ann", ctx(["students"], tiny), used("ann", spent), WED)
+    assert msg.startswith(says + " this week (students); more from Monday"), msg
+    b = user_budget("ann", ctx(["students"], tiny), used("ann", spent), WED)
+    assert b.describe().startswith(says.removeprefix("You have used ") + " used this week")
+
+
 def test_refusal_in_the_users_time_zone():
     msg = check_spawn("ann", ctx(["students"], tz=BERLIN), used("ann", 10), WED)
     assert "more from Monday 2026-12-07 00:00 CET" in msg

@@ -23,6 +23,7 @@ import pytest
 import requests
 from e2e_support import env_of, inspect, remove_node_containers
 from hubtools import DOCKER_GATEWAY, Hub, docker_available, free_port
+from leakcheck import unique
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
@@ -88,7 +89,7 @@ def cuda13_image() -> str:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     require_images(PYTORCH, TENSORFLOW, PLAIN)
-    node = "gpulabimg" + secrets.token_hex(3)
+    node = unique("gpulabimg")
     workdir = tmp_path_factory.mktemp("images") / node
     cuda13 = cuda13_image()
     profiles = [

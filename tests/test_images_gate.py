@@ -219,3 +219,45 @@ def test_configure_service_lets_each_servers_own_token_reach_the_service():
     called.Spawner.server_token_scopes = scopes
     configure_service(called)
     assert called.Spawner.server_token_scopes is scopes  # an admin's callable decides alone
+
+
+#: One minor version short on each fact: a V100 (7.0) against CUDA 13's 7.5, an L4 on a driver of
+#: the right major but older than 580.65.06; and a T4 with exactly the minimums.
+EDGE_LAB = [
+    {"uuid": "GPU-v100", "index": 0, "name": "Tesla V100-SXM2-16GB", "memory": "16GiB",
+     "compute_capability": "7.0", "driver_version": "580.95.05"},
+    {"uuid": "GPU-l4-old", "index": 1, "name": "NVIDIA L4", "memory": "24GiB",
+     "compute_capability": "8.9", "driver_version": "580.60"},
+    {"uuid": "GPU-t4", "index": 2, "name": "Tesla T4", "memory": "16GiB",
+     "compute_capability": "7.5", "driver_version": "580.65.06"},
+]  # fmt: skip
+
+
+def test_the_gate_compares_minor_versions_in_memory_in_its_words_and_in_the_ledger(tmp_path):
+    from ledger_support import make_url
+
+    from jupyterhub_gpulab.ledger import Ledger, NoFreeSlice
+
+    lab = load_declared(EDGE_LAB)
+    need = images.requirements_from_labels("img", cuda13_labels())
+    assert need.min_compute_capability == (7, 5) and need.min_driver == (580, 65, 6)
+    wanted = need.restrict(SliceRequest(SliceKind.GPU))
+    # the slice rule: only the T4 (a major-only comparison took all three)
+    assert [s.device_uuid for s in lab.slices if wanted.matches(s)] == ["GPU-t4"]
+    # the words: each short device named with the fact it lacks, and only that one
+    servable, matching, problems = images.gate_report(need, SliceRequest(SliceKind.GPU), lab.slices)
+    assert (servable, matching) == (1, 3)
+    [v100] = [p for p in problems if "V100" in p]
+    assert "compute capability 7.0" in v100 and "driver" not in v100.split("it has")[1]
+    [l4] = [p for p in problems if "NVIDIA L4" in p]
+    assert "driver 580.60" in l4 and "compute capability" not in l4.split("it has")[1]
+    # the ledger's claim (integer keys in SQL) agrees: the T4, then nothing
+    ledger = Ledger(make_url("sqlite", tmp_path))
+    try:
+        ledger.sync_inventory(lab)
+        first = ledger.claim(wanted, user="ann", profile="pytorch")
+        assert first.slice.device_uuid == "GPU-t4"
+        with pytest.raises(NoFreeSlice):
+            ledger.claim(wanted, user="bob", profile="pytorch")
+    finally:
+        ledger.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
+import re
 import subprocess
 import sys
 import time
@@ -24,6 +24,7 @@ import requests
 from e2e_support import IMAGE, gpulab_config, require_docker
 from html_support import parse_html
 from hubtools import Hub, free_port
+from leakcheck import unique
 from service_support import PREFIX, login, user_token, wait_for_service
 
 from jupyterhub_gpulab.ledger import Ledger, db
@@ -83,7 +84,7 @@ def labs(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    node = "labs" + secrets.token_hex(3)  # both labs: one host name, one container prefix
+    node = unique("labs")  # both labs: one host name, one container prefix
     root = tmp_path_factory.mktemp(node)
     gpusim = {"env": {"DOCKER_HOST": GPUSIM_HOST}, "gateway": GPUSIM_GATEWAY}
     prod = Hub(
@@ -110,7 +111,7 @@ def labs(tmp_path_factory):
             prod.create_user(user, groups)
             assert prod.spawn(user, {"profile": profile}).status_code in (201, 202)
         states = {u: prod.wait_ready(u)["state"] for u in ("ann", "dan")}
-        gdocker("run", "-d", "--name", trainer, "--gpus", "device=GPU-e2e-a40", IMAGE,
+        gdocker("run", "-d", "--name", trainer, "--gpus", "device=GPU-e2e0a400-0000-4000-8000-000000000002", IMAGE,
                 "sleep", "infinity")  # fmt: skip
         ids = {u: running(s["object_name"]) for u, s in states.items()}
         assert all(ids.values())
@@ -138,7 +139,9 @@ def test_one_labs_reconcile_never_removes_the_others_running_containers(labs):
         assert running(state["object_name"]) == ids[user], f"{user}'s container was touched"
         assert prod.server(user)["ready"]
     led = Ledger(f"sqlite:///{prod.workdir}/gpulab.sqlite")
-    assert [(a.user, a.slice_id) for a in led.open_allocations()] == [("ann", "MIG-e2e-1g-0")]
+    assert [(a.user, a.slice_id) for a in led.open_allocations()] == [
+        ("ann", "MIG-e2e00100-0000-4000-8000-000000000000")
+    ]
     prod_lab = led.identity()
     led.close()
     staging_led = Ledger(f"sqlite:///{labs['staging'].workdir}/gpulab.sqlite")
@@ -154,9 +157,15 @@ def test_the_second_lab_says_which_containers_hold_its_gpus(labs):
     staging, ann = labs["staging"], labs["states"]["ann"]["object_name"]
     log = staging.log_tail(400)
     mine = [line for line in log.splitlines() if ann in line and "two ledgers" in line]
-    assert mine and "lab 'prod'" in mine[0] and "MIG-e2e-1g-0" in mine[0], log
+    assert (
+        mine and "lab 'prod'" in mine[0] and "MIG-e2e00100-0000-4000-8000-000000000000" in mine[0]
+    ), log
+    # a line an admin can find: the hub's format, with level and time (it was a bare line)
+    assert re.match(r"\[W \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", mine[0]), mine[0]
     by_hand = [line for line in log.splitlines() if labs["trainer"] in line]
-    assert by_hand and "GPU-e2e-a40 by device request" in by_hand[0], log
+    assert by_hand and "GPU-e2e0a400-0000-4000-8000-000000000002 by device request" in by_hand[0], (
+        log
+    )
     # gpulab check-config, as an admin runs it before a restart, on staging's config
     r = subprocess.run(
         [GPULAB, "check-config", "-f", str(staging.config_path)],
@@ -171,9 +180,12 @@ def test_the_second_lab_says_which_containers_hold_its_gpus(labs):
     ann_line = next(line for line in lines if ann in line)
     assert ann_line.startswith("warning: container ")
     assert "lab 'prod'" in ann_line and "user 'ann'" in ann_line
-    assert "holds MIG-e2e-1g-0 by device request" in ann_line
+    assert "holds MIG-e2e00100-0000-4000-8000-000000000000 by device request" in ann_line
     assert "lab 'staging'" in ann_line and "two ledgers hand out the same GPU" in ann_line
-    assert any(labs["trainer"] in line and "GPU-e2e-a40" in line for line in lines)
+    assert any(
+        labs["trainer"] in line and "GPU-e2e0a400-0000-4000-8000-000000000002" in line
+        for line in lines
+    )
     # and the shared container prefix, before any user meets it
     assert any("c.GPUDockerSpawner.prefix" in line and "lab 'prod'" in line for line in lines)
 
@@ -186,7 +198,7 @@ def test_the_admin_page_and_api_show_the_other_labs_container(labs):
     notice = page.find(id="foreign-containers")
     assert "another ledger hands out the same GPUs" in notice.text()
     item = notice.find("li", data_container=ann)
-    assert "lab 'prod'" in item.text() and "MIG-e2e-1g-0" in item.text()
+    assert "lab 'prod'" in item.text() and "MIG-e2e00100-0000-4000-8000-000000000000" in item.text()
     assert "staging" in page.find(id="lab-identity").text()
     token = user_token(staging, admin, "admin")
     inv = requests.get(
@@ -197,9 +209,9 @@ def test_the_admin_page_and_api_show_the_other_labs_container(labs):
     assert inv["lab"]["name"] == "staging"
     found = {f["container_name"]: f for f in inv["foreign_containers"]}
     assert found[ann]["lab_name"] == "prod" and found[ann]["user"] == "ann"
-    assert found[ann]["devices"] == ["MIG-e2e-1g-0"]
+    assert found[ann]["devices"] == ["MIG-e2e00100-0000-4000-8000-000000000000"]
     assert found[labs["trainer"]]["lab"] is None
-    assert found[labs["trainer"]]["devices"] == ["GPU-e2e-a40"]
+    assert found[labs["trainer"]]["devices"] == ["GPU-e2e0a400-0000-4000-8000-000000000002"]
 
 
 def test_a_user_of_both_labs_is_refused_in_the_second_and_keeps_the_first(labs):
@@ -230,13 +242,16 @@ def main_engine_hubs(tmp_path):
     yield make
     for hub, node in made:
         hub.stop()
+        # by the container prefix (``node``), not the node label: a test may rename the node,
+        # and the containers started after that carry the new name
         out = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=org.jupyter.gpulab.node={node}"],
+            ["docker", "ps", "-a", "--filter", f"name={node}", "--format", "{{.ID}} {{.Names}}"],
             capture_output=True,
             text=True,
-        ).stdout.split()
-        if out:
-            subprocess.run(["docker", "rm", "-f", *out], capture_output=True)
+        ).stdout.split("\n")
+        ids = [i for i, _, name in (line.partition(" ") for line in out) if name.startswith(node)]
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
 
 
 def mdocker(*args, check=True) -> subprocess.CompletedProcess:
@@ -247,7 +262,7 @@ KEEP = "c.JupyterHub.cleanup_servers = False\nc.JupyterHub.cleanup_proxy = False
 
 
 def test_renaming_the_node_keeps_running_servers_and_their_slices(main_engine_hubs):
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     hub = main_engine_hubs(node, KEEP + "c.GPUDockerSpawner.reconcile_interval = 2\n")
     hub.start()
     hub.create_user("ann", ["students"])
@@ -291,7 +306,7 @@ def legacy_container(name: str, labels: dict[str, str], gpu: str) -> str:
 
 
 def test_containers_from_before_lab_ids_are_told_apart_after_the_upgrade(main_engine_hubs):
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     hub = main_engine_hubs(node, "c.GPUDockerSpawner.reconcile_interval = 2\n")
     url = f"sqlite:///{hub.workdir}/gpulab.sqlite"
     # this lab's ledger of the previous release: ann holds a MIG instance (her container runs),
@@ -313,7 +328,9 @@ def test_containers_from_before_lab_ids_are_told_apart_after_the_upgrade(main_en
     ann_c = legacy_container(f"{node}-ann", labels(ann, "ann"), ann.slice_id)
     bob_c = legacy_container(f"{node}-bob", labels(bob, "bob"), bob.slice_id)
     # another lab on this engine, also from before lab ids: its allocation 2 is zoe's
-    zoe_c = legacy_container(f"{node}-other-zoe", labels(bob, "zoe"), "GPU-e2e-a40")
+    zoe_c = legacy_container(
+        f"{node}-other-zoe", labels(bob, "zoe"), "GPU-e2e0a400-0000-4000-8000-000000000002"
+    )
     led = Ledger(url)
     led.set_container(ann.id, ann_c, f"{node}-ann")
     led.set_container(bob.id, bob_c, f"{node}-bob")
@@ -345,7 +362,7 @@ def test_containers_from_before_lab_ids_are_told_apart_after_the_upgrade(main_en
     # running (the previous release removed it), and reported as holding our A40
     assert running(zoe_c, mdocker) == zoe_c
     found = {f.container_name: f for f in led.foreign_containers()}
-    assert found[f"{node}-other-zoe"].devices == ("GPU-e2e-a40",)
+    assert found[f"{node}-other-zoe"].devices == ("GPU-e2e0a400-0000-4000-8000-000000000002",)
     assert found[f"{node}-other-zoe"].lab_label() == "a gpulab hub from before lab ids"
     led.close()
     mdocker("rm", "-f", zoe_c, check=False)

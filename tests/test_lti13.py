@@ -139,6 +139,24 @@ def test_instructor_launch_gets_the_staff_groups(lms):
     assert sorted(hub.user_model("ian@uni.example")["groups"]) == ["ml101-staff", "staff"]
 
 
+@pytest.mark.parametrize(
+    "role",
+    [
+        pytest.param(ROLE + "TeachingAssistant", id="membership#TeachingAssistant"),
+        pytest.param(
+            "http://purl.imsglobal.org/vocab/lis/v2/membership/Instructor#TeachingAssistant",
+            id="the LTI 1.3 sub-role",
+        ),
+    ],
+)
+def test_a_teaching_assistant_launch_is_staff_of_the_course(lms, role):
+    platform, hub = lms
+    email = f"tia-{len(role)}@uni.example"
+    r = platform.launch(hub, email, [role])
+    assert r.status_code == 302, r.text
+    assert sorted(hub.user_model(email)["groups"]) == ["ml101-staff", "staff"]
+
+
 def test_a_context_not_listed_gives_no_course_group(lms):
     platform, hub = lms
     r = platform.launch(hub, "nia@uni.example", [ROLE + "Learner"], context="other-course")

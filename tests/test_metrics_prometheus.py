@@ -14,12 +14,13 @@ import subprocess
 import pytest
 import requests
 from e2e_support import remove_node_containers, require_docker
+from leakcheck import unique
 from prometheus_support import REPO, RULES, Prometheus, require
 from service_support import start_hub, wait_for_service
 
 DASHBOARD = REPO / "grafana" / "gpulab-dashboard.json"
 TOKEN = secrets.token_hex(16)
-NODE = "gpulabprom" + secrets.token_hex(3)
+NODE = unique("gpulabprom")
 EXTRA = f"""
 from jupyterhub_gpulab.hub.hubconfig import configure_prometheus
 configure_prometheus(c, api_token={TOKEN!r})

@@ -11,7 +11,6 @@ the ledger directly is the stale one the admin page must flag: a slice held with
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from hubtools import docker_available
+from leakcheck import unique
 from service_support import (
     IMAGE,
     PREFIX,
@@ -78,7 +78,7 @@ c.GPUDockerSpawner.reconcile_interval = 3600
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     require_or_skip(docker_problem(), "Docker")
-    prefix = "gpulabsvc" + secrets.token_hex(3)
+    prefix = unique("gpulabsvc")
     hub = start_hub(
         tmp_path_factory.mktemp("browser-hub"),
         extra=DOCKER_CONFIG.format(image=IMAGE, prefix=prefix),

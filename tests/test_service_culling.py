@@ -32,6 +32,7 @@ from culling_support import (
 from e2e_support import IMAGE, remove_node_containers, require_docker
 from fake_nvml import A40_UUID, P40_UUID, FakeNVML
 from html_support import parse_html
+from leakcheck import unique
 from service_support import (
     PREFIX,
     InProcessService,
@@ -77,7 +78,7 @@ def token():
 def hub(tmp_path_factory, token):
     require_docker()
     workdir = tmp_path_factory.mktemp("culling-hub")
-    node = "gpulabcull" + secrets.token_hex(3)
+    node = unique("gpulabcull")
     today = datetime.now(timezone.utc).date()
     hub = make_hub(
         workdir,

@@ -9,7 +9,6 @@ state-changing cells also check that the change happened, or did not.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from api_contract import check_body
 from e2e_support import remove_node_containers
 from html_support import parse_html
 from hubtools import docker_available
+from leakcheck import unique
 from service_support import (
     PEOPLE,
     PREFIX,
@@ -43,7 +43,7 @@ TARGET_GPU = "GPU-p40-0003"
 
 
 #: Servers are real: GPUDockerSpawner, attach mode "env", a node (and container prefix) of its own.
-NODE = "gpulabhub" + secrets.token_hex(3)
+NODE = unique("gpulabhub")
 SPAWNER = f"""
 c.JupyterHub.spawner_class = "gpulab"
 c.GPUDockerSpawner.attach_mode = "env"

@@ -104,6 +104,12 @@ def test_slices_devices_culls_warnings_and_drift_follow_the_ledger(hub, ledger):
             .where(allocations.c.id == seat.allocation.id)
             .values(started_at=clock.utcnow() - timedelta(minutes=10))
         )
+        # the A40 has run for half an hour: 1,800 GPU-seconds this week, and counting
+        conn.execute(
+            allocations.update()
+            .where(allocations.c.id == a40.allocation.id)
+            .values(started_at=clock.utcnow() - timedelta(minutes=30))
+        )
     ledger.set_container(a40.allocation.id, "c0ffee", "jupyter-researcher")
     try:
         m = metrics(hub)
@@ -132,8 +138,18 @@ def test_slices_devices_culls_warnings_and_drift_follow_the_ledger(hub, ledger):
         assert value(m, "gpulab_budget_exhaustion_total", group="students") == 1
         assert value(m, "gpulab_budget_exhaustion_total", group="researchers") == 0
         assert value(m, "gpulab_allocations_without_container", node="lab-node") == 0
+        # the value, in seconds, weighted by share: the A40's whole half hour and more for the
+        # researchers, a quarter of the seat's ten minutes for the students
+        ran = {a.id: a for a in ledger.allocations_between(clock.utcnow() - timedelta(hours=1),
+                                                           clock.utcnow())}  # fmt: skip
+        a40_s = (
+            ran[a40.allocation.id].ended_at - ran[a40.allocation.id].started_at
+        ).total_seconds()
+        seat_s = ran[seat.allocation.id].ended_at - ran[seat.allocation.id].started_at
         used = value(m, "gpulab_group_used_gpu_seconds", group="researchers", period="week")
-        assert used is not None and used >= 0
+        assert a40_s >= 1800 and used == pytest.approx(a40_s, abs=1)
+        used = value(m, "gpulab_group_used_gpu_seconds", group="students", period="week")
+        assert used == pytest.approx(0.25 * seat_s.total_seconds(), abs=1)
     finally:
         ledger.set_drained("GPU-p40-0003", False)
         ledger.clear_warnings("student", "")
@@ -196,3 +212,26 @@ def test_no_user_names_in_labels_unless_enabled(hub, ledger):
         assert "user" not in labels and "rob-the-user" not in text
     finally:
         ledger.release(a.allocation.id, "stopped")
+
+
+def test_a_node_its_orchestrator_cannot_run_tasks_on_is_engine_out(hub, ledger):
+    from jupyterhub_gpulab.ledger.nodes import EngineNode
+
+    def states(node):
+        m = metrics(hub)
+        return {
+            st: value(m, "gpulab_nodes", node=node, state=st)
+            for st in ("in_service", "drained", "unreachable", "engine_out")
+        }
+
+    ready = EngineNode(id="id-swn9", state="ready", availability="active")
+    ledger.record_engine("swarm", {"swn9": ready})
+    assert states("swn9") == {"in_service": 1, "drained": 0, "unreachable": 0, "engine_out": 0}
+    # Swarm reports it down, then paused: out of service either way, one state for alerts
+    for engine_node in (
+        EngineNode(id="id-swn9", state="down", availability="active"),
+        EngineNode(id="id-swn9", state="ready", availability="pause"),
+    ):
+        ledger.record_engine("swarm", {"swn9": engine_node})
+        assert ledger.node("swn9").state.startswith("engine-")
+        assert states("swn9") == {"in_service": 0, "drained": 0, "unreachable": 0, "engine_out": 1}

@@ -20,7 +20,7 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 pytestmark = pytest.mark.usefixtures("api_contract")
 
 TESTS = Path(__file__).resolve().parent
-SHARED = 'c.GPULab.shared_devices = {"GPU-e2e-t4": {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2}}\n'
+SHARED = 'c.GPULab.shared_devices = {"GPU-e2e0f400-0000-4000-8000-000000000001": {"seats": 5, "memory_per_seat": "3GiB", "compute_share": 0.2}}\n'
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +65,26 @@ def test_a_report_puts_the_nodes_gpus_in_the_ledger_split_as_the_lab_says(hub, l
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "in-service" and r.json()["slices"] == 6
     mine = {s["id"]: s for s in ledger.slices() if s["node"] == "gpu7"}
-    assert set(mine) == {"GPU-e2e-a40"} | {f"GPU-e2e-t4/seat-{i}" for i in range(5)}
+    assert set(mine) == {"GPU-e2e0a400-0000-4000-8000-000000000002"} | {
+        f"GPU-e2e0f400-0000-4000-8000-000000000001/seat-{i}" for i in range(5)
+    }
     assert all(s["available"] for s in mine.values())
     assert ledger.node("gpu7").agent_seen_at is not None
     # the host's driver reaches the ledger, for the image gate (fake_nvml's 580.95.05)
-    a40 = next(d for d in ledger.devices() if d["uuid"] == "GPU-e2e-a40")
+    a40 = next(
+        d for d in ledger.devices() if d["uuid"] == "GPU-e2e0a400-0000-4000-8000-000000000002"
+    )
     assert a40["driver_version"] == "580.95.05"
-    assert mine["GPU-e2e-a40"]["cc_key"] == 86 and mine["GPU-e2e-t4/seat-0"]["cc_key"] == 75
+    assert (
+        mine["GPU-e2e0a400-0000-4000-8000-000000000002"]["cc_key"] == 86
+        and mine["GPU-e2e0f400-0000-4000-8000-000000000001/seat-0"]["cc_key"] == 75
+    )
     # and a claim may take one (the slice's node is the allocation's)
     got = ledger.claim(
-        SliceRequest(kind=SliceKind.GPU), user="zed", profile="a40", only_slice="GPU-e2e-a40"
+        SliceRequest(kind=SliceKind.GPU),
+        user="zed",
+        profile="a40",
+        only_slice="GPU-e2e0a400-0000-4000-8000-000000000002",
     )
     assert got.allocation.node == "gpu7"
     ledger.release(got.allocation.id, "stopped")
@@ -96,6 +106,18 @@ def test_a_node_token_reports_for_its_own_node_only(hub, ledger):
     assert post(hub, "gpu8", body, token).status_code == 403
 
 
+def gpu_uuid_as(spell):
+    """A change of a report: its first GPU's UUID spelt by ``spell`` wherever it appears (its MIG
+    devices' parent, its utilisation), as an agent that wrote it another way would send it."""
+
+    def change(body: dict) -> None:
+        uuid = body["devices"][0]["uuid"]
+        text = json.dumps(body).replace(json.dumps(uuid)[1:-1], json.dumps(spell(uuid))[1:-1])
+        body.update(json.loads(text))
+
+    return change
+
+
 @pytest.mark.parametrize(
     "change, expect",
     [
@@ -108,13 +130,26 @@ def test_a_node_token_reports_for_its_own_node_only(hub, ledger):
             lambda b: b.update(devices=b["devices"] * 65), "devices", id="too many devices"
         ),
         pytest.param(
-            lambda b: b["mig"][0].update(device_uuid="GPU-nowhere"),
+            lambda b: b["mig"][0].update(device_uuid="GPU-00000000-0000-4000-8000-000000000bad"),
             "not a reported GPU in MIG mode",
             id="orphan MIG",
         ),
+        # integers past any column (2**63 overflowed SQLite's: a 500), and NaN (no bound holds)
+        pytest.param(lambda b: b.update(memory_bytes=2**63), "memory_bytes: 9223372036854775808 is greater than the maximum", id="host memory 2**63"),
+        pytest.param(lambda b: b.update(cpus=2**63), "cpus: 9223372036854775808 is greater", id="cpus 2**63"),
+        pytest.param(lambda b: b["devices"][0].update(memory_bytes=2**63), "devices/0/memory_bytes: 9223372036854775808 is greater", id="GPU memory 2**63"),
+        pytest.param(lambda b: b["mig"][0].update(rank=2**63), "mig/0/rank: 9223372036854775808 is greater", id="MIG rank 2**63"),
+        pytest.param(lambda b: b.update(interval_s=float("nan")), "NaN is not a number JSON has", id="interval NaN"),
+        pytest.param(lambda b: b.update(interval_s=float("inf")), "Infinity is not a number JSON has", id="interval infinite"),
+        # one GPU written another way would be a second device: only NVML's exact form is taken
+        pytest.param(gpu_uuid_as(str.lower), "devices/0/uuid: 'gpu-e2e0a100-0000-4000-8000-000000000000' is not a UUID as NVML prints it", id="lower-case UUID"),
+        pytest.param(gpu_uuid_as(lambda u: f" {u} "), "devices/0/uuid: ' GPU-e2e0a100", id="UUID with spaces"),
+        pytest.param(gpu_uuid_as(lambda u: u[:12] + "\u2010" + u[13:]), "devices/0/uuid: 'GPU-e2e0a100\u20100000", id="UUID with U+2010"),
+        pytest.param(gpu_uuid_as(lambda u: u + "\n"), "devices/0/uuid", id="UUID and a newline"),
+        pytest.param(lambda b: b["mig"][0].update(uuid="MIG-E2E00100-0000-4000-8000-000000000000"), "mig/0/uuid: 'MIG-E2E00100", id="upper-case MIG UUID"),
         pytest.param(
-            lambda b: b["utilization"].update({"GPU-e2e-a100": {"gpu_percent": 400}}),
-            "utilization/GPU-e2e-a100/gpu_percent",
+            lambda b: b["utilization"].update({"GPU-e2e0a100-0000-4000-8000-000000000000": {"gpu_percent": 400}}),
+            "utilization/GPU-e2e0a100-0000-4000-8000-000000000000/gpu_percent",
             id="impossible percent",
         ),
     ],
@@ -173,9 +208,9 @@ def test_the_agent_command_reports_with_its_token_and_says_what_is_wrong(hub, le
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["node"] == "gpu8"
     assert {s["id"] for s in ledger.slices() if s["node"] == "gpu8"} == {
-        "MIG-e2e-1g-0",
-        "MIG-e2e-1g-1",
-        "MIG-e2e-3g-0",
+        "MIG-e2e00100-0000-4000-8000-000000000000",
+        "MIG-e2e00101-0000-4000-8000-000000000001",
+        "MIG-e2e00300-0000-4000-8000-000000000000",
     }
     # a MIG instance carries its GPU's compute capability (the image gate compares it)
     assert {s["cc_key"] for s in ledger.slices() if s["node"] == "gpu8"} == {80}
@@ -217,8 +252,13 @@ def test_a_node_cannot_take_another_nodes_gpus(hub, ledger):
     token = ledger.issue_node_token("gpu1")
     r = post(hub, "gpu1", report_of("t4+a40", "gpu1"), token)
     assert r.status_code == 400, r.text
-    assert "GPU-e2e-a40 is node gpu7's in the ledger" in r.json()["message"]
-    assert {d["uuid"]: d["node"] for d in ledger.devices()}["GPU-e2e-a40"] == "gpu7"
+    assert (
+        "GPU-e2e0a400-0000-4000-8000-000000000002 is node gpu7's in the ledger"
+        in r.json()["message"]
+    )
+    assert {d["uuid"]: d["node"] for d in ledger.devices()}[
+        "GPU-e2e0a400-0000-4000-8000-000000000002"
+    ] == "gpu7"
     assert not [s for s in ledger.slices() if s["node"] == "gpu1"]
 
 
@@ -249,6 +289,10 @@ def test_a_restarted_service_gives_its_agents_one_timeout_before_judging_them(tm
     # its next report brings it back, and its figures join the lab's latest sample
     restarted.receive("gpu1", report_of("a100", "gpu1"))
     assert all(s["available"] for s in led.slices())
-    assert set(state.sample.by_slice) == {"MIG-e2e-1g-0", "MIG-e2e-1g-1", "MIG-e2e-3g-0"}
-    assert state.history("MIG-e2e-1g-0")[-1].at == at.now
+    assert set(state.sample.by_slice) == {
+        "MIG-e2e00100-0000-4000-8000-000000000000",
+        "MIG-e2e00101-0000-4000-8000-000000000001",
+        "MIG-e2e00300-0000-4000-8000-000000000000",
+    }
+    assert state.history("MIG-e2e00100-0000-4000-8000-000000000000")[-1].at == at.now
     led.close()

@@ -5,14 +5,15 @@ passes to the next in line."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
 from e2e_support import remove_node_containers
+from leakcheck import unique
 from service_support import (
+    POLICIES,
     PREFIX,
     ledger_for,
     login,
@@ -26,7 +27,10 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
-NODE = "gpulabwait" + secrets.token_hex(3)
+SEAT = SliceRequest(kind=SliceKind.SHARED)
+#: a group whose members may use 0.01 GPU-hours (36 s of a whole GPU) a week
+BUDGETED = {**POLICIES, "budgeted": {"gpu_hours": 0.01, "period": "week"}}
+NODE = unique("gpulabwait")
 EXTRA = f"""
 c.JupyterHub.spawner_class = "gpulab"
 c.GPUDockerSpawner.attach_mode = "env"
@@ -37,6 +41,7 @@ c.Spawner.start_timeout = 60
 c.GPUDockerSpawner.reconcile_interval = 3600
 c.GPULabService.waitlist_every = 1
 c.GPULabService.waitlist_hold = 4
+c.GPULab.group_policies = {BUDGETED!r}
 """
 
 
@@ -218,5 +223,119 @@ def test_the_spawn_form_offers_the_slice_held_for_the_student(hub, ledger):
     finally:
         if hub.server("student") is not None:
             hub.stop_server("student")
+        for a in ledger.open_allocations():
+            ledger.release(a.id, "test-cleanup")
+
+
+def test_a_queued_student_whose_budget_ran_out_is_skipped_and_told_why(hub, ledger):
+    from html_support import parse_html
+
+    from jupyterhub_gpulab.ledger.schema import allocations
+
+    hub.create_user("bea", ["budgeted"])
+    # bea used a seat for ten minutes earlier today: more than her 0.01 GPU-hours
+    old = ledger.claim(SEAT, user="bea", profile="shared-seat", server_name="old")
+    ledger.release(old.allocation.id, "stopped")
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            allocations.update()
+            .where(allocations.c.id == old.allocation.id)
+            .values(started_at=datetime.now(timezone.utc) - timedelta(minutes=10))
+        )
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="w")
+        for u in ("researcher", "instructor")
+    ]
+    session = login(hub, "bea")
+    auth = {"Authorization": f"token {user_token(hub, session, 'bea')}"}
+    api = hub.url + PREFIX + "api/waitlist"
+    try:
+        joined = requests.post(api, json={"profile": "mig-small"}, headers=auth, timeout=30)
+        assert joined.status_code == 201, joined.text
+        ledger.release(holders[0].allocation.id, "stopped")
+        # the pass after the slice freed skips her (and holds nothing for her)
+        [entry] = wait_for(
+            lambda: [
+                e
+                for e in requests.get(api, headers=auth, timeout=30).json()["entries"]
+                if e["state"] == "refused"
+            ]
+        )
+        assert ledger.open_allocations("bea") == []
+        said = entry["message"]
+        assert said.startswith("Skipped in the queue for ") and (
+            "your GPU-hour budget is spent until Monday" in said
+        ), said
+        assert "of 0.01 GPU-hours this week (budgeted)" in said and "0.0 of" not in said
+        # the hub's home page says it, and so does her gpulab page (in its waitlist section)
+        home = session.get(hub.url + "/hub/home", timeout=30).text
+        assert "budget is spent until Monday" in home
+        me = parse_html(session.get(hub.url + PREFIX + "me", timeout=30).text)
+        [told] = me.find_all("div", cls="waitlist-entry", data_state="refused")
+        assert told.text().strip() == said
+    finally:
+        ledger.leave_waitlist("bea")
+        for h in holders:
+            ledger.release(h.allocation.id, "test-cleanup")
+
+
+@pytest.fixture
+def mig_full(ledger):
+    """Both 1g.5gb MIG slices of the lab held, by the researcher and the instructor."""
+    holders = [
+        ledger.claim(MIG_1G, user=u, profile="mig-small", server_name="full")
+        for u in ("researcher", "instructor")
+    ]
+    yield holders
+    for h in holders:
+        ledger.release(h.allocation.id, "test-cleanup")
+
+
+@pytest.mark.usefixtures("mig_full")
+def test_a_full_profiles_join_the_waitlist_on_the_spawn_form_links_to_the_queue(hub, ledger):
+    from html_support import parse_html
+
+    session = login(hub, "student")
+    doc = parse_html(session.get(hub.url + "/hub/spawn", timeout=30).text)
+    [why] = [n for n in doc.find_all("small") if n.attrs.get("id") == "why-mig-small"]
+    [link] = why.find_all("a")
+    assert link.text() == "join the waitlist"
+    # the link leads to the page whose button joins that queue
+    target = session.get(hub.url + link.attrs["href"], timeout=30)
+    assert target.status_code == 200 and target.url.split("#")[0].endswith(PREFIX + "me")
+    assert parse_html(target.text).find_all("form", cls="join-waitlist", data_profile="mig-small")
+
+
+@pytest.mark.usefixtures("mig_full")
+def test_a_researcher_is_not_offered_the_queue_for_the_slice_he_holds(hub, ledger):
+    from html_support import parse_html
+
+    doc = parse_html(login(hub, "researcher").get(hub.url + PREFIX + "me", timeout=30).text)
+    assert not doc.find_all("form", cls="join-waitlist", data_profile="mig-small")
+    # his limit is 2: the noun follows "at most 2", not the 1 he holds
+    assert "You hold 1 of at most 2 GPU slices." in " ".join(
+        doc.find("p", id="my-use").text().split()
+    )
+    other = parse_html(login(hub, "student").get(hub.url + PREFIX + "me", timeout=30).text)
+    assert other.find_all("form", cls="join-waitlist", data_profile="mig-small")
+
+
+def test_an_offer_while_the_default_server_runs_says_to_start_a_named_one(hub, ledger, mig_full):
+    others = mig_full
+    r = hub.spawn("student", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    try:
+        hub.wait_ready("student")
+        ledger.join_waitlist("student", "mig-small", MIG_1G)
+        session = login(hub, "student")
+        ledger.release(others[0].allocation.id, "stopped")
+        wait_for(lambda: ledger.open_allocations("student"))
+        home = " ".join(session.get(hub.url + "/hub/home", timeout=30).text.split())
+        assert "held for you" in home
+        assert "Start your server to take it" not in home
+        assert "Your default server is running: start a named server with that profile" in home
+    finally:
+        ledger.leave_waitlist("student")
+        hub.stop_server("student")
         for a in ledger.open_allocations():
             ledger.release(a.id, "test-cleanup")

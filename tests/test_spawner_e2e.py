@@ -82,8 +82,8 @@ def test_each_user_gets_their_own_slice_and_cpu_gets_void(hub, ledger):
         hub.env_of(c["object_name"]),
     )
     assert {env_a["NVIDIA_VISIBLE_DEVICES"], env_b["NVIDIA_VISIBLE_DEVICES"]} == {
-        "MIG-e2e-1g-0",
-        "MIG-e2e-1g-1",
+        "MIG-e2e00100-0000-4000-8000-000000000000",
+        "MIG-e2e00101-0000-4000-8000-000000000001",
     }
     assert env_a["NVIDIA_VISIBLE_DEVICES"] == a["gpulab_slice"]
     assert env_c["NVIDIA_VISIBLE_DEVICES"] == "void"
@@ -135,7 +135,7 @@ def test_twenty_concurrent_spawns_for_five_seats(hub, ledger):
     states = [hub.wait_ready(u)["state"] for u in winners]
     assert len({s["gpulab_slice"] for s in states}) == 5
     seats = {hub.env_of(s["object_name"])["GPULAB_SLICE"] for s in states}
-    assert seats == {f"GPU-e2e-t4/seat-{i}" for i in range(5)}
+    assert seats == {f"GPU-e2e0f400-0000-4000-8000-000000000001/seat-{i}" for i in range(5)}
     assert ledger.double_allocations() == []
     # stop them all: nothing left behind
     for u in winners:

@@ -360,3 +360,53 @@ def test_usage_note_counts_a_hold_apart_from_the_servers():
         "take (it counts toward that limit)."
     )
     assert usage_note(1, None, 2) == "You hold 1 GPU slice. 2 more are held for you to take."
+
+
+# -- the waitlist is one click away -------------------------------------------------------------
+
+
+def test_join_the_waitlist_in_a_full_rows_reason_is_a_link_to_the_waitlist():
+    url = "/services/gpulab/me#my-waitlist"
+    rows = form_rows(PROFILES, capacity_of(FREE), preselect=None)
+    page = parse_html(render_form(rows, waitlist_url=url))
+    links = {n.attrs.get("href") for n in page.find_all("a")}
+    assert links == {url}
+    (why,) = [n for n in page.find_all("small") if n.attrs.get("id") == "why-seat"]
+    assert why.text() == "All taken right now; join the waitlist or try again later."
+    assert [a.text() for a in why.find_all("a")] == ["join the waitlist"]
+    # without a waitlist page (no service), the reason reads the same and links nowhere
+    assert not parse_html(render_form(rows)).find_all("a")
+
+
+def test_a_reason_stays_escaped_when_its_words_become_a_link():
+    from jupyterhub_gpulab.spawner.form import FormRow
+
+    hostile = FormRow("x", "X", "", "", "", "", False, "<b>x</b>; join the waitlist")
+    html = render_form([hostile], waitlist_url="/w")
+    assert "<b>" not in html and "&lt;b&gt;" in html
+    assert [a.attrs["href"] for a in parse_html(html).find_all("a")] == ["/w"]
+
+
+@pytest.mark.parametrize(
+    ("url", "hub_base", "href"),
+    [
+        pytest.param("services/gpulab/me#my-waitlist", "/hub/", "/services/gpulab/me#my-waitlist", id="root"),
+        pytest.param("services/gpulab/me#my-waitlist", "/jh/hub/", "/jh/services/gpulab/me#my-waitlist", id="base-url"),
+        pytest.param("/elsewhere", "/jh/hub/", "/elsewhere", id="absolute"),
+        pytest.param("", "/hub/", "", id="none"),
+    ],
+)  # fmt: skip
+def test_the_waitlist_link_follows_the_hubs_base_url(url, hub_base, href):
+    from jupyterhub_gpulab.spawner.form import waitlist_href
+
+    assert waitlist_href(url, hub_base) == href
+
+
+def test_configure_service_gives_the_spawn_form_its_waitlist_link():
+    from traitlets.config import Config
+
+    from jupyterhub_gpulab.hub.hubconfig import configure_service
+
+    c = Config()
+    configure_service(c)
+    assert c.GPUDockerSpawner.waitlist_url == "services/gpulab/me#my-waitlist"

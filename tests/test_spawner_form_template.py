@@ -5,10 +5,10 @@ config load naming the setting. The last test reads ``/hub/spawn`` from a real h
 
 from __future__ import annotations
 
-import secrets
 from types import SimpleNamespace
 
 import pytest
+from leakcheck import unique
 from test_spawner_form import FREE, PROFILES, capacity_of
 
 from jupyterhub_gpulab.lab.profiles import load_profiles
@@ -102,7 +102,7 @@ def test_the_hubs_spawn_page_shows_the_admins_form(tmp_path):
     require_docker()
     path = tmp_path / "our_form.html"
     path.write_text(ADMIN_TEMPLATE)
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     hub = Hub(
         tmp_path / node,
         gpulab_config(node, extra=f"c.GPUDockerSpawner.profile_form_template = {str(path)!r}\n"),

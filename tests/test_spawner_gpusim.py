@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import time
 
 import pytest
 from e2e_support import gpulab_config, require_docker
 from hubtools import Hub
+from leakcheck import unique
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -46,7 +46,7 @@ def gpusim_hub(tmp_path):
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    node = "gpusim" + secrets.token_hex(3)
+    node = unique("gpusim")
     hub = Hub(
         tmp_path / node,
         gpulab_config(node, attach_mode="device_request"),
@@ -88,8 +88,11 @@ def test_device_requests_name_each_users_own_slice(gpusim_hub):
         r = hub.spawn(user, {"profile": profile})
         assert r.status_code in (201, 202), r.text
     states = {u: hub.wait_ready(u)["state"] for u in ("ann", "rex", "cyd")}
-    expected = {"ann": states["ann"]["gpulab_slice"], "rex": "GPU-e2e-a40"}
-    assert expected["ann"].startswith("MIG-e2e-1g-")
+    expected = {
+        "ann": states["ann"]["gpulab_slice"],
+        "rex": "GPU-e2e0a400-0000-4000-8000-000000000002",
+    }
+    assert expected["ann"].startswith("MIG-e2e0010")  # a 1g.10gb MIG device
     hooks = hook_calls()
     for user, uuid in expected.items():
         name = states[user]["object_name"]

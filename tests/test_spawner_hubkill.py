@@ -224,7 +224,10 @@ def test_a_container_holding_a_slice_its_server_does_not_hold_is_never_adopted(h
     hub.create_user("bob", ["researchers"])
     assert hub.spawn("ann", {"profile": "a40"}).status_code in (201, 202)
     state = hub.wait_ready("ann")["state"]
-    assert env_of(state["object_name"])["NVIDIA_VISIBLE_DEVICES"] == "GPU-e2e-a40"
+    assert (
+        env_of(state["object_name"])["NVIDIA_VISIBLE_DEVICES"]
+        == "GPU-e2e0a400-0000-4000-8000-000000000002"
+    )
     hub.stop()  # ann's container keeps running
     led = ledger_of(hub)
     led.release(state["gpulab_allocation"], "admin")
@@ -255,7 +258,7 @@ def test_a_container_holding_a_slice_its_server_does_not_hold_is_never_adopted(h
     with_a40 = [
         cid
         for cid in containers_with_label(f"org.jupyter.gpulab.node={hub.workdir.name}")
-        if env_of(cid).get("NVIDIA_VISIBLE_DEVICES") == "GPU-e2e-a40"
+        if env_of(cid).get("NVIDIA_VISIBLE_DEVICES") == "GPU-e2e0a400-0000-4000-8000-000000000002"
     ]
     assert len(with_a40) == 1
     assert inspect(with_a40[0])["Config"]["Labels"]["org.jupyter.gpulab.user"] == "bob"

@@ -13,13 +13,13 @@ proxy and real containers (GPUDockerSpawner in ``env`` attach mode, as test_spaw
 from __future__ import annotations
 
 import json
-import secrets
 import time
 
 import pytest
 from e2e_support import PROFILES, gpulab_config, remove_node_containers, require_docker
 from html_support import parse_html
 from hubtools import Hub
+from leakcheck import unique
 from prometheus_client.parser import text_string_to_metric_families
 from test_spawner_e2e import SpawnPage, login
 
@@ -45,7 +45,7 @@ def lab_config(node: str, seat_slug: str = "seat") -> str:
 
 
 def new_lab_hub(tmp_path, seat_slug: str = "seat") -> Hub:
-    node = "gpulabtest" + secrets.token_hex(3)
+    node = unique("gpulabtest")
     return Hub(tmp_path / node, lab_config(node, seat_slug))
 
 

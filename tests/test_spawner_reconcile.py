@@ -27,14 +27,16 @@ LAB_ID = "3f2c0c1e-0000-4000-8000-000000000001"
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 
 
-def alloc(aid: int, user: str, server: str = "", slice_id: str = "MIG-1") -> Allocation:
+def alloc(
+    aid: int, user: str, server: str = "", slice_id: str = "MIG-1", node: str = NODE
+) -> Allocation:
     return Allocation(
         id=aid,
         slice_id=slice_id,
         user=user,
         server_name=server,
         profile="mig",
-        node=NODE,
+        node=node,
         charge_group=None,
         share=1.0,
         container_id=None,
@@ -53,6 +55,7 @@ def container(
     server: str = "",
     slice_id: str | None = "MIG-1",
     name: str | None = None,
+    node: str = NODE,
 ) -> LabObject:
     """A container as ``docker ps -a`` reports it, with the labels the spawner writes."""
     row = {
@@ -65,7 +68,7 @@ def container(
             server_name=server,
             profile="mig" if aid else "cpu",
             slice_id=slice_id if aid else None,
-            node=NODE,
+            node=node,
             lab=LAB_ID,
         ),
     }
@@ -180,6 +183,27 @@ def test_a_container_of_a_closed_allocation_goes_unless_its_server_runs_it():
     # bob's server runs under that name: its poll() re-adopts the slice or stops it
     assert plan([], [c], {("bob", ""): running(9, "bob")}).remove == ()
     assert plan([], [c], {("bob", ""): pending(None, "bob")}).remove == ()
+
+
+def test_a_hub_never_removes_another_hubs_containers_of_one_ledger():
+    """Hub B (node-b) shares the ledger and the engine with hub A (node-a), whose ann runs on
+    allocation 1 and whose bob's allocation 2 is already closed: B's pass, with no server of its
+    own, touches neither; A's own pass still removes bob's."""
+    ann = container("ann", 1, node="node-a")
+    bob = container("bob", 2, node="node-a", name="jupyter-bob")
+    everything = [alloc(1, "ann", node="node-a")]
+    p = plan(everything, [ann, bob], {}, "node-b")
+    assert p == plan([], [], {}, "node-b")  # nothing closed, nothing removed
+    assert removed(plan(everything, [ann, bob], {("ann", ""): running(1, "ann")}, "node-a")) == {
+        "jupyter-bob"
+    }
+    # a container with no node label whose allocation is open on A: A's, not B's
+    legacy = container("ann", 1, node="")
+    assert plan(everything, [legacy], {}, "node-b").remove == ()
+    # renamed c.GPULab.node_name: the allocation moved to node-b, its container says node-a
+    moved = [alloc(1, "ann", node="node-b")]
+    assert closed(plan(moved, [ann], {}, "node-b")) == {1: NO_SERVER}
+    assert removed(plan(moved, [ann], {}, "node-b")) == {"jupyter-ann"}
 
 
 def test_cpu_containers_hold_nothing_and_are_left_alone():

@@ -321,7 +321,10 @@ def test_every_node_shows_in_the_api_the_metrics_and_the_cli(hub):
     assert nodes["gpulab-swn2"]["agent"]["seen_at"] and not nodes["gpulab-swn1"]["agent"]["seen_at"]
     inventory = {n["name"]: n for n in service_api(hub, "GET", "inventory").json()["nodes"]}
     assert inventory["gpulab-swn1"]["devices"] == []  # the CPU-only manager is listed too
-    assert {d["uuid"] for d in inventory["gpulab-swn3"]["devices"]} == {"GPU-e2e-t4", "GPU-e2e-a40"}
+    assert {d["uuid"] for d in inventory["gpulab-swn3"]["devices"]} == {
+        "GPU-e2e0f400-0000-4000-8000-000000000001",
+        "GPU-e2e0a400-0000-4000-8000-000000000002",
+    }
     metrics = requests.get(
         f"{hub.url}{PREFIX}metrics",
         headers={"Authorization": f"token {hub.admin_token}"},
@@ -419,7 +422,10 @@ def test_the_agent_runs_as_a_swarm_global_service_on_every_gpu_node(hub, tmp_pat
         assert sorted(line.split()[0] for line in tasks.splitlines() if "Running" in line) == [
             "gpulab-swn2", "gpulab-swn3"
         ]  # fmt: skip
-        assert spawn_ready(hub, "rex", "a40")["gpulab_slice"] == "GPU-e2e-a40"
+        assert (
+            spawn_ready(hub, "rex", "a40")["gpulab_slice"]
+            == "GPU-e2e0a400-0000-4000-8000-000000000002"
+        )
     finally:
         sdocker("service", "rm", f"{hub.prefix}-agents", check=False)
         for node in set(GPU_NODE.values()):

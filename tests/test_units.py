@@ -130,3 +130,49 @@ def test_one_naive_datetime_rule_reads_naive_as_utc_and_converts_aware_to_utc():
     assert as_utc(berlin).utcoffset() == timedelta(0)
     assert iso(berlin) == iso(naive) == "2026-03-02T12:00:00Z"
     assert hub_time("2026-03-02T13:00:00+01:00") == as_utc(naive)
+
+
+# -- counted nouns: the noun follows the number it stands next to ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [(0, "0 slices"), (1, "1 slice"), (2, "2 slices"), (1.5, "1.5 slices")],
+)
+def test_a_counted_noun_takes_the_plural_except_for_one(n, text):
+    from jupyterhub_gpulab.units import counted
+
+    assert counted(n, "slice") == text
+
+
+def test_an_irregular_plural_is_given():
+    from jupyterhub_gpulab.units import plural
+
+    assert (plural(1, "holds", "hold"), plural(3, "holds", "hold")) == ("holds", "hold")
+
+
+@pytest.mark.parametrize(
+    ("held", "limit", "text"),
+    [
+        (1, 2, "You hold 1 of the 2 GPU slices your groups allow at once."),
+        (0, 1, "You hold 0 of the 1 GPU slice your groups allow at once."),
+        (1, None, "You hold 1 GPU slice."),
+        (2, None, "You hold 2 GPU slices."),
+    ],
+)
+def test_the_spawn_forms_use_of_the_limit_counts_the_noun_next_to_it(held, limit, text):
+    from jupyterhub_gpulab.spawner.form import usage_note
+
+    assert usage_note(held, limit) == text
+
+
+def test_a_stop_all_of_one_idle_server_says_it_was_not_running():
+    from datetime import datetime, timezone
+
+    from jupyterhub_gpulab.courses.model import parse_course
+    from jupyterhub_gpulab.courses.prestart import PrestartRun
+
+    course = parse_course({"slug": "dl", "title": "DL", "roster_group": "dl", "staff_group": "s"})
+    run = PrestartRun(course, ["ann", "bob"], started_at=datetime.now(timezone.utc))
+    run.servers["ann"].state, run.servers["bob"].state = "stopped", "not-running"
+    assert run.summary() == "1 stopped, 1 was not running"

@@ -9,8 +9,9 @@ class adds the groups (``manage_groups`` on: the launch owns them):
 
 - **the LMS role** (claim ``https://purl.imsglobal.org/spec/lti/claim/roles``, URIs) through the
   same ``group_*`` settings as SSO (:class:`~.oidc.MappingTraits`); by default a ``Learner`` of
-  the context lands in ``students``, an ``Instructor``/``TeachingAssistant``/``ContentDeveloper``/
-  ``Administrator`` in ``staff``;
+  the context lands in ``students``, an ``Instructor``/``TeachingAssistant`` (also as LTI 1.3's
+  sub-role ``membership/Instructor#TeachingAssistant``)/``ContentDeveloper``/``Administrator`` in
+  ``staff``;
 - **the course**: the launch's context id (the LMS course) is looked up in ``context_groups``; a
   learner gets that group (a course's roster group), staff get it with ``staff_suffix``
   (``ml101-staff``). A context not listed gets no course group (and a log line naming its id, so
@@ -42,6 +43,10 @@ CONTEXT_CLAIM = "https://purl.imsglobal.org/spec/lti/claim/context"
 _MEMBERSHIP = "http://purl.imsglobal.org/vocab/lis/v2/membership#"
 _INSTITUTION = "http://purl.imsglobal.org/vocab/lis/v2/institution/person#"
 STAFF_ROLES = ("Instructor", "TeachingAssistant", "ContentDeveloper", "Administrator")
+#: LIS v2 sub-roles of Instructor that are staff: LTI 1.3 names a teaching assistant
+#: ``…/membership/Instructor#TeachingAssistant`` (Canvas, Moodle), not ``…/membership#…``
+_INSTRUCTOR_SUBROLE = "http://purl.imsglobal.org/vocab/lis/v2/membership/Instructor#"
+STAFF_SUBROLES = ("TeachingAssistant",)
 
 
 class SeenNonces:
@@ -144,6 +149,7 @@ class GPULabLTI13Authenticator(MappingTraits, LTI13Authenticator):
     def _group_rename_default(self):
         roles = {f"{_MEMBERSHIP}Learner": "students", f"{_INSTITUTION}Student": "students"}
         roles.update({f"{_MEMBERSHIP}{r}": "staff" for r in STAFF_ROLES})
+        roles.update({f"{_INSTRUCTOR_SUBROLE}{r}": "staff" for r in STAFF_SUBROLES})
         roles.update({f"{_INSTITUTION}Faculty": "staff"})
         return roles
 

@@ -133,20 +133,22 @@ class MappingTraits(HasTraits):
         return auth_state
 
     def map_claims(self, username: str, claims) -> list[str]:
-        """Groups for ``claims``; logs the mapping; :class:`LoginRefused` when unreadable."""
+        """Groups for ``claims``; logs the mapping (INFO: how many groups; DEBUG: their names,
+        since a campus account may be in thousands); :class:`LoginRefused` when unreadable."""
         try:
             mapped = self.group_mapping.map(claims)
         except ClaimError as e:
             self.log.warning("login of %s refused (%s): %s", username, e.reason, e.log_message)
             raise LoginRefused(e) from None
         self.log.info(
-            "%s: groups %s from claim %r (%d value(s), %d dropped)",
+            "%s: %d group(s) from claim %r (%d value(s), %d dropped)",
             username,
-            ", ".join(mapped.groups) or "(none)",
+            len(mapped.groups),
             self.group_mapping.claim,
             len(mapped.raw),
             len(mapped.dropped),
         )
+        self.log.debug("%s: groups %s", username, ", ".join(mapped.groups) or "(none)")
         return mapped.groups
 
 

@@ -19,6 +19,7 @@ from ..ledger import aio
 from ..service.hubclient import HubClient, HubError
 from .access import roster_profile_problems
 from .config import GPULabCourses
+from .distribute import ContentActions
 from .hubhook import prestart_token
 from .model import Course, CourseError, parse_course
 from .prestart import PrestartRun
@@ -37,7 +38,7 @@ class RosterLocked(Exception):
     """The roster's group is not the hub's to edit (campus SSO, LTI): ``str(e)`` says whose."""
 
 
-class CourseManager:
+class CourseManager(ContentActions):
     def __init__(
         self,
         store: CourseStore,
@@ -83,6 +84,8 @@ class CourseManager:
         self.booking_problems: dict[str, list[str]] = {}
         #: monotonic time of the last reservations sync (:mod:`.schedule`)
         self.reservations_synced_at = float("-inf")
+        #: slug -> user -> (container id, sources): each server's last content pull, as read
+        self._content: dict[str, dict[str, tuple]] = {}
 
     def roster_source(self, course) -> dict:
         """Where ``course``'s roster comes from: ``{"owner": kind, "editable": bool,
@@ -323,34 +326,4 @@ class CourseManager:
         )
         detail = {"assignment": assignment, "report": report}
         await aio.call(self.store.record, course.slug, by, action, detail)
-        return report
-
-    async def distribute(self, course: Course, *, by: str) -> dict[str, str]:
-        """Pull the course content now into every running course server of the roster
-        (``docker exec`` of the same pull as at start, as the container's user)."""
-        students = await roster_of(self.hub, course)
-        report = await aio.call(self._distribute, course, students)
-        await aio.call(self.store.record, course.slug, by, "distribute", {"report": report})
-        return report
-
-    def _distribute(self, course: Course, students: set[str]) -> dict[str, str]:
-        from ..spawner.container import LABEL_LAB, LABEL_SERVER, LABEL_USER
-        from .content import LOG, pull_script
-
-        labels = [f"{LABEL_SERVER}={course.server_name}"]
-        if self.lab_id:
-            labels.append(f"{LABEL_LAB}={self.lab_id}")
-        found = self.docker().containers.list(filters={"label": labels, "status": "running"})
-        script = pull_script(course.content, self.settings.home_path) + f"cat {LOG}\n"
-        report = {u: "not running" for u in students}
-        for c in found:
-            user = c.labels.get(LABEL_USER)
-            if user not in students:
-                continue
-            try:
-                code, out = c.exec_run(["sh", "-c", script])
-                failed = b"gpulab: could not pull" in (out or b"")
-                report[user] = "failed: see ~/" + LOG if code or failed else "pulled"
-            except Exception as e:  # one server's failure never stops the others
-                report[user] = f"failed: {str(e)[:120]}"
         return report

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -27,6 +28,7 @@ from tornado.escape import url_escape
 
 from .. import clock
 from ..service.hubclient import HubClient, HubError, HubUnreachable
+from ..units import plural
 from .model import Course
 
 log = logging.getLogger("gpulab.courses")
@@ -41,7 +43,8 @@ POLL_S = 1.0
 class ServerProgress:
     user: str
     state: str = "waiting"  # waiting, starting, ready, refused, failed; stopped, not-running
-    reason: str = ""
+    reason: str = ""  # what the hub told (in the student's words)
+    status: int | None = None  # the hub's HTTP status of a refusal
     attempts: int = 0
     ready_at: datetime | None = None
 
@@ -69,14 +72,18 @@ class PrestartRun:
     def counts(self) -> Counter:
         return Counter(p.state for p in self.servers.values())
 
-    def summary(self) -> str:
+    def summary(self, words: Mapping[str, str] | None = None) -> str:
         """``"41 of 60 ready, 3 refused: no free slice"``; of a stop-all, ``"2 stopped, 3 were
-        not running"``."""
+        not running"``. ``words``: each user's reason as the reader should read it (the staff's
+        words on the course page), instead of what the hub told the student."""
+        words = words or {}
         c = self.counts()
         if c["stopped"] or c["not-running"]:
             parts = [f"{c['stopped']} stopped"]
             if c["not-running"]:
-                parts.append(f"{c['not-running']} were not running")
+                parts.append(
+                    f"{c['not-running']} {plural(c['not-running'], 'was', 'were')} not running"
+                )
             others = len(self.servers) - c["stopped"] - c["not-running"]
             if others:
                 reasons = Counter(p.reason for p in self.servers.values() if p.reason)
@@ -89,7 +96,9 @@ class PrestartRun:
                 parts.append(f"{c[state]} {state}")
         for state in ("refused", "failed"):
             if c[state]:
-                reasons = Counter(p.reason for p in self.servers.values() if p.state == state)
+                reasons = Counter(
+                    words.get(p.user, p.reason) for p in self.servers.values() if p.state == state
+                )
                 top = reasons.most_common(1)[0][0]
                 parts.append(f"{c[state]} {state}: {top}")
         return ", ".join(parts)
@@ -146,7 +155,7 @@ class PrestartRun:
         return f"users/{url_escape(user, plus=False)}/servers/{url_escape(self.course.server_name, plus=False)}"
 
     async def _start_one(self, hub: HubClient, p: ServerProgress, timeout_s: float) -> bool:
-        p.state, p.reason = "starting", ""
+        p.state, p.reason, p.status = "starting", "", None
         body = {"profile": self.course.profile} if self.course.profile else {}
         try:
             await hub.call("POST", self._path(p.user), body)
@@ -158,7 +167,7 @@ class PrestartRun:
                 pass  # a running (or starting) server counts once it answers
             else:
                 p.state = "refused" if e.status in (400, 403, 429, 503) else "failed"
-                p.reason = e.message
+                p.reason, p.status = e.message, e.status
                 return False
         return await self._wait_ready(hub, p, timeout_s)
 

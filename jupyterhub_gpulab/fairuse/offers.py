@@ -11,22 +11,35 @@ from typing import TYPE_CHECKING
 from .. import clock
 from ..errors import ProfileChoiceError
 from ..lab.policy import PolicyContext
-from .quota import budget_window, check_spawn
+from .quota import Budget, budget_window, check_spawn, queue_skip, spent_budget
 
 if TYPE_CHECKING:
     from ..lab.config import Lab
     from ..lab.profile import Profile
 
 
-def budget_refusal(ledger, user: str, ctx: PolicyContext, profile: Profile) -> str | None:
-    """``user``'s GPU-hour budget refusal for a spawn of ``profile`` now, or ``None`` (reads
-    ``ledger``'s allocations in the budget window). The spawner and the waitlist both ask this."""
+def _budget_rows(ledger, user: str, ctx: PolicyContext):
+    """``(allocations, now)``: ``user``'s allocations in their budget window (read from
+    ``ledger``), or ``None`` when no budget applies to them."""
     now = clock.utcnow()
     start = budget_window(ctx, now)
     if start >= now:
-        return None  # no budget applies to this user
-    allocations = ledger.allocations_between(start, now, user=user)
-    return check_spawn(user, ctx, allocations, now, profile=profile)
+        return None
+    return ledger.allocations_between(start, now, user=user), now
+
+
+def budget_refusal(ledger, user: str, ctx: PolicyContext, profile: Profile) -> str | None:
+    """``user``'s GPU-hour budget refusal for a spawn of ``profile`` now, or ``None`` (reads
+    ``ledger``'s allocations in the budget window). The spawner asks this."""
+    rows = _budget_rows(ledger, user, ctx)
+    return None if rows is None else check_spawn(user, ctx, rows[0], rows[1], profile=profile)
+
+
+def spent_now(ledger, user: str, ctx: PolicyContext, profile: Profile) -> Budget | None:
+    """``user``'s governing budget when it is spent now for ``profile``, else ``None`` (reads
+    ``ledger``, as :func:`budget_refusal`)."""
+    rows = _budget_rows(ledger, user, ctx)
+    return None if rows is None else spent_budget(user, ctx, rows[0], rows[1], profile=profile)
 
 
 def offer_limits(
@@ -35,7 +48,8 @@ def offer_limits(
     """The claim limits for offering ``user`` a slice of ``profile_slug`` now
     (``{"user_limit", "charge_groups", "groups"}``, keyword arguments of
     :meth:`~..ledger.Ledger.claim`), or the refusal message when the profile is gone, no longer
-    allowed by their groups' policies, or their budget is spent."""
+    allowed by their groups' policies, or their budget is spent (:func:`~.quota.queue_skip`:
+    skipped, until when)."""
     profile = next((p for p in lab.profiles if p.slug == profile_slug), None)
     if profile is None or not profile.slice.wants_gpu:
         return f"Profile {profile_slug!r} no longer offers a GPU slice."
@@ -44,9 +58,9 @@ def offer_limits(
         ent = ctx.entitlement(profile)
     except ProfileChoiceError as e:
         return e.message
-    spent = budget_refusal(ledger, user, ctx, profile)
-    if spent:
-        return spent
+    spent = spent_now(ledger, user, ctx, profile)
+    if spent is not None:
+        return queue_skip(spent, profile.display_name, ctx.tz)
     return {
         "user_limit": ent.user_limit,
         "charge_groups": ent.charge_groups,

@@ -41,6 +41,7 @@ from ..lab.policy import GroupPolicy, PolicyContext
 from ..lab.profile import Profile
 from ..lab.term import Term
 from ..ledger.models import Allocation
+from ..units import format_gpu_hours
 from .accounting import usage
 
 __all__ = [
@@ -50,6 +51,8 @@ __all__ = [
     "budget_window",
     "check_spawn",
     "over_budget_servers",
+    "queue_skip",
+    "spent_budget",
     "period_window",
     "session_limit",
     "user_budget",
@@ -110,14 +113,14 @@ class Budget:
 
     def describe(self, tz: tzinfo = UTC) -> str:
         """``"4.5 of 10 GPU-hours used this week (students); renews Monday 2026-12-07 00:00 UTC"``."""
-        return (
-            f"{self.used_hours:.1f} of {_num(self.limit_hours)} GPU-hours used this "
-            f"{self.period} ({plain(self.group)}); {_renewal(self, tz)}"
+        used, limit = (
+            format_gpu_hours(self.used_hours),
+            format_gpu_hours(self.limit_hours, limit=True),
         )
-
-
-def _num(hours: float) -> str:
-    return f"{hours:g}" if float(hours).is_integer() else f"{hours:.1f}"
+        return (
+            f"{used} of {limit} GPU-hours used this {self.period} ({plain(self.group)}); "
+            f"{_renewal(self, tz)}"
+        )
 
 
 def _when(at: datetime, tz: tzinfo) -> str:
@@ -192,6 +195,36 @@ def budget_window(ctx: PolicyContext, now: datetime) -> datetime:
     return window_start(ctx.policies, now, tz=ctx.tz, term=ctx.term)
 
 
+def spent_budget(
+    user: str,
+    ctx: PolicyContext,
+    allocations: Iterable[Allocation],
+    now: datetime,
+    *,
+    profile: Profile | None = None,
+) -> Budget | None:
+    """The budget that governs ``user`` (:func:`user_budget`) when it is spent now, else
+    ``None``: no budget, hours left, or a CPU-only ``profile`` (never counted)."""
+    if profile is not None and not profile.wants_gpu:
+        return None
+    b = user_budget(user, ctx, allocations, now)
+    return b if b is not None and b.exhausted else None
+
+
+def _more(b: Budget, tz: tzinfo) -> str:
+    if b.period == "term":
+        return (
+            f"this term's hours do not renew before the term ends on {_when(b.resets_at, tz)}; "
+            "ask your instructor if you need more"
+        )
+    return f"more from {_when(b.resets_at, tz)}"
+
+
+def _used(b: Budget) -> str:
+    used, limit = format_gpu_hours(b.used_hours), format_gpu_hours(b.limit_hours, limit=True)
+    return f"{used} of {limit} GPU-hours this {b.period} ({plain(b.group)})"
+
+
 def check_spawn(
     user: str,
     ctx: PolicyContext,
@@ -204,21 +237,26 @@ def check_spawn(
     ``"You have used 10.0 of 10 GPU-hours this week (students); more from Monday 2026-12-07 00:00
     UTC. CPU profiles are not counted."`` A CPU-only ``profile`` is never refused. The spawner
     raises it as ``SpawnRefused(message, reason="quota")`` (HTTP 429)."""
-    if profile is not None and not profile.wants_gpu:
+    b = spent_budget(user, ctx, allocations, now, profile=profile)
+    if b is None:
         return None
-    tz = ctx.tz
-    b = user_budget(user, ctx, allocations, now)
-    if b is None or not b.exhausted:
-        return None
-    more = (
-        f"this term's hours do not renew before the term ends on {_when(b.resets_at, tz)}; "
-        "ask your instructor if you need more"
+    return f"You have used {_used(b)}; {_more(b, ctx.tz)}. CPU profiles are not counted."
+
+
+def queue_skip(b: Budget, profile_name: str, tz: tzinfo = UTC) -> str:
+    """Why the waitlist passed over a user whose budget ``b`` is spent when a slice of
+    ``profile_name`` freed: ``"Skipped in the queue for PyTorch 1g: your GPU-hour budget is
+    spent until Monday 2026-12-07 00:00 UTC (you have used 10.0 of 10 GPU-hours this week
+    (students)). Join the queue again then; CPU profiles are not counted."``"""
+    until = (
+        f"the term ends on {_when(b.resets_at, tz)}"
         if b.period == "term"
-        else f"more from {_when(b.resets_at, tz)}"
+        else _when(b.resets_at, tz)
     )
     return (
-        f"You have used {b.used_hours:.1f} of {_num(b.limit_hours)} GPU-hours this {b.period} "
-        f"({plain(b.group)}); {more}. CPU profiles are not counted."
+        f"Skipped in the queue for {plain(profile_name)}: your GPU-hour budget is spent until "
+        f"{until} (you have used {_used(b)}). Join the queue again then; CPU profiles are not "
+        "counted."
     )
 
 

@@ -40,13 +40,49 @@ def kind_of(rule: str) -> str:
     return "stopped" if rule.startswith(NOTICE_PREFIXES) else "warning"
 
 
-def warnings_html(warnings: Iterable[Any], page_url: str) -> str:
+#: The rule a waitlist offer is shown under (:mod:`~jupyterhub_gpulab.ledger.waitlist`), and
+#: the sentence its message ends with: how to take the held slice.
+OFFER_RULE = "waitlist-offer"
+OFFER_TAKE = "Start your server to take it."
+
+
+def offer_text(message: str, server_name: str, running: bool) -> str:
+    """An offer's ``message`` for a reader whose server ``server_name`` (the one the offer was
+    made for) is ``running`` or not: "Start your server" cannot take a slice while that server
+    runs, but a named server with the offered profile can (any of the user's servers that
+    starts that profile takes the hold)."""
+    if not running or OFFER_TAKE not in message:
+        return message
+    which = f"Your server {server_name!r}" if server_name else "Your default server"
+    return message.replace(
+        OFFER_TAKE,
+        f"{which} is running: start a named server with that profile to take it, or stop "
+        f"{'it' if server_name else 'the default one'} and start it again with that profile.",
+    )
+
+
+def _active(user: Any) -> set[str]:
+    """Names of ``user``'s servers that run or are starting (a JupyterHub ``User``; none for
+    anything else)."""
+    spawners = getattr(user, "spawners", None) or {}
+    return {name for name, sp in dict(spawners).items() if getattr(sp, "active", False)}
+
+
+def warnings_html(warnings: Iterable[Any], page_url: str, running: set[str] = frozenset()) -> str:
     """The user's warnings (``CullWarning`` rows) as an HTML fragment, every text escaped; ``""``
-    when there are none. ``page_url``: the user's gpulab page, linked once."""
+    when there are none. ``page_url``: the user's gpulab page, linked once; ``running``: the
+    names of the user's active servers (an offer for one of them says how to take it anyway,
+    :func:`offer_text`)."""
+
+    def text(w) -> str:
+        if w.rule != OFFER_RULE:
+            return w.message
+        return offer_text(w.message, w.server_name, w.server_name in running)
+
     items = [
         f'<li class="gpulab-{"warning" if kind_of(w.rule) == "warning" else "notice"}" '
         f'data-server="{html.escape(w.server_name)}" data-rule="{html.escape(w.rule)}">'
-        f"{html.escape(w.message)}</li>"
+        f"{html.escape(text(w))}</li>"
         for w in warnings
     ]
     if not items:
@@ -96,7 +132,7 @@ class HomeAnnouncement:
         if not name:
             return text
         try:
-            ours = warnings_html(self.ledger().warnings(name), self.page_url)
+            ours = warnings_html(self.ledger().warnings(name), self.page_url, _active(user))
         except Exception:
             log.exception("Cannot read %s's GPU warnings from the ledger", name)
             return text

@@ -125,6 +125,9 @@ def configure_service(
         configure_service(c, config_file=__file__, admin_groups=["gpu-admins"],
                           reader_groups=["instructors"])
     """
+    from .hublog import log_through
+
+    log_through()  # in the hub: the lab's module loggers write through its log
     config_file = os.path.abspath(os.fspath(config_file))
     admin_groups, reader_groups = _names(admin_groups), _names(reader_groups)
     if admin_users is None:
@@ -199,6 +202,8 @@ def configure_service(
     # servers read their slice and GPU-hours at the service's own address (not the proxy's,
     # which containers may not reach): JupyterLab's status bar entry, jupyterlab-gpulab
     c.GPUDockerSpawner.service_api_url = f"{url.rstrip('/')}/services/{name}/api/"
+    # the spawn form's "join the waitlist" (relative to base_url, which may be set later)
+    c.GPUDockerSpawner.waitlist_url = f"services/{name}/me#my-waitlist"
     _announce_warnings(c, name)
 
 

@@ -42,7 +42,8 @@ def load_inventory(
     - ``"auto"``: the declared inventory when ``declared`` is non-empty, else NVML;
     - ``"nvml"``: NVML only (``declared`` is ignored); ``shared`` maps GPU UUIDs to seat settings
       (see :func:`load_shared`);
-    - ``"declared"``: ``declared`` only; an empty or missing one is an error;
+    - ``"declared"``: ``declared`` only, its whole GPUs named in ``shared`` split in seats
+      (:func:`load_declared`); an empty or missing one is an error;
     - ``"agents"``: none here: every node's inventory comes from its node agent's reports
       (a lab of several nodes, :mod:`.wire`); an empty inventory with ``source="agents"``.
 
@@ -66,5 +67,5 @@ def load_inventory(
                 ],
                 header="invalid inventory source",
             )
-        return load_declared(declared, node=node)
+        return load_declared(declared, node=node, shared=shared)
     return discover(node=node, nvml=nvml, shared=shared)

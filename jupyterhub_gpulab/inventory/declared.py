@@ -83,12 +83,17 @@ _OLD_MIG_UUID = re.compile(r"^MIG-GPU-[0-9A-Fa-f-]+/\d+/\d+$")
 _FROM_SMI = "as `nvidia-smi -L` shows it"
 
 
-def load_declared(spec: list[dict], node: str = "local") -> Inventory:
+def load_declared(
+    spec: list[dict], node: str = "local", shared: dict[str, SharedSettings] | None = None
+) -> Inventory:
     """Validate ``spec`` (the format in the module docstring) and build its :class:`Inventory`.
 
     Slices are built by the same helpers as NVML's (:mod:`.slices`), so the same hardware gives
-    the same slices. ``node`` is stamped on devices and slices. Raises :class:`InventoryError`
-    listing every problem found.
+    the same slices. ``node`` is stamped on devices and slices. ``shared`` (``c.GPULab.
+    shared_devices``, from :func:`load_shared`) splits a declared whole GPU in seats as its own
+    ``"shared"`` key would; naming a GPU declared with ``"mig"`` or ``"shared"`` is an error (a
+    GPU is split in one place). Its other UUIDs may be node agents' GPUs and are left to them.
+    Raises :class:`InventoryError` listing every problem found.
     """
     if not isinstance(spec, (list, tuple)):
         raise InventoryError(
@@ -100,7 +105,7 @@ def load_declared(spec: list[dict], node: str = "local") -> Inventory:
     devices: list[Device] = []
     slices: list[Slice] = []
     for i, entry in enumerate(spec):
-        built = _device(i, entry, node, errors, uuids, indices)
+        built = _device(i, entry, node, errors, uuids, indices, shared or {})
         if built is not None:
             devices.append(built[0])
             slices.extend(built[1])
@@ -146,6 +151,7 @@ def _device(
     errors: list[str],
     uuids: dict[str, str],
     indices: dict[int, str],
+    split: dict[str, SharedSettings],
 ) -> tuple[Device, list[Slice]] | None:
     if not isinstance(entry, dict):
         errors.append(
@@ -213,6 +219,16 @@ def _device(
         else None
     )
     shared = _shared_settings(label, entry["shared"], errors) if "shared" in entry else None
+    if isinstance(uuid, str) and uuid in split:
+        declared_split = next((k for k in ("mig", "shared") if k in entry), None)
+        if declared_split:
+            errors.append(
+                f"{label}: declares {declared_split!r} and c.GPULab.shared_devices[{uuid!r}] "
+                f"splits it in seats too; split a GPU in one place (remove it from "
+                "c.GPULab.shared_devices, or its own key here)"
+            )
+        else:
+            shared = split[uuid]
     if len(errors) > before or memory is None:
         return None
 

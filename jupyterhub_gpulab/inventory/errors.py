@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..units import counted
+
 __all__ = ["InventoryError"]
 
 
@@ -23,5 +25,5 @@ class InventoryError(ValueError):
         self.errors: list[str] = list(errors)
         self.header = header
         count = len(self.errors)
-        title = f"{header} ({count} problem{'s' if count != 1 else ''}):"
+        title = f"{header} ({counted(count, 'problem')}):"
         super().__init__("\n".join([title, *(f"  - {e}" for e in self.errors)]))

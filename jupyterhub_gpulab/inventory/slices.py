@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..units import format_bytes
+from ..units import counted, format_bytes
 from .model import Device, Inventory, SharedSettings, Slice, SliceKind
 
 __all__ = [
@@ -200,8 +200,9 @@ def seat_problem(device: Device, settings: SharedSettings) -> str | None:
     if total > device.memory_bytes:
         fitting = device.memory_bytes // settings.memory_bytes
         return (
-            f"{settings.seats} seats × {format_bytes(settings.memory_bytes)} = {format_bytes(total)} "
-            f"exceeds the device's {format_bytes(device.memory_bytes)}; use at most {fitting} seats "
+            f"{counted(settings.seats, 'seat')} × {format_bytes(settings.memory_bytes)} = "
+            f"{format_bytes(total)} exceeds the device's {format_bytes(device.memory_bytes)}; use "
+            f"at most {counted(fitting, 'seat')} "
             f"or at most {format_bytes(device.memory_bytes // settings.seats)} per seat"
         )
     return None

@@ -123,7 +123,10 @@ class GPULab(LoggingConfigurable):
         config=True,
         help="""Split NVML-discovered GPUs into seats: ``{"GPU-uuid": {"seats": 4,
         "memory_per_seat": "4GiB", "compute_share": 0.25}}``. Memory caps are enforced with MPS
-        where the host runs an MPS daemon, else soft.
+        where the host runs an MPS daemon, else soft. On a declared inventory it splits the
+        whole GPUs it names as their own ``"shared"`` key would; naming a GPU declared with
+        ``"mig"`` or ``"shared"`` is an error. GPUs of node agents' reports are split the same
+        way.
         """,
     )
 

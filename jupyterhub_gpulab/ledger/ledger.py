@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import clock
 from ..inventory.model import SliceRequest
+from ..units import counted
 from . import db
 from .events import LedgerEvents, announced_claim
 from .inventory_sync import InventorySync
@@ -177,7 +178,7 @@ class Ledger(
                 held = self._count_open(conn, allocations.c.user, user)
                 if held >= user_limit:
                     raise QuotaExceeded(
-                        f"You already hold {held} GPU slice{'s' if held != 1 else ''}, the most "
+                        f"You already hold {counted(held, 'GPU slice')}, the most "
                         f"your groups allow at once ({user_limit}). Stop one of your servers to "
                         "start this one."
                     )

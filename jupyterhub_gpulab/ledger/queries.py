@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -154,6 +155,20 @@ class LedgerQueries:
                 )
             )
             conn.execute(refusals.delete().where(refusals.c.at < now - timedelta(days=30)))
+
+    def last_refusals(self, users: Iterable[str], since: datetime) -> dict[str, tuple[str, str]]:
+        """``{user: (reason, message)}``: each of ``users``' latest refused spawn since
+        ``since`` (users without one are left out)."""
+        wanted = list(users)
+        if not wanted:
+            return {}
+        q = (
+            sa.select(refusals.c.user, refusals.c.reason, refusals.c.message)
+            .where(refusals.c.at >= since, refusals.c.user.in_(wanted))
+            .order_by(refusals.c.id)
+        )
+        with self._read() as conn:
+            return {u: (r, m) for u, r, m in conn.execute(q)}  # the latest wins
 
     def refusals_since(self, since: datetime) -> dict[str, int]:
         """``{reason: count}`` of refusals since ``since``."""

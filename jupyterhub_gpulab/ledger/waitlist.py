@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from .. import clock
 from ..clock import as_utc
-from ..hub.announce import NOTICE_PREFIXES
+from ..hub.announce import NOTICE_PREFIXES, OFFER_RULE, OFFER_TAKE
 from ..inventory.model import SliceRequest
 from .bookings import request_from, request_values
 from .models import Allocation, LedgerRefusal, NoFreeSlice, QuotaExceeded
@@ -36,8 +36,11 @@ from .schema import allocations, slices, waitlist, warnings
 
 #: States of an entry still in the queue.
 ACTIVE = ("waiting", "offered")
-#: The warning rule an offer is shown under (hub home page banner, the user's gpulab page).
-OFFER_RULE = "waitlist-offer"
+#: The rule of the notice that the queue passed a user over (``refused``: why), shown there for
+#: :data:`SKIP_TTL` or until they queue again.
+SKIP_RULE = "waitlist-skipped"
+SKIP_TTL = timedelta(days=1)
+__all__ = ["ACTIVE", "OFFER_RULE", "SKIP_RULE", "SKIP_TTL", "QueueEntry", "QueueFirst", "Waitlist"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Waitlist:
                 waitlist.insert().values(values).returning(waitlist.c.id)
             ).scalar_one()
             row = conn.execute(sa.select(waitlist).where(waitlist.c.id == eid)).one()
+        self.clear_warnings(user, rule=SKIP_RULE)  # queued again: the skip is old news
         return QueueEntry.from_row(row)
 
     def leave_waitlist(self, user: str, profile: str | None = None) -> int:
@@ -221,6 +225,12 @@ class Waitlist:
                     self._release_hold(e.allocation_id, "offer-lapsed")
                 self.clear_warnings(e.user, rule=OFFER_RULE)
                 lapsed.append(e)
+        with self._write() as conn:
+            conn.execute(
+                warnings.delete().where(
+                    warnings.c.rule == SKIP_RULE, warnings.c.created_at < now - SKIP_TTL
+                )
+            )
         return lapsed
 
     def offer_next(
@@ -249,8 +259,9 @@ class Waitlist:
                 if e.state != "waiting":
                     continue
                 limits = entitle(e)
-                if isinstance(limits, str):
-                    self._end_entry(e, "refused", limits)
+                if isinstance(limits, str):  # told on their pages: they are not waiting now
+                    if self._end_entry(e, "refused", limits):
+                        self.set_warning(e.user, e.server_name, SKIP_RULE, limits, clock.utcnow())
                     continue
                 until = clock.utcnow() + timedelta(seconds=hold_s)
                 try:
@@ -273,7 +284,7 @@ class Waitlist:
                     break
                 message = (
                     f"Your turn: a GPU slice ({claim.slice.device_name}) is held for you for "
-                    f"profile {e.profile!r} until {until:%H:%M} UTC. Start your server to take it."
+                    f"profile {e.profile!r} until {until:%H:%M} UTC. {OFFER_TAKE}"
                 )
                 self.set_warning(e.user, e.server_name, OFFER_RULE, message, until)
                 self._drop_stop_notices(e.user, e.server_name)

@@ -10,6 +10,7 @@ import logging
 
 from ..errors import ConfigError, StatusError
 from ..ledger import aio
+from ..units import counted
 from .hubclient import HubClient, HubError
 from .state import LabState
 from .web.inputs import MAX_REASON, shown
@@ -182,7 +183,7 @@ async def refresh_inventory(state: LabState, *, by: str) -> str:
         len(report.vanished),
     )
     msg = (
-        f"Inventory re-read: {len(report.added)} slices added, {len(report.updated)} changed, "
+        f"Inventory re-read: {counted(len(report.added), 'slice')} added, {len(report.updated)} changed, "
         f"{len(report.vanished)} gone."
     )
     if report.vanished_held:

@@ -69,6 +69,8 @@ class CullerTraits(LoggingConfigurable):
         config=True,
         help="""A gap between utilisation samples longer than this (the service was down or busy)
         restarts the GPU-idle clock: the culler never calls a GPU idle that it did not watch.
+        The samples live in the service's memory, so a restart of the service (a hub restart
+        restarts a hub-managed one) restarts every running server's clock too.
         ``c.GPULabService.max_sample_gap = "2m"``""",
     )
 

@@ -11,7 +11,8 @@
 - the Docker Swarm backend: :mod:`.gpuswarm` (``GPUSwarmSpawner``), :mod:`.swarmservice` (the
   service's create, wait, address, poll), pure :mod:`.swarmspec` (the service spec),
   :mod:`.swarmtasks` (task states) and :mod:`.swarmnodes` (Swarm's nodes by lab name);
-- :mod:`.reconcile` (the continuous reconcile pass), :mod:`.runtime` (one lab per hub process);
+- :mod:`.reconcile` (the continuous reconcile pass), :mod:`.runtime` (one lab per hub process),
+  :mod:`.configcheck` (the spawner's refused settings, as the hub and check-config say them);
 - pure helpers: :mod:`.container` (device request, env, labels), :mod:`.form`
   (and ``templates/gpulab_form.html``), :mod:`.formmixin`, :mod:`.hardenmixin`, :mod:`.logs`.
 

@@ -35,10 +35,10 @@ from __future__ import annotations
 import asyncio
 
 from jupyterhub.spawner import Spawner
-from traitlets import Bool, HasTraits, Integer, Unicode
+from traitlets import Bool, HasTraits, Integer, TraitError, Unicode
 
 from ..errors import ConfigError, SpawnRefused
-from ..hub import metrics
+from ..hub import hublog, metrics
 from ..lab.config import GPULab
 from ..lab.images import ImageRequirements
 from ..lab.policy import PolicyContext
@@ -47,6 +47,7 @@ from ..lab.profiles import entitled_in
 from ..lab.traits import Duration
 from ..ledger import Claim, aio
 from .adoption import AdoptionMixin
+from .configcheck import RefusedSettingsMixin
 from .imagegate import ImageMixin
 from .labobject import LabObject
 from .objectspec import ObjectSpecMixin
@@ -63,7 +64,9 @@ BACKEND_METHODS = (
 )
 
 
-class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, ObjectSpecMixin, HasTraits):
+class SliceSpawnerCore(
+    RefusedSettingsMixin, ReservationMixin, AdoptionMixin, ImageMixin, ObjectSpecMixin, HasTraits
+):
     """Mixed in before the backend's Spawner class (e.g. DockerSpawner) in the MRO."""
 
     def __init_subclass__(cls, **kwargs):
@@ -173,17 +176,18 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, ObjectSpecMi
         )
 
     def _load_runtime(self) -> LabRuntime:
+        hublog.log_through()  # the lab's module loggers write through the hub's log
         try:
             return get_runtime(GPULab(config=self.config))
-        except ConfigError as e:
-            self.log.error("gpulab configuration is invalid:\n%s", e)
-            metrics.spawn_refused("misconfigured")
-            raise SpawnRefused(
-                "The GPU lab is misconfigured, so no server can start. An administrator has "
-                "been told (hub log); please try again later.",
-                reason="misconfigured",
-                log_message=str(e),
-            ) from None
+        except (ConfigError, TraitError) as e:
+            self._misconfigured(
+                SpawnRefused(
+                    "The GPU lab is misconfigured, so no server can start. An administrator has "
+                    "been told (hub log); please try again later.",
+                    reason="misconfigured",
+                    log_message=f"gpulab configuration is invalid:\n{e}",
+                )
+            )
 
     def policy_context(self, rt: LabRuntime | None = None) -> PolicyContext:
         """This user's standing under the lab's policies; computed once per request."""
@@ -264,6 +268,9 @@ class SliceSpawnerCore(ReservationMixin, AdoptionMixin, ImageMixin, ObjectSpecMi
         claim: Claim | None = None
         slug, outcome = None, "failure"
         try:
+            refused = self._settings_refusal()
+            if refused is not None:
+                self._misconfigured(refused)
             rt = self.runtime()
             try:
                 ctx = self.policy_context(rt)

@@ -8,6 +8,7 @@ Pure rendering: :func:`form_rows` turns profiles, capacities and the user's quot
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, Template
 
 from ..inventory.model import SliceRequest, isolation
 from ..lab.profile import Profile
-from ..units import format_bytes
+from ..units import counted, format_bytes, plural
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def _gives(req: SliceRequest, mps: bool | None, framework_cap: bool = False) -> 
 def _limits(p: Profile) -> str:
     parts = []
     if p.cpu_limit:
-        parts.append(f"{p.cpu_limit:g} CPU{'s' if p.cpu_limit != 1 else ''}")
+        parts.append(counted(p.cpu_limit, "CPU"))
     if p.mem_limit:
         parts.append(f"{format_bytes(p.mem_limit)} memory")
     return ", ".join(parts)
@@ -170,26 +171,56 @@ def render_form(
     *,
     notice: str | None = None,
     template: str = "",
+    waitlist_url: str = "",
 ) -> str:
     """The form's HTML; every value is escaped. ``note`` is one line above the choices, such as
     the user's use of their slice limit; ``notice`` a warning above it, such as why the saved
     choice no longer applies; ``template``: an admin's template (see :func:`form_template`),
-    else the packaged one."""
-    return form_template(template).render(rows=rows, note=note, notice=notice)
+    else the packaged one; ``waitlist_url``: where a user joins the waitlist (the gpulab page's
+    waitlist section), which the words "join the waitlist" of a reason link to (no link: ``""``)."""
+    return form_template(template).render(
+        rows=rows, note=note, notice=notice, waitlist_url=waitlist_url
+    )
+
+
+def course_choice(
+    entitled: Sequence[Profile], title: str, profiles: Sequence[str]
+) -> tuple[list[Profile], str | None, str]:
+    """The form of a course's server (a named server called as a course): the hub's course
+    hook starts it with one of the course's ``profiles`` whatever else is picked, so the form
+    offers those alone (of the ones ``entitled``, in the course's order), preselects the first,
+    and says why. ``(profiles to offer, slug to preselect, notice)``; a course whose profiles the
+    user may not pick keeps ``entitled`` (the start then says why)."""
+    by_slug = {p.slug: p for p in entitled}
+    offered = [by_slug[s] for s in profiles if s in by_slug]
+    if not offered:
+        return list(entitled), None, ""
+    names = ", ".join(p.display_name for p in offered)
+    return (
+        offered,
+        offered[0].slug,
+        f"This is your server for the course {title}: it starts with the course's "
+        f"{plural(len(offered), 'profile')} ({names}).",
+    )
+
+
+def waitlist_href(url: str, hub_base: str = "/hub/") -> str:
+    """``c.GPUDockerSpawner.waitlist_url`` as the spawn page links it: a path without a leading
+    ``/`` (``"services/gpulab/me#my-waitlist"``) joins JupyterHub's base_url, which is the hub's
+    ``hub_base`` (``"/jh/hub/"``) without its ``hub/``: ``"/jh/services/gpulab/me#my-waitlist"``."""
+    if not url or url.startswith(("/", "http://", "https://")):
+        return url
+    return posixpath.dirname(hub_base.rstrip("/")).rstrip("/") + "/" + url
 
 
 def usage_note(held: int, limit: int | None, holds: int = 0) -> str:
     """``"You hold 1 of the 2 GPU slices your groups allow at once."``: ``held`` counts the
     user's servers' slices; ``holds`` the slices held for them to take (waitlist offers), which
     the claim counts toward ``limit`` too."""
-    s = "s" if held != 1 else ""
     if limit is None:
-        note = f"You hold {held} GPU slice{s}."
+        note = f"You hold {counted(held, 'GPU slice')}."
     else:
-        note = (
-            f"You hold {held} of the {limit} GPU slice{'s' if limit != 1 else ''} your groups "
-            "allow at once."
-        )
+        note = f"You hold {held} of the {counted(limit, 'GPU slice')} your groups allow at once."
     if holds:
         one = holds == 1
         note += f" {holds} more {'is' if one else 'are'} held for you to take" + (
@@ -206,7 +237,7 @@ def limit_reason(held: int, limit: int | None, holds: Sequence[str] = ()) -> str
         return None
     if not holds:
         return (
-            f"You hold {held} GPU slice{'s' if held != 1 else ''}, the most your groups allow "
+            f"You hold {counted(held, 'GPU slice')}, the most your groups allow "
             "at once; stop a server first."
         )
     names = ", ".join(repr(h) for h in holds)

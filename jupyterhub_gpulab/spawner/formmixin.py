@@ -34,7 +34,16 @@ from ..lab.images import unservable
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..ledger import aio
-from .form import FormRow, form_rows, form_template, limit_reason, render_form, usage_note
+from .form import (
+    FormRow,
+    course_choice,
+    form_rows,
+    form_template,
+    limit_reason,
+    render_form,
+    usage_note,
+    waitlist_href,
+)
 from .logs import install_refusal_filter
 from .runtime import LabRuntime
 
@@ -136,6 +145,20 @@ class ProfileFormMixin(HasTraits):
             ) from None
         return proposal.value
 
+    waitlist_url = Unicode(
+        "",
+        config=True,
+        help="""Where the spawn form's "join the waitlist" links: the gpulab service's waitlist
+        section. A path without a leading ``/`` is relative to JupyterHub's ``base_url`` (so it
+        holds when ``base_url`` is set later in the config). Set by
+        :func:`~jupyterhub_gpulab.hub.hubconfig.configure_service`; empty: no link.
+        ``c.GPUDockerSpawner.waitlist_url = "services/gpulab/me#my-waitlist"``""",
+    )
+
+    def _waitlist_href(self) -> str:
+        """:attr:`waitlist_url` as the spawn page links it (``/services/gpulab/me#my-waitlist``)."""
+        return waitlist_href(self.waitlist_url, getattr(self.hub, "base_url", None) or "/hub/")
+
     #: Why the saved choice did not apply to the last start (shown to the user), else ``None``.
     choice_notice: str | None = None
 
@@ -180,7 +203,27 @@ class ProfileFormMixin(HasTraits):
         open_ = rt.ledger.count_open(user=self.user.name)
         return max(0, open_ - len(holds)), ctx.user_limit, holds
 
+    def _course_of_server(self, rt: LabRuntime) -> tuple[str, tuple[str, ...]] | None:
+        """``(title, profiles)`` of the course this named server is (a server called as a
+        course's slug, :mod:`~jupyterhub_gpulab.courses.hubhook`), else ``None``; a course store
+        that cannot be read counts as none (blocks: reads the ledger)."""
+        if not self.name:
+            return None
+        from ..courses.store import CourseStore
+
+        try:
+            stored = CourseStore(rt.ledger.engine).get(self.name)
+        except Exception:  # no course tables (a lab without courses), or a broken record
+            self.log.debug("No course read for server %r", self.name, exc_info=True)
+            return None
+        if stored is None or stored.course.server_name != self.name:
+            return None
+        return stored.course.title, stored.course.profiles
+
     async def _render_options_form(self, spawner=None) -> str:
+        refused = self._settings_refusal()
+        if refused is not None:  # the spawn page says why, as every start would
+            raise refused
         rt = self.runtime()
         ctx = self.policy_context(rt)
         entitled = self.entitled(rt, ctx)
@@ -205,11 +248,17 @@ class ProfileFormMixin(HasTraits):
             names = {p.slug: p.display_name for p in entitled}
             # the claim counts holds toward the limit of any other profile (ledger.claim)
             quota_reason = limit_reason(held, limit, [names.get(h, h) for h in holds])
-            preselect = saved_or_default(self.last_profile, entitled)
+            offered, preselect, course_notice = entitled, None, ""
+            course = self._course_of_server(rt)
+            if course is not None:
+                offered, preselect, course_notice = course_choice(entitled, *course)
+            if preselect is None:
+                saved = saved_or_default(self.last_profile, entitled)
+                preselect = saved.slug if saved else None
             rows = form_rows(
-                entitled,
+                offered,
                 rt.ledger.capacity,
-                preselect=preselect.slug if preselect else None,
+                preselect=preselect,
                 quota_reason=quota_reason,
                 out_of_service=rt.ledger.out_of_service,
                 mps=self.mps,
@@ -222,8 +271,10 @@ class ProfileFormMixin(HasTraits):
             return render_form(
                 rows,
                 usage_note(held, limit, len(holds)) if use else None,
-                notice=saved_choice_notice(self.last_profile, entitled, rt.lab.profiles),
+                notice=course_notice
+                or saved_choice_notice(self.last_profile, entitled, rt.lab.profiles),
                 template=self.profile_form_template,
+                waitlist_url=self._waitlist_href(),
             )
 
         return await aio.call(build)

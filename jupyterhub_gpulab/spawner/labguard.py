@@ -1,29 +1,34 @@
 """A spawner touches only its own lab's containers, even one found under its own name.
 
 DockerSpawner finds a server's container by name; two labs on one Docker engine with the same
-container prefix give a user of the same name the same container name. Found that way, another
-lab's container (:func:`~.engine.owner` says ``OTHER``) is never reused, polled, stopped or
-removed: a start is refused with the fix for the admin (a distinct
-``c.GPUDockerSpawner.prefix``), and ``poll``/``stop`` see no container of ours.
+container prefix give a user of the same name the same container name, and so do two hubs of
+one lab (one ledger, two node names). Found that way, another lab's container
+(:func:`~.engine.owner` says ``OTHER``) or another hub's (:func:`~.labobject.another_hubs`) is
+never reused, polled, stopped or removed: a start is refused with the fix for the admin (a
+distinct ``c.GPUDockerSpawner.prefix``), and ``poll``/``stop`` see no container of ours.
 """
 
 from __future__ import annotations
 
 from ..errors import SpawnRefused
-from ..ledger import LabIdentity, aio
+from ..ledger import Allocation, LabIdentity, aio
 from . import engine
 from .container import LABEL_LAB, LABEL_LAB_NAME
+from .labobject import another_hubs
 
 
-def _owner(labels, container_id, rt) -> str:
+def _owner(labels, container_id, rt) -> tuple[str, Allocation | None]:
+    """``(engine.owner's answer, the open allocation the labels name or None)``. Blocking."""
     aid = engine.allocation_label(labels)
     allocations = rt.ledger.allocations_by_id([aid]) if aid is not None else {}
-    return engine.owner(labels, container_id, rt.identity.uuid, allocations)
+    a = allocations.get(aid) if aid is not None else None
+    who = engine.owner(labels, container_id, rt.identity.uuid, allocations)
+    return who, a if a is not None and a.open else None
 
 
 class LabGuardMixin:
     """Mixed into a backend (before DockerSpawner in the MRO); the backend reads its objects
-    (``_lab_object``, ``_labels_of``)."""
+    (``_lab_object``, ``_labels_of``) and says its node (``_claim_node``)."""
 
     async def get_object(self):
         obj = await super().get_object()
@@ -32,33 +37,43 @@ class LabGuardMixin:
         rt = self.runtime()
         labels = self._labels_of(obj)
         mine = self._lab_object(obj)
-        if await aio.call(_owner, labels, mine.id, rt) != engine.OTHER:
+        who, allocation = await aio.call(_owner, labels, mine.id, rt)
+        node = self._claim_node(rt)
+        if who == engine.OTHER:
+            other, whose = _other_lab(labels), "another lab"
+        elif another_hubs(mine, node, allocation):
+            hub_node = allocation.node if allocation is not None else mine.node
+            other, whose = f"this lab's hub of node {hub_node!r}", "another hub of this lab"
+        else:
             return obj
         # not ours: forget its id, so nothing here stops or removes it
         self.object_id = ""
-        other = (
-            LabIdentity(labels[LABEL_LAB], labels.get(LABEL_LAB_NAME)).describe()
-            if labels.get(LABEL_LAB)
-            else "another lab (a gpulab hub from before lab ids)"
-        )
         name = mine.name or self.object_name
+        here = rt.identity.describe() + (f", node {node!r}" if who != engine.OTHER else "")
         detail = (
             f"{mine.kind.title()} {name} ({mine.id[:12]}) on this Docker engine belongs to "
-            f"{other}, not to this {rt.identity.describe()}"
+            f"{other}, not to this {here}"
         )
         if self._start_done:
             self.log.warning("%s; %s's own container is gone, that one is left alone", detail, name)
             return None
         err = SpawnRefused(
-            "Your server cannot start: another lab on this host uses the same container name. "
+            f"Your server cannot start: {whose} on this host uses the same container name. "
             "The administrators have been told; please try again later.",
             reason="container-name-taken",
             status_code=503,
             log_message=(
-                f"{detail}. Two labs on one Docker engine need different container names: set "
-                "c.GPUDockerSpawner.prefix (e.g. 'staging') in one of them."
+                f"{detail}. Two labs, or two hubs of one lab, on one Docker engine need "
+                "different container names: set c.GPUDockerSpawner.prefix (e.g. 'staging') in "
+                "one of them."
             ),
         )
         self.log.error(err.log_message)
         await self._refuse(rt, self.profile_slug or None, err)
         raise err
+
+
+def _other_lab(labels) -> str:
+    if labels.get(LABEL_LAB):
+        return LabIdentity(labels[LABEL_LAB], labels.get(LABEL_LAB_NAME)).describe()
+    return "another lab (a gpulab hub from before lab ids)"

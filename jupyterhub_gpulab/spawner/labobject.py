@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..ledger import Allocation
 from .container import LABEL_NODE, LABEL_SERVER, LABEL_SLICE, LABEL_USER
 from .engine import allocation_label
 
-__all__ = ["LabObject", "foreign_reason"]
+__all__ = ["LabObject", "another_hubs", "foreign_reason"]
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,18 @@ def foreign_reason(
     if c.slice_id != slice_id or (starting and c.allocation_id != allocation_id):
         return f"it holds {c.held()}, but this server holds {want}"
     return None
+
+
+def another_hubs(c: LabObject, node: str | None, allocation: Allocation | None) -> bool:
+    """Whether this lab's object ``c`` belongs to another hub of the lab than the hub of
+    ``node`` (``None``: one hub runs every node, so never). Several hubs share one ledger, one
+    per node name, and maybe one engine: ``allocation`` is the ledger's *open* allocation that
+    ``c``'s labels name (``None``: none, or closed). The ledger decides when it holds that
+    allocation open (on another node: another hub's; on ``node``: this hub's, even under
+    another node label, as after a renamed ``c.GPULab.node_name``); otherwise the node label
+    does (none: this hub's, as objects from before node labels)."""
+    if node is None:
+        return False
+    if allocation is not None:
+        return allocation.node != node
+    return c.node not in (None, "", node)

@@ -24,10 +24,16 @@ allocation's age. The rule, for each open allocation on this node:
 A labelled container whose allocation is not open is removed unless a server of this hub runs
 under its name (that server's ``poll()`` re-adopts or removes it).
 
-One hub per ledger (lab) and node: the node name (``c.GPULab.node_name``) is what tells this
-hub's allocations from another's. A hub whose backend runs servers on several nodes (the Swarm
-backend) reconciles every node's allocations (``node=None``), its objects being services that
-carry the same labels (:class:`~.labobject.LabObject`).
+Several hubs may share one ledger (the lab's "hub replicas", on PostgreSQL) and one engine, one
+hub per node name (``c.GPULab.node_name``): the node name tells one hub's allocations and
+containers from another's. A pass judges only its own: it closes open allocations on its node,
+and removes only containers labelled with its node (or with no node), never one whose allocation
+the ledger holds open on another node: that container is the other hub's, whose pass and
+servers' ``poll()`` judge it. A container labelled with another node is this hub's only when its
+allocation is open on this node (a renamed ``c.GPULab.node_name`` moved it here). A hub whose
+backend runs servers on several nodes (the Swarm backend) reconciles every node's allocations
+(``node=None``), its objects being services that carry the same labels
+(:class:`~.labobject.LabObject`).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..ledger import Allocation, Ledger, aio
-from .labobject import LabObject, foreign_reason
+from .labobject import LabObject, another_hubs, foreign_reason
 
 __all__ = [
     "NO_SERVER",
@@ -103,11 +109,17 @@ def plan(
     open_allocations: Iterable[Allocation],
     containers: Iterable[LabObject],
     servers: Mapping[tuple[str, str], ActiveServer],
+    node: str | None = None,
 ) -> Plan:
-    """Decide a pass (the rules are in the module docstring). Read the ledger first, Docker
-    second and ``servers`` last: an allocation claimed before the ledger read then shows its
-    spawn as pending or finished, never as not yet begun."""
-    containers = list(containers)
+    """Decide a pass (the rules are in the module docstring) for the hub of ``node`` (``None``:
+    one hub for every node). ``open_allocations``: every open allocation of the ledger, on any
+    node. Read the ledger first, Docker second and ``servers`` last: an allocation claimed
+    before the ledger read then shows its spawn as pending or finished, never as not yet begun."""
+    everywhere = {a.id: a for a in open_allocations}
+    open_allocations = [a for a in everywhere.values() if node is None or a.node == node]
+    containers = [
+        c for c in containers if not another_hubs(c, node, everywhere.get(c.allocation_id))
+    ]
     labelled: dict[int, list[LabObject]] = defaultdict(list)
     for c in containers:
         if c.allocation_id is not None:
@@ -215,13 +227,9 @@ class Reconciler:
     async def run_pass(self) -> Plan:
         """One pass: read, :func:`plan`, act. Returns the plan it carried out."""
         t0 = time.perf_counter()
-        allocs = [
-            a
-            for a in await aio.call(self.ledger.open_allocations)
-            if self.node is None or a.node == self.node
-        ]
+        allocs = await aio.call(self.ledger.open_allocations)
         containers = await self.list_objects()
-        p = plan(allocs, containers, active_servers(self.users()))
+        p = plan(allocs, containers, active_servers(self.users()), self.node)
         for a, reason in p.close:
             if await aio.call(self.ledger.release, a.id, reason):
                 self.log.warning(
@@ -241,7 +249,7 @@ class Reconciler:
         self.passes += 1
         self.last_pass_s = time.perf_counter() - t0
         self.log.debug(
-            "gpulab reconcile pass %d: %.1f ms, %d open allocation(s), %d container(s)",
+            "gpulab reconcile pass %d: %.1f ms, %d open allocation(s) in the ledger, %d container(s)",
             self.passes,
             1000 * self.last_pass_s,
             len(allocs),

@@ -7,6 +7,8 @@ fails there. ``null`` is allowed only where the value can truly be absent ("null
 
 from __future__ import annotations
 
+from .inputs import MAX_BYTES, MAX_CPUS, MAX_RANK, NVML_GPU_UUID, NVML_MIG_UUID, NVML_UUID
+
 NUM = {"type": ["number", "null"]}
 INT = {"type": ["integer", "null"]}
 STR = {"type": ["string", "null"]}
@@ -327,6 +329,7 @@ ME = obj(
                     "wants_gpu": BOOL,
                     "free": _described(INT, "null: the profile wants no GPU"),
                     "total": INT,
+                    "mine": _described(INTEGER, "slices my servers hold for this profile"),
                 }
             )
         ),
@@ -365,8 +368,14 @@ ROOT = obj({"version": STRING, "openapi": STRING, "endpoints": STRINGS})
 
 # -- a node agent's report (the request body of POST nodes/<node>/report) --------------------
 
-_UUID = {"type": "string", "minLength": 1, "maxLength": 96}
-_COUNT = {"type": ["integer", "null"], "minimum": 0}
+_UUID = {"type": "string", "pattern": NVML_GPU_UUID, "description": "GPU-<uuid> as NVML prints it"}
+_MIG_UUID = {
+    "type": "string",
+    "pattern": NVML_MIG_UUID,
+    "description": "MIG-<uuid> (or MIG-GPU-<uuid>/<gi>/<ci> before R470) as NVML prints it",
+}
+_BYTES = {"type": "integer", "minimum": 0, "maximum": MAX_BYTES}
+_BYTES_OR_NULL = {**_BYTES, "type": ["integer", "null"]}
 NODE_REPORT = {
     "type": "object",
     "description": "What a node agent reads on its host (gpulab node-agent, "
@@ -378,8 +387,8 @@ NODE_REPORT = {
         "agent": {"type": "string", "maxLength": 32, "description": "the agent's version"},
         "hostname": {"type": ["string", "null"], "maxLength": 255},
         "interval_s": {"type": "number", "minimum": 1, "maximum": 3600},
-        "cpus": _COUNT,
-        "memory_bytes": _COUNT,
+        "cpus": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_CPUS},
+        "memory_bytes": _BYTES_OR_NULL,
         "source": {"type": "string", "enum": ["nvml", "none"]},
         "warnings": {
             "type": "array",
@@ -397,7 +406,7 @@ NODE_REPORT = {
                     "uuid": _UUID,
                     "index": {"type": "integer", "minimum": 0, "maximum": 1023},
                     "name": {"type": "string", "minLength": 1, "maxLength": 255},
-                    "memory_bytes": {"type": "integer", "minimum": 0},
+                    "memory_bytes": _BYTES,
                     "compute_capability": {
                         "type": ["array", "null"],
                         "items": {"type": "integer", "minimum": 0, "maximum": 99},
@@ -424,12 +433,12 @@ NODE_REPORT = {
                 "required": ["uuid", "device_uuid", "profile", "memory_bytes", "share", "rank"],
                 "additionalProperties": False,
                 "properties": {
-                    "uuid": {"type": "string", "minLength": 1, "maxLength": 128},
+                    "uuid": _MIG_UUID,
                     "device_uuid": _UUID,
                     "profile": {"type": "string", "minLength": 1, "maxLength": 32},
-                    "memory_bytes": {"type": "integer", "minimum": 0},
+                    "memory_bytes": _BYTES,
                     "share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-                    "rank": {"type": "integer", "minimum": 0},
+                    "rank": {"type": "integer", "minimum": 0, "maximum": MAX_RANK},
                 },
             },
         },
@@ -437,12 +446,13 @@ NODE_REPORT = {
             "type": "object",
             "description": "by GPU or MIG UUID",
             "maxProperties": 600,
+            "propertyNames": {"pattern": NVML_UUID},
             "additionalProperties": {
                 "type": "object",
                 "additionalProperties": False,
                 "properties": {
                     "gpu_percent": {"type": ["number", "null"], "minimum": 0, "maximum": 100},
-                    "memory_used_bytes": _COUNT,
+                    "memory_used_bytes": _BYTES_OR_NULL,
                 },
             },
         },

@@ -39,7 +39,7 @@ from tornado.httputil import url_concat
 from ... import clock
 from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .. import actions
-from .inputs import MAX_BODY, body_size, refuse, shown
+from .inputs import MAX_BODY, body_size, no_constant, refuse, shown
 from .usageview import PeriodError, parse_period
 
 __all__ = ["APIHandler", "BaseHandler", "JSONHandler", "OAuthCallback", "error_message", "refuse"]
@@ -260,7 +260,7 @@ class JSONHandler(BaseHandler):
         if not self.request.body:
             return {}
         try:
-            body = json.loads(self.request.body)
+            body = json.loads(self.request.body, parse_constant=no_constant)
         except (ValueError, RecursionError):
             # RecursionError: nesting deeper than the parser's stack ([[[[…)
             raise refuse(400, "The body is not valid JSON.") from None

@@ -22,10 +22,10 @@ import json
 from tornado import web
 
 from ...courses.collect import ASSIGNMENT
-from ...courses.content import check_reachable
 from ...courses.model import CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of
 from ...ledger import BookingConflict
+from ...units import counted
 from . import inputs
 from .base import refuse
 from .courseapi import ADMIN_ONLY
@@ -58,14 +58,14 @@ class CourseActionPage(CoursePageBase):
             return await self._edit(course, action)
         if action == "start":
             run = await self.courses.start_all(course, by=self.who)
-            return self.back(slug, "info", f"Starting {len(run.servers)} servers.")
+            return self.back(slug, "info", f"Starting {counted(len(run.servers), 'server')}.")
         if action == "stop":
             run = await self.courses.stop_all(course, by=self.who)
             return self.back(slug, "success", f"Stopped: {run.summary()}.")
         if action == "distribute":
-            report = await self.courses.distribute(course, by=self.who)
-            n = sum(1 for v in report.values() if v == "pulled")
-            return self.back(slug, "success", f"Pulled into {n} running servers.")
+            done = await self.courses.distribute(course, by=self.who)
+            failed = any(v.startswith("failed") for v in done["report"].values())
+            return self.back(slug, "warning" if failed else "success", done["message"])
         if action in ("collect", "return"):
             return await self._collect(course, action, arg("assignment", "").strip())
         if action in ("add", "remove", "csv"):
@@ -103,7 +103,7 @@ class CourseActionPage(CoursePageBase):
         else:
             report = await self.courses.give_back(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "returned")
-            msg = f"Feedback on {name} returned to {n} of {len(report)} students"
+            msg = f"Feedback on {name} returned to {n} of {counted(len(report), 'student')}"
         return self.back(course.slug, "success", msg + ".")
 
     # -- the roster -----------------------------------------------------------------------
@@ -191,7 +191,7 @@ class CourseActionPage(CoursePageBase):
             (s.repo, s.branch) for s in course.content
         }
         for repo, branch in sorted(added):
-            problem = await check_reachable(repo, branch)
+            problem = await self.courses.check_content(new, repo, branch)
             if problem:
                 return self.back(course.slug, "danger", f"Not saved: {problem}.")
         try:
@@ -258,7 +258,7 @@ class CourseActionPage(CoursePageBase):
                 if record.get("prestart", True)
                 else "no pre-start"
             )
-            return f"Saved: {started}; {record['reserve']} seats reserved per session."
+            return f"Saved: {started}; {counted(record['reserve'], 'seat')} reserved per session."
         if action == "record":
             try:
                 body = json.loads(arg("record"))

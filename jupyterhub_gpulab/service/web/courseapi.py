@@ -25,10 +25,10 @@ hold ``custom:gpulab:admin``. Anyone else gets a 403. Errors are ``{"status", "m
 from __future__ import annotations
 
 from ...courses.collect import ASSIGNMENT
-from ...courses.content import check_reachable
 from ...courses.model import KEYS, CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
+from ...units import counted
 from . import inputs
 from .base import JSONHandler, refuse
 from .courseview import course_view
@@ -78,8 +78,9 @@ class CourseHandler(JSONHandler):
             raise refuse(409, source["description"] + " Nothing changed.")
 
     async def parse(self, record: dict, old=None):
-        """The course of ``record``, once valid and its new repositories reachable (``old``:
-        the course before the change, whose repositories were checked when added)."""
+        """The course of ``record``, once valid and its new repositories reachable from where
+        the pulls run (``old``: the course before the change, whose repositories were checked
+        when added)."""
         try:
             course = self.courses.parse(record)
         except CourseError as e:
@@ -88,13 +89,15 @@ class CourseHandler(JSONHandler):
         for src in course.content:
             if (src.repo, src.branch) in known:
                 continue
-            problem = await check_reachable(src.repo, src.branch)
+            problem = await self.courses.check_content(course, src.repo, src.branch)
             if problem:
                 raise refuse(400, f"Content not saved: {problem}.")
         return course
 
     async def view(self, course) -> dict:
-        return await course_view(self.state, self.hub, self.courses, course)
+        return await course_view(
+            self.state, self.hub, self.courses, course, reader=self.current_user
+        )
 
 
 class CoursesAPI(CourseHandler):
@@ -232,7 +235,7 @@ class StartAllAPI(CourseHandler):
         self.write_json(
             {
                 "status": 202,
-                "message": f"Starting {len(run.servers)} servers.",
+                "message": f"Starting {counted(len(run.servers), 'server')}.",
                 "progress": run.as_dict(),
             },
             202,
@@ -264,11 +267,8 @@ class DistributeAPI(CourseHandler):
     async def post(self, slug: str):
         course = await self.course_for(slug)
         self.json_body()
-        report = await self.courses.distribute(course, by=self.who)
-        n = sum(1 for v in report.values() if v == "pulled")
-        self.write_json(
-            {"status": 200, "message": f"Pulled into {n} running servers.", "report": report}
-        )
+        done = await self.courses.distribute(course, by=self.who)
+        self.write_json({"status": 200, **done})
 
 
 class CollectAPI(CourseHandler):
@@ -288,7 +288,7 @@ class CollectAPI(CourseHandler):
         if self.give:
             report = await self.courses.give_back(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "returned")
-            message = f"Feedback returned to {n} of {len(report)} students."
+            message = f"Feedback returned to {n} of {counted(len(report), 'student')}."
         else:
             report = await self.courses.collect(course, name, by=self.who)
             n = sum(1 for r in report.values() if r["state"] == "submitted")

@@ -13,6 +13,7 @@ from .apischemas import (
     STRINGS,
     TIME,
     TIME_OR_NULL,
+    _described,
     array,
     obj,
 )
@@ -77,6 +78,44 @@ PROGRESS = obj(
     nullable=True,
 )
 
+#: A student's last content pull (courses/contentstatus.py ``describe``); null: not known yet.
+CONTENT = obj(
+    {
+        "state": {"type": "string", "enum": ["pulled", "kept", "failed"]},
+        "at": TIME,
+        "message": {
+            "type": "string",
+            "maxLength": 400,
+            "description": "One line: 'pulled at …', 'failed: ~/ml101: …', 'history "
+            "rewritten: your copy kept in ~/ml101_backup_…; pulled at …'",
+        },
+        "sources": array(
+            obj(
+                {
+                    "dir": STRING,
+                    "state": {"type": "string", "enum": ["pulled", "kept", "failed"]},
+                    "at": TIME,
+                    "backup": STRING,
+                    "reason": {"type": "string", "maxLength": 200},
+                }
+            )
+        ),
+    },
+    nullable=True,
+)
+
+COPY_REPORT = obj(
+    {
+        "at": TIME,
+        "who": STRING,
+        "done": _described(STRINGS, "who submitted (collect) or got feedback (return)"),
+        "skipped": array(obj({"user": STRING, "state": STRING, "reason": STRING})),
+        "of": INTEGER,
+    },
+    "the assignment's latest collect or return (null: none yet)",
+    nullable=True,
+)
+
 VIEW = obj(
     {
         "course": {"$ref": "#/components/schemas/CourseRecord"},
@@ -89,10 +128,14 @@ VIEW = obj(
                     "url": STR,
                     "last_activity": TIME_OR_NULL,
                     "slice": STR,
+                    "slice_name": _described(
+                        STR, "the slice as people name it: shared seat 1 of 4 …"
+                    ),
                     "gpu_percent": NUM,
                     "gpu_hours_7d": NUMBER,
                     "prestart": STR,
-                    "reason": STRING,
+                    "reason": _described(STRING, "why it did not start, to the staff"),
+                    "content": CONTENT,
                 }
             )
         ),
@@ -128,10 +171,26 @@ VIEW = obj(
                 "calendar": array({"type": "object"}),
             }
         ),
-        "assignments": array(obj({"name": STRING, "due": TIME_OR_NULL, "collected": STR})),
+        "assignments": array(
+            obj(
+                {
+                    "name": STRING,
+                    "due": TIME_OR_NULL,
+                    "collected": STR,
+                    "last_collect": COPY_REPORT,
+                    "last_return": COPY_REPORT,
+                }
+            )
+        ),
         "budget": obj({"gpu_hours": NUM, "used": NUMBER, "since": TIME}),
         "progress": {"$ref": "#/components/schemas/CourseProgress"},
         "audit": array(obj({"at": TIME, "who": STRING, "action": STRING})),
+        "my_server": obj(
+            {"user": STRING, "state": STRING, "url": STR},
+            "the reader's own course server (the staff folder is mounted there; null unless "
+            "the reader is on the course's staff); url while it runs, else null",
+            nullable=True,
+        ),
     }
 )
 
@@ -163,7 +222,13 @@ def course_schemas() -> dict:
         "CourseRun": obj({**ok, "progress": {"$ref": "#/components/schemas/CourseProgress"}}),
         "CourseProgressOnly": obj({"progress": {"$ref": "#/components/schemas/CourseProgress"}}),
         "CourseReport": obj({**ok, "report": REPORT}),
-        "Distributed": obj({**ok, "report": {"type": "object", "additionalProperties": STRING}}),
+        "Distributed": obj(
+            {
+                **ok,
+                "report": {"type": "object", "additionalProperties": STRING},
+                "content": {"type": "object", "additionalProperties": CONTENT},
+            }
+        ),
         "RosterPreview": obj({**ok, "preview": PREVIEW}),
         "CourseAudit": obj(
             {

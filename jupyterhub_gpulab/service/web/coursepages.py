@@ -104,7 +104,9 @@ class CoursePage(CoursePageBase):
     @web.authenticated
     async def get(self, slug: str):
         course = await self.course_for(slug)
-        data = await course_view(self.state, self.hub, self.courses, course)
+        data = await course_view(
+            self.state, self.hub, self.courses, course, reader=self.current_user
+        )
         pid = (self.get_signed_cookie("gpulab-csv", max_age_days=1) or b"").decode()
         kept = self.courses.csv_previews.get(pid, course.slug, self.who) if pid else None
         if pid:

@@ -12,6 +12,8 @@ from ...courses.roster import roster_of
 from ...courses.sessions import next_session, sessions_between
 from ...fairuse.accounting import gpu_seconds
 from ...ledger import aio
+from .coursereport import copy_reports, staff_reason, staff_server
+from .views import describe_slice
 
 #: Days of sessions the course page lists, and of the capacity calendar it draws.
 SESSION_DAYS = 60
@@ -54,11 +56,14 @@ def _reservations(state, courses, course, bookings, open_allocs, now) -> dict:
     }
 
 
-async def course_view(state, hub, courses, course) -> dict:
-    """The record, each roster member's course server (state, slice, GPU use now, last
-    activity, GPU-hours of the last 7 days through it), the sessions of the next 60 days with
-    their pre-start and reservation, the assignments with their collection, the course budget,
-    the latest start-all and the audit trail's last entries."""
+async def course_view(state, hub, courses, course, reader: dict | None = None) -> dict:
+    """The record, each roster member's course server (state, slice as people name it, GPU use
+    now, last activity, GPU-hours of the last 7 days through it, why it did not start in the
+    staff's words, its last content pull), the sessions of the next 60 days with their pre-start and reservation, the
+    assignments with their collection and each one's last collect and return report, the
+    course budget, the latest start-all, the audit trail's last entries and the own course server
+    of ``reader`` (the hub's model of who asks) when they are on its staff (where they open the
+    collected work)."""
     roster = sorted(await roster_of(hub, course))
     try:
         active = await hub.refresh_active()
@@ -95,10 +100,21 @@ async def course_view(state, hub, courses, course) -> dict:
         now,
     )
     run = courses.run_of(course.slug)
+    content = await courses.content_of(course, roster)
+    names = {s["id"]: describe_slice(s) for s in await aio.call(state.ledger.slices)}
+    refused = (
+        await aio.call(state.ledger.last_refusals, list(run.servers), run.started_at) if run else {}
+    )
+    staff_words = {
+        u: staff_reason(u, p.reason, refused.get(u), p.status, summary=True)
+        for u, p in (run.servers.items() if run else ())
+        if p.reason
+    }
     rows = []
     for u in roster:
         server = active.get((u, course.server_name))
         util = sample.get(slices.get(u)) if slices.get(u) else None
+        p = run.servers.get(u) if run else None
         rows.append(
             {
                 "user": u,
@@ -106,14 +122,17 @@ async def course_view(state, hub, courses, course) -> dict:
                 "url": server.url if server else None,
                 "last_activity": _iso(server.last_activity if server else None),
                 "slice": slices.get(u),
+                "slice_name": names.get(slices.get(u), slices.get(u)),
                 "gpu_percent": util.gpu_percent if util is not None else None,
                 "gpu_hours_7d": round(hours.get(u, 0.0), 3),
-                "prestart": run.servers[u].state if run and u in run.servers else None,
-                "reason": run.servers[u].reason if run and u in run.servers else "",
+                "prestart": p.state if p else None,
+                "reason": staff_reason(u, p.reason, refused.get(u), p.status) if p else "",
+                "content": content.get(u),
             }
         )
     by_start = reservation.pop("by_start")
-    audit = await aio.call(courses.store.audit, course.slug, 20)
+    audit = await aio.call(courses.store.audit, course.slug, 200)
+    reports = copy_reports(audit)
     return {
         "course": course.to_dict(),
         "server_name": course.server_name,
@@ -141,6 +160,8 @@ async def course_view(state, hub, courses, course) -> dict:
                 "collected": next(
                     (v[1] or "running" for (n, _), v in collected.items() if n == a.name), None
                 ),
+                "last_collect": reports.get(a.name, {}).get("collect"),
+                "last_return": reports.get(a.name, {}).get("return"),
             }
             for a in course.assignments
         ],
@@ -149,8 +170,16 @@ async def course_view(state, hub, courses, course) -> dict:
             "used": round(used_gpu_hours(course, allocs, since, now), 3),
             "since": since.isoformat(),
         },
-        "progress": run.as_dict() if run else None,
-        "audit": [{"at": a.at.isoformat(), "who": a.who, "action": a.action} for a in audit],
+        "progress": {**run.as_dict(), "summary": run.summary(staff_words)} if run else None,
+        "audit": [{"at": a.at.isoformat(), "who": a.who, "action": a.action} for a in audit[:20]],
+        # the staff folder is mounted in staff's course servers only (courses.hubhook)
+        "my_server": staff_server(
+            reader["name"]
+            if reader and course.staff_group in (reader.get("groups") or ())
+            else None,
+            course.server_name,
+            active,
+        ),
     }
 
 

@@ -124,7 +124,8 @@ async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:
     data["hub"] = {"reachable": servers is not None}
     data["nvml"] = {"available": state.sample.problem is None, "message": state.sample.problem}
     data["gpu_hours"] = budget
-    data["warnings"] = usageview.warnings_view(warnings)
+    running = {s.name for s in servers or () if s.state != "stopped"}
+    data["warnings"] = usageview.warnings_view(warnings, running)
     return data
 
 

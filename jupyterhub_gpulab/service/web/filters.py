@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from ...units import format_bytes, format_seconds
+from ...units import counted, format_bytes, format_seconds, plural
 
 DASH = Markup('<span class="text-body-secondary">–</span>')
 
@@ -42,4 +42,13 @@ def duration(seconds: float | None) -> str:
     return format_seconds(seconds) if seconds is not None else "–"
 
 
-FILTERS = {"when": when, "util": util, "bytes": size, "duration": duration}
+#: ``{{ n|counted("server") }}`` is "1 server" / "2 servers"; ``{{ "slice"|plural(n) }}`` the noun
+#: alone in ``n``'s number.
+FILTERS = {
+    "when": when,
+    "util": util,
+    "bytes": size,
+    "duration": duration,
+    "counted": counted,
+    "plural": lambda noun, n, many=None: plural(n, noun, many),
+}

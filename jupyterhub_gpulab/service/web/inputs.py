@@ -18,6 +18,29 @@ MAX_NAME = 255
 MAX_UUID = 96
 #: A drain reason (the ledger's ``devices.drain_reason``).
 MAX_REASON = 255
+#: The largest byte count a caller may report (memory of a host or a GPU, bytes in use): 2**53,
+#: 8 PiB, the largest integer a JSON number carries exactly; far inside the ledger's 64-bit
+#: ``BIGINT`` columns, so a report never overflows them.
+MAX_BYTES = 2**53
+#: The most CPUs a node may report (the ledger's ``nodes.cpus`` is an SQL ``INTEGER``).
+MAX_CPUS = 65536
+#: The largest MIG placement rank (NVML's start slot of a GPU instance: 0 to 7 today).
+MAX_RANK = 1023
+#: A GPU or MIG device UUID exactly as NVML prints it (the node report's JSON Schema patterns):
+#: ``GPU-`` or ``MIG-`` and 8-4-4-4-12 lower-case hexadecimal digits, or a MIG device of drivers before R470,
+#: ``MIG-GPU-<uuid>/<GPU instance>/<compute instance>``. Nothing around it (no spaces, no
+#: newline: ``(?![\s\S])`` is the end of the text in both ECMA and Python regular expressions,
+#: where ``$`` also matches before a final newline), ASCII ``-`` only (not U+2010), so one
+#: device never reads as two.
+_HEX_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+NVML_GPU_UUID = rf"^GPU-{_HEX_UUID}(?![\s\S])"
+NVML_MIG_UUID = rf"^MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/[0-9]{{1,2}}/[0-9]{{1,2}})(?![\s\S])"
+NVML_UUID = rf"{NVML_GPU_UUID}|{NVML_MIG_UUID}"
+#: What a UUID that is not NVML's is told.
+NVML_UUID_FORM = (
+    "not a UUID as NVML prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (or MIG-…) in "
+    "lower-case hexadecimal digits and ASCII hyphens, nothing around it"
+)
 #: The largest request body (JSON or form) a handler reads, in bytes; larger ones are a 413.
 MAX_BODY = 64 * 1024
 #: The largest roster CSV upload (bytes): :data:`~...courses.roster.MAX_CSV_USERS` names of up to
@@ -58,6 +81,12 @@ def device_uuid(text: str) -> str:
     raise refuse(
         400, f"{shown(text)} is not a device UUID (printable, at most {MAX_UUID} characters)."
     )
+
+
+def no_constant(name: str) -> float:
+    """``json.loads``'s ``parse_constant``: refuse ``NaN``, ``Infinity`` and ``-Infinity``
+    (Python's JSON reader takes them; JSON has no such numbers and no bound compares with NaN)."""
+    raise refuse(400, f"The body is not valid JSON: {name} is not a number JSON has.")
 
 
 def name(text: str, what: str, *, empty: bool = False) -> str:

@@ -10,8 +10,9 @@
 A report is authenticated by the node's own token (``Authorization: token gpulabnode_…``,
 :mod:`jupyterhub_gpulab.ledger.nodes`), never by a hub token, and only for the node the token
 was made for; the hub is not asked about it. Its body must match the ``NodeReport`` schema
-(:data:`~.apischemas.NODE_REPORT`, also in the OpenAPI document); anything else is a 400 naming
-the first problem, and nothing is recorded.
+(:data:`~.apischemas.NODE_REPORT`, also in the OpenAPI document: every count bounded, every UUID
+in NVML's exact form, :mod:`.inputs`); anything else is a 400 naming the first problem, and
+nothing is recorded.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def report_problem(body: dict) -> str | None:
         return None
     e = errors[0]
     where = "/".join(str(p) for p in e.absolute_path) or "the body"
+    if e.validator == "pattern":  # every pattern of the report is a GPU or MIG UUID
+        return f"{where}: {inputs.shown(e.instance)} is {inputs.NVML_UUID_FORM}"[:300]
     return f"{where}: {e.message}"[:300]
 
 

@@ -1,7 +1,8 @@
 """The waitlist and reservations in the JSON API (routes in :func:`queue_handlers`)::
 
-GET    waitlist             my queue entries (position, estimate, offer); the whole
-                            queue too with custom:gpulab:read                 (any user)
+GET    waitlist             my queue entries (position, estimate, offer, or why the
+                            queue passed me over); the whole queue too with
+                            custom:gpulab:read                                (any user)
 POST   waitlist             join the queue for a profile ({"profile": slug})  (any user)
 DELETE waitlist/<profile>   leave that queue (releasing a held offer)         (any user)
 GET    bookings             reservations from now, and the capacity calendar:
@@ -46,9 +47,17 @@ def entry_view(e, position=None) -> dict:
 
 
 def my_entries(ledger, name: str) -> list[dict]:
-    """``name``'s queue entries with position and estimate (blocks: reads the ledger)."""
-    mine = [e for e in ledger.entries_of(name) if e.state in ("waiting", "offered")]
-    return [entry_view(e, ledger.queue_position(name, e.profile)) for e in mine]
+    """``name``'s queue entries with position and estimate, and for each profile whose latest
+    entry the queue passed over (``refused``: their budget was spent, the profile no longer
+    theirs) that entry, whose ``message`` says why (blocks: reads the ledger)."""
+    latest = {}
+    for e in ledger.entries_of(name):  # newest first
+        latest.setdefault(e.profile, e)
+    mine = [e for e in latest.values() if e.state in ("waiting", "offered", "refused")]
+    return [
+        entry_view(e, ledger.queue_position(name, e.profile) if e.state != "refused" else None)
+        for e in mine
+    ]
 
 
 async def join_queue(state, user: dict, slug: object) -> tuple[dict, str]:
@@ -169,7 +178,7 @@ def queue_schemas() -> dict:
             "id": INTEGER,
             "user": STRING,
             "profile": STRING,
-            "state": {"type": "string", "enum": ["waiting", "offered"]},
+            "state": {"type": "string", "enum": ["waiting", "offered", "refused"]},
             "priority": INTEGER,
             "joined_at": TIME,
             "offer_until": TIME_OR_NULL,
@@ -178,7 +187,10 @@ def queue_schemas() -> dict:
             "estimate_min": NUM,
         },
         "A queue entry. position: 1 = next, 0 = a slice is held for them until offer_until "
-        "(null in the whole-queue list); estimate_min: null without recent sessions.",
+        "(null in the whole-queue list and for refused); estimate_min: null without recent "
+        "sessions. refused (only in my entries, the latest for its profile): the queue passed "
+        "them over when a slice freed, and message says why (a GPU-hour budget spent until "
+        "when, a profile no longer theirs).",
     )
     waitlist = {
         "type": "object",

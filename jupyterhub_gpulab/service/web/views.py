@@ -364,6 +364,7 @@ def user_view(
                 "wants_gpu": p.wants_gpu,
                 "free": free,
                 "total": total,
+                "mine": sum(1 for a in allocations if a.profile == p.slug),
             }
         )
     return {

@@ -1,0 +1,98 @@
+"""Every benchmark in ``benchmarks/`` runs in its small mode (``--small``: seconds to a minute or
+two, figures that mean nothing) and ends with one JSON object holding the keys the README and the
+issues quote, so a benchmark broken by a change fails here instead of at the next measurement.
+Each test is marked with what its benchmark needs (conftest.py's markers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_small(name: str, timeout: float) -> dict:
+    """Run ``benchmarks/<name>.py --small``; its last line, parsed. Fails with the output's tail
+    when it exits non-zero or its last line is not one JSON object."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--small"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    tail = (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0, f"benchmarks/{name}.py --small exited {r.returncode}:\n{tail}"
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    try:
+        result = json.loads(last)
+    except json.JSONDecodeError:
+        pytest.fail(f"benchmarks/{name}.py's last line is not JSON: {last!r}\n{tail}")
+    assert isinstance(result, dict), last
+    return result
+
+
+def has_keys(result: dict, *keys: str) -> None:
+    missing = [k for k in keys if k not in result]
+    assert not missing, f"missing {missing} in {sorted(result)}"
+
+
+def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
+    r = run_small("ledger", 300)
+    has_keys(r, "p50_ms_100", "p99_ms_300", "p99_ms_300_99pct_held",
+             "naive_p99_ms_300_99pct_held", "scaling_300_over_100", "naive_scaling")  # fmt: skip
+    assert r["double_allocations"] == 0
+    assert r["rounds"] == 40
+
+
+def test_semester_benchmark_runs_a_small_term():
+    r = run_small("semester", 600)
+    has_keys(r, "class_served_within_1min_pct", "homework_intents_unserved_pct",
+             "research_wait_p90_min", "idle_held_pct", "students_per_gpu_ratio", "by_lab")  # fmt: skip
+    assert r["double_allocations"] == 0
+    assert r["lab"]["term_weeks"] == 1
+
+
+@pytest.mark.hub
+def test_service_benchmark_measures_the_page_the_api_and_the_metrics():
+    r = run_small("service", 600)
+    has_keys(r, "admin_page_ms_p95", "api_ms_p95", "metrics_ms_p95", "metrics_http_ms_p95",
+             "loadavg_1m", "targets", "meets_targets")  # fmt: skip
+    assert r["open_allocations"] == 60 and r["metrics_slices"] == 200
+
+
+@pytest.mark.docker
+def test_spawn_benchmark_reports_refusals_against_the_bare_hubs_floor():
+    r = run_small("spawn", 900)
+    has_keys(r, "overhead_ratio", "storm_ratio", "refusal_p95_s", "refusal_p95_s_hub_floor",
+             "refusal_p95_over_floor")  # fmt: skip
+    assert r["refusal_p95_over_floor"] == pytest.approx(
+        r["refusal_p95_s"] / r["refusal_p95_s_hub_floor"], rel=0.05
+    )
+    assert r["refusals"] == r["burst_size"] - r["burst_free_slices"]
+    assert r["double_allocations"] == 0 and r["open_allocations_after"] == 0
+
+
+@pytest.mark.docker
+def test_prestart_benchmark_gives_both_sides_the_same_content():
+    r = run_small("prestart", 900)
+    has_keys(r, "prestart_wall_s_ours", "prestart_wall_s_plain", "prestart_ratio")
+    # like with like: both sides' servers pulled the course repository at start
+    assert r["ready_pct"] == 100 and r["content_present_pct"] == 100
+    assert r["ready_pct_plain"] == 100 and r["content_present_pct_plain"] == 100
+    assert r["double_allocations"] == 0
+
+
+@pytest.mark.docker
+@pytest.mark.swarm
+def test_swarm_benchmark_runs_a_storm_on_each_side():
+    r = run_small("swarm", 900)
+    has_keys(r, "storm_wall_s_ours", "storm_wall_s_plain", "storm_ratio", "nodes_with_servers")
+    assert r["double_allocations"] == 0 and r["misplaced"] == 0
+    assert len(r["walls_ours"]) == 1 and len(r["walls_plain"]) == 1
