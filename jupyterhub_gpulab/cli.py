@@ -28,6 +28,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from .auth.check import auth_errors, auth_warnings
+from .clinames import add_names_command
 from .clinodes import add_node_commands
 from .errors import ConfigError
 from .lab.config import GPULab, Lab, load_config_file
@@ -453,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("allocations", cmd_allocations, "list open allocations", True)
     add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
     add_node_commands(add)
+    add_names_command(add, _config)
     sub.add_parser(
         "node-agent",
         help="run the node agent on a GPU node (`gpulab node-agent --help-all` for its settings)",

@@ -106,7 +106,8 @@ class GitServer:
 
 def course_hub(tmp_path: Path, course: dict, *, extra: str = "", shared_root: str = "") -> Hub:
     """A hub (not started) with the service, GPUDockerSpawner, per-user home volumes named
-    ``<node>-home-{username}`` and ``course`` declared; ``shared_root``: the course's
+    ``<node>-home-{username}``, course-work volumes ``<node>-work-{slug}--{username}``
+    (:func:`work_of`) and ``course`` declared; ``shared_root``: the course's
     ``c.GPULabCourses.shared_folder_root`` (default: the product's)."""
     node = unique("gpulabcrs")
     port = free_port()
@@ -137,6 +138,7 @@ c.GPULab.node_name = {node!r}
 c.GPULab.profiles = {profiles!r}
 c.GPULabCourses.home_volume = "{node}-home-{{username}}"
 c.GPULabCourses.course_volume = "{node}-course-{{slug}}"
+c.GPULabCourses.work_volume = "{node}-work-{{slug}}--{{username}}"
 c.GPULabCourses.courses = [{course!r}]
 c.GPULabCourses.prestart_backoff = 1
 c.GPULabCourses.check_interval = 2
@@ -194,6 +196,13 @@ def containers_of(node: str, server: str) -> dict[str, str]:
         check=True,
     )
     return {u: cid for cid, u in (line.split() for line in r.stdout.splitlines() if line.strip())}
+
+
+def work_of(node: str, slug: str, user: str) -> str:
+    """``user``'s course-work volume of course ``slug`` on a :func:`course_hub` of ``node``."""
+    from jupyterhub_gpulab.courses.config import GPULabCourses
+
+    return GPULabCourses(work_volume=f"{node}-work-{{slug}}--{{username}}").work_of(slug, user)
 
 
 def read_home(volume: str, path: str, image: str = LAB_IMAGE) -> str | None:

@@ -432,10 +432,13 @@ def test_the_hub_mounts_no_shared_folder_outside_the_root(tmp_path):
     root = tmp_path / "courses"
     store.declare([parse_course({"slug": "ok101", "shared_folder": str(root / "ok101")}),
                    parse_course({"slug": "bad101", "shared_folder": "/etc"})])  # fmt: skip
-    hook = make_pre_spawn_hook(url, "/home/jovyan", "c-{slug}", shared_root=str(root))
+    from jupyterhub_gpulab.courses.config import GPULabCourses
+
+    settings = GPULabCourses(course_volume="c-{slug}", shared_folder_root=str(root))
+    hook = make_pre_spawn_hook(url, settings)
 
     def spawner(name):
-        user = SimpleNamespace(groups=[SimpleNamespace(name=name)], admin=False)
+        user = SimpleNamespace(name="ann", groups=[SimpleNamespace(name=name)], admin=False)
         return SimpleNamespace(name=name, user=user, user_options={}, volumes={}, cmd=None,
                                log=logging.getLogger("t"), _log_name=name)  # fmt: skip
 
@@ -444,7 +447,7 @@ def test_the_hub_mounts_no_shared_folder_outside_the_root(tmp_path):
         asyncio.run(hook(good))
         asyncio.run(hook(bad))
         assert str(root / "ok101") in good.volumes
-        assert bad.volumes == {}
+        assert bad.volumes == {"gpulab-coursework-bad101--ann": "/home/jovyan"}  # its work only
     finally:
         close_shared_ledgers()
         led.close()

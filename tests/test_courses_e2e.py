@@ -15,11 +15,13 @@ import time
 import pytest
 import requests
 from course_support import (
+    LAB_IMAGE,
     GitServer,
     containers_of,
     course_hub,
     read_home,
     remove_volumes,
+    work_of,
 )
 from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, login, user_token, wait_for_service
@@ -45,6 +47,12 @@ def lab(tmp_path_factory):
         "content": [{"repo": repo.url, "branch": "main", "dir": "ml101"}],
     }
     hub = course_hub(tmp, course)
+    # s1 did course work in their personal home before the upgrade to course storage
+    subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "-v", f"{hub.node}-home-s1:/home/jovyan",
+         LAB_IMAGE, "sh", "-c", "mkdir -p ~/assignments/hw0 && echo mine > ~/assignments/hw0/old.py"],
+        check=True, capture_output=True,
+    )  # fmt: skip
     try:
         hub.start()
         wait_for_service(hub)
@@ -99,7 +107,12 @@ def test_prestart_of_a_roster_of_8_puts_the_notebooks_in_every_home(lab):
     for u in STUDENTS:
         # the course profile, from the course (the request named none)
         assert hub.server(u, "ml101")["user_options"] == {"profile": "course-lab"}
-        assert read_home(f"{hub.node}-home-{u}", "ml101/intro.py") == "print('week 1')\n", u
+        assert read_home(work_of(hub.node, "ml101", u), "ml101/intro.py") == "print('week 1')\n"
+    # the course work is apart from the personal home, which no course server mounts…
+    assert read_home(f"{hub.node}-home-s2", "ml101/intro.py") is None
+    # …but the course folders it held before the upgrade were copied in (the home keeps them)
+    assert read_home(work_of(hub.node, "ml101", "s1"), "assignments/hw0/old.py") == "mine\n"
+    assert read_home(f"{hub.node}-home-s1", "assignments/hw0/old.py") == "mine\n"
     # started with the course's own pre-start token, not the service's
     log = hub.log_tail(3000)
     assert "(gpulab-prestart-ml101@" in log
@@ -121,14 +134,16 @@ def test_a_students_edit_survives_the_instructors_update(lab):
     r = hub.spawn("s1", name="ml101")
     assert r.status_code in (201, 202), r.text
     hub.wait_ready("s1", "ml101", timeout=120)
-    home = f"{hub.node}-home-s1"
+    home = work_of(hub.node, "ml101", "s1")
     assert "# my answer" in read_home(home, "ml101/intro.py")
     assert read_home(home, "ml101/week2.py") == "print('week 2')\n"
     # a student who changed nothing gets the instructor's update at their next start
     hub.stop_server("s2", "ml101")
     hub.spawn("s2", name="ml101")
     hub.wait_ready("s2", "ml101", timeout=120)
-    assert read_home(f"{hub.node}-home-s2", "ml101/intro.py") == "print('week 1, fixed')\n"
+    assert (
+        read_home(work_of(hub.node, "ml101", "s2"), "ml101/intro.py") == "print('week 1, fixed')\n"
+    )
 
 
 def test_a_ta_acts_on_the_rosters_servers_only(lab):
@@ -162,6 +177,12 @@ def test_a_ta_acts_on_the_rosters_servers_only(lab):
     hub.wait_ready("researcher1")
     r = api(hub, tokens["ta1"], "POST", "courses/ml101/roster", json={"add": ["researcher1"]})
     assert r.status_code == 200, r.text
+    # …and is told who added them, on their gpulab page (and the hub's home)
+    mine = user_token(hub, login(hub, "researcher1"), "researcher1")
+    told = [w for w in api(hub, mine, "GET", "me").json()["warnings"] if w["kind"] == "notice"]
+    assert [w["message"] for w in told] == [
+        "You were added to Machine learning 101 (ml101) by ta1."
+    ], told
     try:
         r = hub.api("DELETE", "/users/researcher1/server", headers=ta)
         assert r.status_code in (403, 404), r.text
@@ -315,7 +336,7 @@ def test_distribute_pulls_into_running_servers_now(lab):
     assert r.json()["message"] == f"Pulled into {len(running)} of {len(running)} running servers."
     assert report["s3"] == "not running"  # stopped above
     for u in running:
-        assert read_home(f"{hub.node}-home-{u}", "ml101/week3.py") == "print('week 3')\n"
+        assert read_home(work_of(hub.node, "ml101", u), "ml101/week3.py") == "print('week 3')\n"
 
 
 def test_collect_gets_each_submission_and_reports_who_submitted_nothing(lab):
@@ -350,6 +371,33 @@ def test_collect_gets_each_submission_and_reports_who_submitted_nothing(lab):
     audit = api(hub, tokens["ta1"], "GET", "courses/ml101/audit").json()["audit"]
     assert [a["action"] for a in audit][:2] == ["collect", "distribute"]
     assert audit[0]["who"] == "ta1"
+
+
+def test_staff_write_feedback_in_their_own_course_server_and_return_delivers_it(lab):
+    """The instructor's week as staff do it: the collected work is in ~/ml101-staff of their own
+    course server, written by the image's user (uid 1000) there, and Return brings it to the
+    student's course work (where it had been 'returned to 0 of 3': root-owned staff folder)."""
+    hub, repo, tokens = lab
+    r = hub.spawn("ta1", name="ml101")
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("ta1", "ml101", timeout=180)
+    try:
+        ta = containers_of(hub.node, "ml101")["ta1"]
+        script = (
+            "set -e; cd ~/ml101-staff; ls collected/hw1/s1/*/answer.py;"
+            " mkdir -p feedback/hw1/s1 && echo 'well done' > feedback/hw1/s1/notes.txt"
+        )
+        done = subprocess.run(["docker", "exec", "-u", "1000", ta, "sh", "-c", script],
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        r = api(hub, tokens["ta1"], "POST", "courses/ml101/return", json={"assignment": "hw1"})
+        assert r.status_code == 200, r.text
+        assert r.json()["report"]["s1"] == {"state": "returned", "files": 1}, r.json()
+        assert (
+            read_home(work_of(hub.node, "ml101", "s1"), "feedback/hw1/notes.txt") == "well done\n"
+        )
+    finally:
+        hub.stop_server("ta1", "ml101")
 
 
 def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_prestarted(lab):
@@ -388,7 +436,7 @@ def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_pr
     assert p and p["session_start"] == start.isoformat(), view
     assert p["summary"] == "2 of 2 ready", p
     for u in ("t1", "t2"):
-        assert read_home(f"{hub.node}-home-{u}", "dl201/intro.py") is not None
+        assert read_home(work_of(hub.node, "dl201", u), "dl201/intro.py") is not None
     assert view["sessions"][0]["prestart"] == "2 of 2 ready"
     # the session's 3 seats of the T4 (4 seats) are kept: the two students took two of them,
     # charged to the booking; the third stays kept, so one walk-in fits and the next is told

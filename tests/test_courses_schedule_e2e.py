@@ -20,6 +20,7 @@ from course_support import (
     course_hub,
     read_home,
     remove_volumes,
+    work_of,
 )
 from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, ledger_for, login, user_token, wait_for_service
@@ -91,7 +92,7 @@ def local(dt: datetime) -> str:
 
 def test_an_assignment_is_collected_at_its_deadline_once(lab):
     hub, tokens, _ = lab
-    home = f"{hub.node}-home-u1"
+    home = work_of(hub.node, "sched", "u1")  # the course work, where collect reads
     subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "-v", f"{home}:/home/jovyan", LAB_IMAGE,
          "sh", "-c", "mkdir -p ~/assignments/hw1 && echo 'answer' > ~/assignments/hw1/a.py"],
@@ -140,7 +141,7 @@ def test_a_prestart_cut_off_by_a_killed_hub_resumes_after_the_restart(lab):
     assert len(rows) == 1
     for u in ROSTER:
         hub.wait_ready(u, "sched", timeout=120)
-        assert read_home(f"{hub.node}-home-{u}", "sched/intro.py") == "print('hello')\n"
+        assert read_home(work_of(hub.node, "sched", u), "sched/intro.py") == "print('hello')\n"
     view = api(hub, tokens["ta"], "GET", "courses/sched").json()
     assert view["sessions"][0]["prestart"] == "3 of 3 ready", view["sessions"]
     starts = [a for a in view["audit"] if a["action"] == "start-all"]

@@ -1,4 +1,4 @@
-"""Container names (``spawner/names.py``): what an admin sees in ``docker ps`` and what a restarted
+"""Container names (``lab/names.py``): what an admin sees in ``docker ps`` and what a restarted
 hub looks containers up by. Each must be a DNS label (the container's hostname), deterministic,
 and never shared by two (user, server) pairs, whatever names users choose."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpulab.spawner.names import MAX_LENGTH, check_prefix, container_name, escape_part
+from jupyterhub_gpulab.lab.names import MAX_LENGTH, check_prefix, container_name, escape_part
 
 PREFIX = "jupyter"
 DNS_LABEL = re.compile(r"^[a-z]([a-z0-9-]*[a-z0-9])?$")

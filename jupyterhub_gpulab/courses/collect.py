@@ -1,198 +1,91 @@
-"""Collect and return: copy ``assignments/<name>`` out of each student's home volume into the
-course folder (a Docker volume), and feedback back, through Docker's archive API.
+"""Collect, return and carry over: copy ``assignments/<name>`` out of each student's course-work
+volume into the course's staff folder, feedback back, through a :class:`~.storage.Storage`
+(Docker volumes in the lab, folders in tests). The personal home is never read or written here.
 
-No shared exchange directory and no assumption about uids: each copy goes through a container
-that is created with the volume mounted and **never started** (nothing runs in it; Docker reads
-and writes the volume for the archive calls), then removed. What is read is bounded (a student's
-stream is cut at ``max_bytes``), only regular files and folders are copied (links, devices and
-anything else are skipped and reported, so nothing outside the home is ever followed), and files
-written back take the owner of the folder they land in.
+Who is who: every volume and folder name comes from :mod:`jupyterhub_gpulab.lab.names`
+(``volume_of(user)``; the staff folder's ``<student>`` is :func:`~..lab.names.folder_name`), so
+``c2-dan`` and ``c2-2ddan`` never share one. What is read is bounded (``max_bytes`` of file content
+per student), only regular files and folders are copied (links, devices and the like are skipped
+and reported), and a path with a link anywhere on it (``~/assignments`` a link to ``/etc``) is not
+read at all: the student's entry says ``skipped`` and why. Written files take the owner of the
+volume they land in: collected work is the staff folder's owner's (the image's user, so staff may
+write feedback beside it in their course server), feedback the student's.
 
-    files = VolumeFiles(docker.from_env(), image="gpulab/singleuser:6.1.1")
-    report = collect(files, course, assignment="hw1", students=[...], home_volume=..., course_volume=...)
+    report = collect(DockerVolumes(client, image), assignment="hw1", students=[...],
+                     volume_of=lambda u: work_volume(template, "dl101", u),
+                     course_volume="gpulab-course-dl101", max_bytes=..., owner=(1000, 1000))
     report["ann"] -> {"state": "submitted", "bytes": 1834, "files": 3, "modified": "2026-…"}
 """
 
 from __future__ import annotations
 
-import io
-import tarfile
-from collections.abc import Iterable
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
-import docker
-from docker.errors import NotFound
-
 from .. import clock
+from ..lab.names import folder_name
 from .records import NAME
+from .storage import Entry, LinkOnPath, Storage, TooLarge
 
-__all__ = ["VolumeFiles", "collect", "give_back", "ASSIGNMENT"]
+__all__ = ["ASSIGNMENT", "COURSE_FOLDERS", "Entry", "carry_over", "collect", "give_back"]
 
 #: Assignment names: one folder name (the course record's rule).
 ASSIGNMENT = NAME
-#: Where a volume is mounted in the helper container.
-MOUNT = "/v"
-
-
-class TooLarge(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class Entry:
-    path: str  # relative, "/"-separated
-    data: bytes | None  # None: a folder
-    mtime: float
-
-
-class VolumeFiles:
-    """Read and write trees in Docker volumes through never-started helper containers."""
-
-    def __init__(self, client: docker.DockerClient, image: str):
-        self.client, self.image = client, image
-
-    def exists(self, volume: str) -> bool:
-        try:
-            self.client.volumes.get(volume)
-            return True
-        except NotFound:
-            return False
-
-    @contextmanager
-    def _mounted(self, volume: str, *, read_only: bool):
-        c = self.client.containers.create(
-            self.image,
-            command=["true"],
-            entrypoint=[],
-            network_disabled=True,
-            labels={"org.jupyter.gpulab.helper": "courses"},
-            volumes={volume: {"bind": MOUNT, "mode": "ro" if read_only else "rw"}},
-        )
-        try:
-            yield c
-        finally:
-            c.remove(force=True)
-
-    @contextmanager
-    def _archive(self, container, path: str):
-        """The tar stream of ``path`` in ``container`` (an open HTTP response), closed on exit.
-
-        docker-py's ``get_archive`` returns a generator whose connection stays open when the
-        reader stops early; the engine then blocks writing the rest of the archive and holds
-        the container, so removing it hangs until the client's timeout (60 s). Closing the
-        response drops the connection and ends the engine's copy at once."""
-        api = self.client.api
-        res = api.get(
-            f"{api.base_url}/v{api.api_version}/containers/{container.id}/archive",
-            params={"path": path},
-            stream=True,
-        )
-        try:
-            if res.status_code == 404:
-                raise FileNotFoundError(path)
-            api._raise_for_status(res)
-            yield res
-        finally:
-            res.close()
-
-    def read_tree(self, volume: str, path: str, max_bytes: int) -> tuple[list[Entry], list[str]]:
-        """The regular files and folders under ``path`` (relative to the volume's root), and
-        the names skipped (links and the like). Raises ``FileNotFoundError`` when ``path`` is
-        absent, :class:`TooLarge` past ``max_bytes`` of file content (reading stops there)."""
-        with self._mounted(volume, read_only=True) as c, self._archive(c, f"{MOUNT}/{path}") as res:
-            buf = bytearray()
-            limit = max_bytes + 64 * 1024 + max_bytes // 8  # tar headers and padding
-            for chunk in res.iter_content(64 * 1024):
-                buf += chunk
-                if len(buf) > limit:
-                    raise TooLarge(path)
-        entries, skipped, total = [], [], 0
-        base = path.rstrip("/").rsplit("/", 1)[-1]
-        with tarfile.open(fileobj=io.BytesIO(bytes(buf))) as tar:
-            for m in tar:
-                rel = m.name[len(base) :].lstrip("/") if m.name.startswith(base) else m.name
-                if m.isdir():
-                    if rel:
-                        entries.append(Entry(rel, None, m.mtime))
-                elif m.isfile():
-                    total += m.size
-                    if total > max_bytes:
-                        raise TooLarge(path)
-                    entries.append(Entry(rel, tar.extractfile(m).read(), m.mtime))
-                else:
-                    skipped.append(rel or base)
-        return entries, skipped
-
-    def owner(self, volume: str, path: str = "") -> tuple[int, int]:
-        """``(uid, gid)`` of ``path`` in ``volume`` (its root by default)."""
-        where = f"{MOUNT}/{path}".rstrip("/") + "/"
-        with self._mounted(volume, read_only=True) as c, self._archive(c, where) as res:
-            head = bytearray()
-            for chunk in res.iter_content(512):
-                head += chunk
-                if len(head) >= 512:
-                    break
-        info = tarfile.TarInfo.frombuf(bytes(head[:512]), "utf-8", "surrogateescape")
-        return info.uid, info.gid
-
-    def write_tree(
-        self, volume: str, dest: str, entries: Iterable[Entry], owner: tuple[int, int]
-    ) -> None:
-        """Write ``entries`` under ``dest`` (relative; its folders are made) in ``volume``,
-        owned by ``owner``."""
-        out = io.BytesIO()
-        uid, gid = owner
-        with tarfile.open(fileobj=out, mode="w") as tar:
-            parts = [p for p in dest.split("/") if p]
-            for i in range(1, len(parts) + 1):
-                d = tarfile.TarInfo("/".join(parts[:i]))
-                d.type, d.mode, d.uid, d.gid = tarfile.DIRTYPE, 0o755, uid, gid
-                d.mtime = clock.utcnow().timestamp()
-                tar.addfile(d)
-            for e in entries:
-                t = tarfile.TarInfo(f"{dest.rstrip('/')}/{e.path}")
-                t.uid, t.gid, t.mtime = uid, gid, e.mtime
-                if e.data is None:
-                    t.type, t.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(t)
-                else:
-                    t.mode, t.size = 0o644, len(e.data)
-                    tar.addfile(t, io.BytesIO(e.data))
-        with self._mounted(volume, read_only=False) as c:
-            c.put_archive(MOUNT, out.getvalue())
+#: The folders of a personal home that belong to a course's work (:func:`carry_over`).
+COURSE_FOLDERS = ("assignments", "feedback")
 
 
 def _stamp(now: datetime) -> str:
     return now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def _check(assignment: str) -> None:
+    if not ASSIGNMENT.match(assignment) or assignment in (".", ".."):
+        raise ValueError(f"{assignment!r} is not an assignment name (one folder name)")
+
+
+def _link(where: LinkOnPath) -> dict:
+    return {"state": "skipped", "reason": f"{where} is a link; links are never followed"}
+
+
 def collect(
-    files: VolumeFiles,
+    files: Storage,
     *,
     assignment: str,
     students: Iterable[str],
-    home_volume: str,
+    volume_of: Callable[[str], str],
     course_volume: str,
     max_bytes: int,
+    owner: tuple[int, int],
 ) -> dict[str, dict]:
-    """Copy each student's ``assignments/<assignment>`` into the course volume's
-    ``collected/<assignment>/<student>/<time>/``; one report entry per student (``state``:
-    submitted, missing, oversized, failed). Blocking (docker-py)."""
-    if not ASSIGNMENT.match(assignment):
-        raise ValueError(f"{assignment!r} is not an assignment name (one folder name)")
+    """Copy each student's ``assignments/<assignment>`` (in ``volume_of(student)``) into
+    ``course_volume``'s ``collected/<assignment>/<folder>/<time>/``, owned as that volume's
+    root is (made ``owner``'s, the image's uid and gid, when created). One report entry per
+    student: ``state`` submitted, missing, skipped (a link on the path), oversized or failed,
+    with a ``reason``. Raises ``ValueError`` for a bad assignment name. Blocking."""
+    _check(assignment)
     stamp = _stamp(clock.utcnow())
     report: dict[str, dict] = {}
+    files.prepare(course_volume, owner)
+    staff = files.owner(course_volume)
     for user in sorted(set(students)):
-        vol = home_volume.format(username=user)
+        vol = volume_of(user)
         try:
             if not files.exists(vol):
-                report[user] = {"state": "missing", "reason": "no home yet"}
+                report[user] = {"state": "missing", "reason": "no course work yet"}
                 continue
             entries, skipped = files.read_tree(vol, f"assignments/{assignment}", max_bytes)
+            fs = [e for e in entries if e.data is not None]
+            if not fs:
+                report[user] = {"state": "missing", "reason": f"assignments/{assignment} is empty"}
+                continue
+            dest = f"collected/{assignment}/{folder_name(user)}/{stamp}"
+            files.write_tree(course_volume, dest, entries, staff)
         except FileNotFoundError:
             report[user] = {"state": "missing", "reason": f"no assignments/{assignment} folder"}
+            continue
+        except LinkOnPath as e:
+            report[user] = _link(e)
             continue
         except TooLarge:
             report[user] = {"state": "oversized", "reason": f"larger than {max_bytes} bytes"}
@@ -200,18 +93,11 @@ def collect(
         except Exception as e:  # one student's failure never stops the others
             report[user] = {"state": "failed", "reason": str(e)[:200]}
             continue
-        fs = [e for e in entries if e.data is not None]
-        if not fs:
-            report[user] = {"state": "missing", "reason": f"assignments/{assignment} is empty"}
-            continue
-        dest = f"collected/{assignment}/{user}/{stamp}"
-        files.write_tree(course_volume, dest, entries, (0, 0))
-        latest = max(e.mtime for e in fs)
         report[user] = {
             "state": "submitted",
             "bytes": sum(len(e.data) for e in fs),
             "files": len(fs),
-            "modified": datetime.fromtimestamp(latest, timezone.utc).isoformat(),
+            "modified": datetime.fromtimestamp(max(e.mtime for e in fs), timezone.utc).isoformat(),
             "folder": dest,
             "skipped": skipped,
         }
@@ -219,36 +105,83 @@ def collect(
 
 
 def give_back(
-    files: VolumeFiles,
+    files: Storage,
     *,
     assignment: str,
     students: Iterable[str],
-    home_volume: str,
+    volume_of: Callable[[str], str],
     course_volume: str,
     max_bytes: int,
 ) -> dict[str, dict]:
-    """Copy the course volume's ``feedback/<assignment>/<student>/`` into each student's
-    ``feedback/<assignment>/``, owned as their home is. Blocking (docker-py)."""
-    if not ASSIGNMENT.match(assignment):
-        raise ValueError(f"{assignment!r} is not an assignment name (one folder name)")
+    """Copy ``course_volume``'s ``feedback/<assignment>/<folder>/`` into each student's
+    ``feedback/<assignment>/`` of ``volume_of(student)``, owned as that volume's root is.
+    ``state``: returned (with ``files``), no-feedback, skipped (a link on either path),
+    oversized or failed. Raises ``ValueError`` for a bad assignment name. Blocking."""
+    _check(assignment)
     report: dict[str, dict] = {}
     for user in sorted(set(students)):
-        vol = home_volume.format(username=user)
+        vol = volume_of(user)
         try:
-            entries, _ = files.read_tree(course_volume, f"feedback/{assignment}/{user}", max_bytes)
+            src = f"feedback/{assignment}/{folder_name(user)}"
+            entries, _ = files.read_tree(course_volume, src, max_bytes)
         except FileNotFoundError:
             report[user] = {"state": "no-feedback"}
+            continue
+        except LinkOnPath as e:
+            report[user] = _link(e)
             continue
         except TooLarge:
             report[user] = {"state": "oversized", "reason": f"larger than {max_bytes} bytes"}
             continue
-        if not files.exists(vol):
-            report[user] = {"state": "failed", "reason": "no home volume"}
-            continue
         try:
+            if not files.exists(vol):
+                report[user] = {"state": "failed", "reason": "no course work volume yet"}
+                continue
             files.write_tree(vol, f"feedback/{assignment}", entries, files.owner(vol))
+        except LinkOnPath as e:
+            report[user] = _link(e)
+            continue
         except Exception as e:
             report[user] = {"state": "failed", "reason": str(e)[:200]}
             continue
         report[user] = {"state": "returned", "files": sum(1 for e in entries if e.data is not None)}
     return report
+
+
+def carry_over(
+    files: Storage,
+    *,
+    home: str,
+    work: str,
+    folders: Iterable[str],
+    max_bytes: int,
+    like: str | None = None,
+) -> dict[str, str]:
+    """The upgrade path: before a course server's first start on its new course-work volume
+    ``work``, copy the course's ``folders`` (``assignments``, ``feedback``, the content
+    folders) of the personal home ``home`` into it, owned as ``home``'s root is. The home is
+    only read (nothing is moved or deleted); a ``work`` that exists is left as it is, and none
+    is made when there is nothing to copy (the server's first mount makes it). ``like``: the
+    image's home folder a new ``work`` starts with (:meth:`~.storage.Storage.prepare`).
+    Returns ``{folder: "copied" | "absent" | "skipped: <why>"}`` (empty when ``work`` existed
+    or ``home`` does not). Blocking."""
+    if files.exists(work) or not files.exists(home):
+        return {}
+    done: dict[str, str] = {}
+    found: dict[str, list[Entry]] = {}
+    for folder in dict.fromkeys(folders):
+        try:
+            found[folder] = files.read_tree(home, folder, max_bytes)[0]
+            done[folder] = "copied"
+        except FileNotFoundError:
+            done[folder] = "absent"
+        except LinkOnPath as e:
+            done[folder] = f"skipped: {e} is a link"
+        except TooLarge:
+            done[folder] = f"skipped: larger than {max_bytes} bytes"
+    if found:
+        owner = files.owner(home)
+        files.prepare(work, owner, like)
+        for folder, entries in found.items():
+            files.write_tree(work, folder, entries, owner)
+    return done

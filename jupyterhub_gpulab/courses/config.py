@@ -13,6 +13,7 @@ from __future__ import annotations
 from traitlets import Dict, Float, Integer, List, Unicode
 from traitlets.config import Configurable
 
+from ..lab.names import home_volume, staff_volume, work_volume
 from .model import Course, parse_courses, split_courses
 
 
@@ -29,10 +30,37 @@ class GPULabCourses(Configurable):
     home_volume = Unicode(
         "gpulab-home-{username}",
         config=True,
-        help="""Docker volume holding each user's home (``{username}`` is replaced), mounted at
-        ``home_path`` in every container: course content is pulled into it, assignments
-        collected from it. Same as ``c.DockerSpawner.volumes``' key.
+        help="""Docker volume holding each user's personal home (``{username}``: the user name
+        escaped as DockerSpawner escapes it, :func:`~jupyterhub_gpulab.lab.names.home_volume`),
+        mounted at ``home_path`` in their own servers. Same as ``c.DockerSpawner.volumes``' key.
+        A course server does not mount it (``work_volume`` is its home) unless an admin sets the
+        course's ``mount_home``; collect and return never touch it.
         ``c.GPULabCourses.home_volume = "gpulab-home-{username}"``""",
+    )
+
+    work_volume = Unicode(
+        "gpulab-coursework-{slug}--{username}",
+        config=True,
+        help="""Docker volume of one student's work in one course, mounted at ``home_path`` in
+        their course server (``{slug}`` and ``{username}`` escaped,
+        :func:`~jupyterhub_gpulab.lab.names.work_volume`): course content is pulled into it,
+        assignments collected from it, feedback returned to it. At its first start, the course
+        folders of the personal home (``assignments``, ``feedback``, the content folders) are
+        copied into it; the home keeps them. Keep ``--`` between the two fields (it is what
+        keeps two (course, student) pairs apart).
+        ``c.GPULabCourses.work_volume = "gpulab-coursework-{slug}--{username}"``""",
+    )
+
+    staff_owner = List(
+        Integer(),
+        [1000, 1000],
+        minlen=2,
+        maxlen=2,
+        config=True,
+        help="""``[uid, gid]`` of the user the images run notebooks as: the staff folder's root is
+        theirs when gpulab creates it (or finds it owned by root), and what collect writes
+        there is the root's owner's, so staff can write feedback in their course server.
+        ``c.GPULabCourses.staff_owner = [1000, 100]`` (docker-stacks images)""",
     )
 
     home_path = Unicode(
@@ -135,7 +163,14 @@ class GPULabCourses(Configurable):
         attention while the rest of the lab runs."""
         return split_courses(self.courses, profiles=profiles, shared_root=self.shared_folder_root)
 
-    def volume_of(self, username: str) -> str:
-        from dockerspawner.dockerspawner import escape  # noqa: F401 (same escaping as volumes)
+    def home_of(self, username: str) -> str:
+        """The personal home volume of ``username`` (:func:`~..lab.names.home_volume`)."""
+        return home_volume(self.home_volume, username)
 
-        return self.home_volume.format(username=username)
+    def work_of(self, slug: str, username: str) -> str:
+        """``username``'s course-work volume in course ``slug`` (:func:`~..lab.names.work_volume`)."""
+        return work_volume(self.work_volume, slug, username)
+
+    def staff_of(self, slug: str) -> str:
+        """Course ``slug``'s staff folder volume (:func:`~..lab.names.staff_volume`)."""
+        return staff_volume(self.course_volume, slug)

@@ -11,10 +11,10 @@ import tarfile
 
 from docker.errors import DockerException
 
-from .collect import VolumeFiles
 from .content import STATUS
 from .contentstatus import MAX_STATUS_BYTES, SourceStatus, one_line, parse_status
 from .records import REPO_SCHEMES
+from .storage import DockerVolumes
 
 __all__ = ["status_in", "ask_in_container"]
 
@@ -22,10 +22,10 @@ __all__ = ["status_in", "ask_in_container"]
 def status_in(client, container, home: str) -> tuple[SourceStatus, ...]:
     """The sources of ``<home>/.gpulab/content.status`` in running ``container`` (docker-py
     ``client``; blocking), ``()`` when the file is absent. At most :data:`MAX_STATUS_BYTES`
-    are read; the HTTP response is closed at once (:meth:`.collect.VolumeFiles._archive`)."""
+    are read; the HTTP response is closed at once (:meth:`.storage.DockerVolumes._archive`)."""
     buf = bytearray()
     try:
-        with VolumeFiles(client, image="")._archive(container, f"{home}/{STATUS}") as res:
+        with DockerVolumes(client, image="")._archive(container, f"{home}/{STATUS}") as res:
             for chunk in res.iter_content(4096):
                 buf += chunk
                 if len(buf) > MAX_STATUS_BYTES + 1024:  # one header block, padding

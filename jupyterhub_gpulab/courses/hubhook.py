@@ -7,8 +7,11 @@ What it adds (after ``configure_service``)::
                                else: HTTP 403); it is refused once the course's GPU-hour budget is
                                spent (429, :mod:`.budget`); it starts with the course profile
                                unless the request named another of the course's, pulls the
-                               course repositories into the home first
-                               (:func:`.content.start_command`), mounts the course's
+                               course repositories into its home first
+                               (:func:`.content.start_command`); its home is the student's
+                               course-work volume, not the personal home (mounted at ~/home
+                               only where an admin set ``mount_home``; at the first start the
+                               home's course folders are copied in), it mounts the course's
                                ``shared_folder`` read-only at ~/<slug>-shared, and a staff
                                member's also mounts the course folder at ~/<slug>-staff
     c.JupyterHub.load_roles    per course known at hub start (declared, or stored by an admin):
@@ -107,14 +110,63 @@ def _budget_refusal(spawner, stored) -> str | None:
     return refusal(course, used)
 
 
-def make_pre_spawn_hook(
-    db_url: str, home_path: str, course_volume: str, before=None, shared_root: str | None = None
-):
-    """The hub's ``pre_spawn_hook`` for course servers; ``before``: a hook already configured,
-    run first; ``shared_root``: ``c.GPULabCourses.shared_folder_root``, checked again before a
-    course's ``shared_folder`` is mounted (a record stored before the root was set is not
-    mounted when outside it; ``None``: no check)."""
+def course_volumes(spawner, course, settings, *, staff: bool) -> tuple[dict, str | None]:
+    """``(volumes, home)``: ``spawner.volumes`` for ``course``'s server: the volume mounted at
+    ``settings.home_path`` (the personal home, ``home``: its template) replaced by the student's
+    course-work volume, the home mounted at ``~/home`` only when an admin set the course's
+    ``mount_home``, and a staff member's staff folder at ``~/<slug>-staff``."""
+    home_path = settings.home_path
+    volumes, home = {}, None
+    for key, bind in dict(spawner.volumes).items():
+        where = bind.get("bind") if isinstance(bind, dict) else bind
+        if where == home_path:
+            home = key
+        else:
+            volumes[key] = bind
+    volumes[settings.work_of(course.slug, spawner.user.name)] = home_path
+    if course.mount_home and home is not None:
+        volumes[home] = f"{home_path}/home"
+    if staff:
+        volumes[settings.staff_of(course.slug)] = f"{home_path}/{course.slug}-staff"
+    return volumes, home
+
+
+def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool) -> dict:
+    """Before a course server starts (a container backend only: its volumes are this engine's):
+    a staff member's staff folder exists, owned by the images' user (``staff_owner``), so they
+    can write feedback in it; and, the upgrade path at a student's first start, the course
+    folders of the personal home are copied into the new course-work volume
+    (:func:`.collect.carry_over`; returns what it did). Blocking."""
+    if getattr(spawner, "object_type", "") != "container":
+        return {}
+    import docker
+
+    from .collect import COURSE_FOLDERS, carry_over
+    from .storage import DockerVolumes
+
+    files = DockerVolumes(docker.from_env(), settings.helper_image or spawner.image)
+    if staff:
+        files.prepare(settings.staff_of(course.slug), tuple(settings.staff_owner))
+    if home is None:
+        return {}
+    folders = [*COURSE_FOLDERS, *(src.dir for src in course.content if src.dir)]
+    return carry_over(
+        files,
+        home=spawner.format_volume_name(home, spawner),
+        work=settings.work_of(course.slug, spawner.user.name),
+        folders=folders,
+        max_bytes=course.collect_max_bytes,
+        like=settings.home_path,
+    )
+
+
+def make_pre_spawn_hook(db_url: str, settings, before=None):
+    """The hub's ``pre_spawn_hook`` for course servers; ``settings``: the
+    :class:`~.config.GPULabCourses` (home path, volumes; its ``shared_folder_root`` is checked
+    again before a course's ``shared_folder`` is mounted: a record stored before the root was set
+    is not mounted when outside it); ``before``: a hook already configured, run first."""
     cache = _CourseCache(db_url)
+    home_path, shared_root = settings.home_path, settings.shared_folder_root
 
     async def hook(spawner):
         if before is not None:
@@ -149,7 +201,12 @@ def make_pre_spawn_hook(
         if course.profiles and wanted not in course.profiles:
             spawner.user_options = {"profile": course.profile}
         spawner.cmd = start_command(course, home_path)
-        volumes = dict(spawner.volumes)
+        volumes, home = course_volumes(spawner, course, settings, staff=staff)
+        carried = await aio.call(_prepare_storage, spawner, course, settings, home, staff=staff)
+        if carried:
+            spawner.log.info(
+                "Course %s: from %s's home: %s", course.slug, spawner.user.name, carried
+            )
         problem = (
             shared_folder_problem(course.shared_folder, shared_root)
             if course.shared_folder and shared_root is not None
@@ -162,8 +219,6 @@ def make_pre_spawn_hook(
                 "bind": f"{home_path}/{course.slug}-shared",
                 "mode": "ro",
             }
-        if staff:
-            volumes[course_volume.format(slug=course.slug)] = f"{home_path}/{course.slug}-staff"
         spawner.volumes = volumes
         spawner.log.info(
             "%s is course %s's server: profile %s, %d content source(s)",
@@ -187,13 +242,7 @@ def configure_courses(c, *, service: str = "gpulab") -> None:
     gpulab = GPULab(config=c)
     spawner = c.Spawner if "pre_spawn_hook" in c.Spawner else None
     before = spawner.pre_spawn_hook if spawner is not None else None
-    c.Spawner.pre_spawn_hook = make_pre_spawn_hook(
-        gpulab.db_url,
-        settings.home_path,
-        settings.course_volume,
-        before,
-        shared_root=settings.shared_folder_root,
-    )
+    c.Spawner.pre_spawn_hook = make_pre_spawn_hook(gpulab.db_url, settings, before)
     courses = {co.slug: co for co in _stored(gpulab.db_url)}
     # the valid ones: a broken course is the service's to report, never a reason to stop the hub
     courses.update({co.slug: co for co in settings.declared_each()[0]})

@@ -79,6 +79,7 @@ KEYS = {
     "profiles",
     "content",
     "shared_folder",
+    "mount_home",
     "sessions",
     "lead_minutes",
     "gpu_hours",
@@ -112,6 +113,8 @@ class Course:
     profiles: tuple[str, ...] = ()
     content: tuple[ContentSource, ...] = ()
     shared_folder: str = ""
+    #: admin-only: also mount each student's personal home at ~/home in their course server
+    mount_home: bool = False
     weekly: tuple[WeeklyRule, ...] = ()
     dates: tuple[OneOff, ...] = ()
     ical: str = ""
@@ -298,9 +301,10 @@ def parse_course(
     reserve = raw.get("reserve", 0)
     if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve <= 10_000:
         errors.append(f"{where}: 'reserve' must be a whole number of slices >= 0, not {reserve!r}")
-    prestart = raw.get("prestart", True)
-    if not isinstance(prestart, bool):
-        errors.append(f"{where}: 'prestart' must be true or false, not {prestart!r}")
+    prestart, mount_home = raw.get("prestart", True), raw.get("mount_home", False)
+    for key, flag in (("prestart", prestart), ("mount_home", mount_home)):
+        if not isinstance(flag, bool):
+            errors.append(f"{where}: '{key}' must be true or false, not {flag!r}")
     seats_lead = raw.get("reserve_lead_minutes")
     if seats_lead is not None and (
         not isinstance(seats_lead, int)
@@ -352,6 +356,7 @@ def parse_course(
         profiles=tuple(profs),
         content=tuple(content),
         shared_folder=shared,
+        mount_home=mount_home,
         weekly=tuple(weekly),
         dates=tuple(dates),
         ical=ical,

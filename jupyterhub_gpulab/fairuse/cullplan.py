@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from ..hub.announce import NOTICE_PREFIX, NOTICE_PREFIXES
+from ..hub.announce import COURSE_PREFIX, NOTICE_PREFIX, NOTICE_PREFIXES
 from ..hub.servers import HubServer, servers_in
 from ..inventory.model import Utilization
 from ..lab.choice import default_profile
@@ -162,7 +162,7 @@ def to_clear(
     """``(user, server_name, rule)`` of the ledger's warnings a pass made obsolete: warnings no
     longer in ``kept`` (cancelled, acted on, or their server stopped), and notices of a cull
     whose server runs again (a pass after the cull sees it ready: it was started since) or that
-    are older than :data:`NOTICE_TTL`."""
+    are older than :data:`NOTICE_TTL` (a course's notices: only by age)."""
     again = {r.key for r in running}
     found = []
     for w in warnings:
@@ -170,8 +170,9 @@ def to_clear(
         if w.rule in RULES:
             if w.rule not in kept.get(key, {}):
                 found.append((w.user, w.server_name, w.rule))
-        elif w.rule.startswith(NOTICE_PREFIXES) and (
-            key in again or now - w.created_at > NOTICE_TTL
+        elif w.rule.startswith((*NOTICE_PREFIXES, COURSE_PREFIX)) and (
+            now - w.created_at > NOTICE_TTL
+            or (key in again and not w.rule.startswith(COURSE_PREFIX))
         ):
             found.append((w.user, w.server_name, w.rule))
     return found

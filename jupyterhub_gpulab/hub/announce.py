@@ -27,6 +27,19 @@ NOTICE_PREFIX = "culled:"
 STOPPED_PREFIX = "stopped:"
 #: Every notice of a stopped server (``str.startswith`` takes the tuple).
 NOTICE_PREFIXES = (NOTICE_PREFIX, STOPPED_PREFIX)
+#: Rules of the notices courses leave (``course:roster``: staff added or removed the student);
+#: they stay until :data:`~jupyterhub_gpulab.fairuse.cullplan.NOTICE_TTL`, whatever runs.
+COURSE_PREFIX = "course:"
+
+
+def kind_of(rule: str) -> str:
+    """``warning`` (a server will be stopped), ``stopped`` (a notice that it was) or ``notice``
+    (a course's word to the student) for a warning row's ``rule``."""
+    if rule.startswith(COURSE_PREFIX):
+        return "notice"
+    return "stopped" if rule.startswith(NOTICE_PREFIXES) else "warning"
+
+
 #: The rule a waitlist offer is shown under (:mod:`~jupyterhub_gpulab.ledger.waitlist`), and
 #: the sentence its message ends with: how to take the held slice.
 OFFER_RULE = "waitlist-offer"
@@ -67,7 +80,7 @@ def warnings_html(warnings: Iterable[Any], page_url: str, running: set[str] = fr
         return offer_text(w.message, w.server_name, w.server_name in running)
 
     items = [
-        f'<li class="gpulab-{"notice" if w.rule.startswith(NOTICE_PREFIXES) else "warning"}" '
+        f'<li class="gpulab-{"warning" if kind_of(w.rule) == "warning" else "notice"}" '
         f'data-server="{html.escape(w.server_name)}" data-rule="{html.escape(w.rule)}">'
         f"{html.escape(text(w))}</li>"
         for w in warnings

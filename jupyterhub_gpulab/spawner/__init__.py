@@ -13,7 +13,7 @@
   :mod:`.swarmtasks` (task states) and :mod:`.swarmnodes` (Swarm's nodes by lab name);
 - :mod:`.reconcile` (the continuous reconcile pass), :mod:`.runtime` (one lab per hub process),
   :mod:`.configcheck` (the spawner's refused settings, as the hub and check-config say them);
-- pure helpers: :mod:`.container` (device request, env, labels), :mod:`.names`, :mod:`.form`
+- pure helpers: :mod:`.container` (device request, env, labels), :mod:`.form`
   (and ``templates/gpulab_form.html``), :mod:`.formmixin`, :mod:`.hardenmixin`, :mod:`.logs`.
 
 ``GPUDockerSpawner`` is imported on first use (``jupyterhub_gpulab.spawner.GPUDockerSpawner``, the

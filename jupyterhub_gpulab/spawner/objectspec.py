@@ -1,7 +1,8 @@
 """What every backend's server object gets from its profile and its slice, and what its user is
 told when it is gone (part of :class:`~.core.SliceSpawnerCore`).
 
-- its name: ``<prefix>-<user>[-<server>]``, DNS-safe and unique (:mod:`.names`);
+- its name: ``<prefix>-<user>[-<server>]``, DNS-safe and unique (:mod:`~jupyterhub_gpulab.lab.names`),
+  and its volumes' (``{username}`` in ``c.DockerSpawner.volumes``), by the same module;
 - :meth:`ObjectSpecMixin._apply_profile`: the profile's image and CPU and memory limits, on
   DockerSpawner's traits, which the backend's create reads (a container's HostConfig, a Swarm
   service's resources);
@@ -19,11 +20,11 @@ from traitlets import HasTraits, Unicode, default, validate
 
 from .. import clock
 from ..hub.announce import STOPPED_PREFIX
+from ..lab.names import check_prefix, container_name, volume_name
 from ..lab.profile import Profile
 from ..ledger import aio
 from ..units import UnitError, parse_bytes
 from . import container as ct
-from .names import check_prefix, container_name
 
 
 class ObjectSpecMixin(HasTraits):
@@ -46,6 +47,12 @@ class ObjectSpecMixin(HasTraits):
     @default("object_name")
     def _default_object_name(self):
         return self._object_name_default()
+
+    @default("format_volume_name")
+    def _default_format_volume_name(self):
+        """DockerSpawner's hook naming volumes: :func:`~..lab.names.volume_name`, the function
+        courses and the ``gpulab`` command name homes with (same escaping as DockerSpawner's)."""
+        return _format_volume_name
 
     def _apply_profile(self, profile: Profile) -> None:
         """The profile's image and CPU and memory limits (the admin's lab-wide ones where the
@@ -108,3 +115,10 @@ class ObjectSpecMixin(HasTraits):
             message,
             clock.utcnow(),
         )
+
+
+def _format_volume_name(template: str, spawner) -> str:
+    """``template`` (a key or value of ``c.DockerSpawner.volumes``) for ``spawner``'s user and
+    server, named by :func:`~..lab.names.volume_name`; DockerSpawner's other fields
+    (``{servername}``, ``{imagename}``, ``{prefix}``) as it gives them."""
+    return volume_name(template, spawner.user.name, fields=spawner.template_namespace())

@@ -353,12 +353,13 @@ ME = obj(
                     "user": STRING,
                     "server_name": STRING,
                     "rule": STRING,
-                    "kind": {"type": "string", "enum": ["warning", "stopped"]},
+                    "kind": {"type": "string", "enum": ["warning", "stopped", "notice"]},
                     "message": STRING,
                     "due_at": TIME_OR_NULL,
                 }
             ),
-            "the culler's warnings (kind warning) and notices of servers it stopped (kind stopped)",
+            "the culler's warnings (kind warning), notices of servers it stopped (kind stopped), "
+            "courses' notices (kind notice: added to a roster by whom)",
         ),
     }
 )

@@ -21,8 +21,8 @@ from tornado import web
 
 from ...courses.collect import ASSIGNMENT
 from ...courses.model import CourseError
-from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
-from ...ledger import BookingConflict, aio
+from ...courses.roster import csv_preview, known_users, parse_csv, roster_of
+from ...ledger import BookingConflict
 from ...units import counted
 from . import inputs
 from .base import refuse
@@ -88,9 +88,15 @@ class CourseActionPage(CoursePageBase):
             missing = sorted(u for u, r in report.items() if r["state"] == "missing")
             big = sorted(u for u, r in report.items() if r["state"] == "oversized")
             failed = sorted(u for u, r in report.items() if r["state"] == "failed")
-            ok = len(report) - len(missing) - len(big) - len(failed)
+            links = sorted(u for u, r in report.items() if r["state"] == "skipped")
+            ok = len(report) - len(missing) - len(big) - len(failed) - len(links)
             msg = f"Collected {name}: {ok} of {len(report)} submitted"
-            for label, who in (("missing", missing), ("oversized", big), ("failed", failed)):
+            for label, who in (
+                ("missing", missing),
+                ("oversized", big),
+                ("failed", failed),
+                ("skipped (a link on the path)", links),
+            ):
                 msg += f"; {label}: {', '.join(who)}" if who else ""
         else:
             report = await self.courses.give_back(course, name, by=self.who)
@@ -110,16 +116,8 @@ class CourseActionPage(CoursePageBase):
                 course.slug, "danger", f"No user {user!r} on the hub; nothing changed."
             )
         add, remove = ({user}, set()) if action == "add" else (set(), {user})
-        await set_members(self.hub, course.roster_group, add, remove)
-        await aio.call(
-            self.courses.store.record,
-            course.slug,
-            self.who,
-            "roster",
-            {"added": sorted(add), "removed": sorted(remove)},
-        )
+        stopped = await self.courses.edit_roster(course, by=self.who, add=add, remove=remove)
         where = "added to" if add else "removed from"
-        stopped = await self.courses.stop_removed(course, remove, by=self.who) if remove else []
         also = "; their course server was stopped" if stopped else ""
         return self.back(course.slug, "success", f"{user} {where} the roster{also}.")
 
@@ -160,10 +158,9 @@ class CourseActionPage(CoursePageBase):
                 "danger",
                 f"Unknown users, nothing changed: {', '.join(pv.unknown[:20])}.",
             )
-        await set_members(self.hub, course.roster_group, set(pv.added), set(pv.removed))
-        await aio.call(self.courses.store.record, course.slug, self.who, "roster-csv", pv.as_dict())
-        if pv.removed:
-            await self.courses.stop_removed(course, pv.removed, by=self.who)
+        await self.courses.edit_roster(
+            course, by=self.who, add=set(pv.added), remove=set(pv.removed), action="roster-csv"
+        )
         return self.back(
             course.slug, "success", f"Roster: {len(pv.added)} added, {len(pv.removed)} removed."
         )

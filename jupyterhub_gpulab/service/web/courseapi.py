@@ -60,7 +60,7 @@ def no_course(courses, slug: str) -> str:
 
 #: Fields only an admin may change: who the course's people are, and the host folder mounted
 #: into every roster member's server.
-ADMIN_ONLY = ("roster_group", "staff_group", "slug", "shared_folder")
+ADMIN_ONLY = ("roster_group", "staff_group", "slug", "shared_folder", "mount_home")
 
 
 class CourseHandler(JSONHandler):
@@ -196,15 +196,7 @@ class RosterAPI(CourseHandler):
                 400,
                 f"Unknown user(s), nothing changed: {', '.join(unknown[:20])}. Users must have logged in to the hub once (or be created by an admin).",
             )
-        await set_members(self.hub, course.roster_group, add, remove)
-        await aio.call(
-            self.courses.store.record,
-            course.slug,
-            self.who,
-            "roster",
-            {"added": sorted(add), "removed": sorted(remove)},
-        )
-        stopped = await self.courses.stop_removed(course, remove, by=self.who) if remove else []
+        stopped = await self.courses.edit_roster(course, by=self.who, add=add, remove=remove)
         self.write_json(
             {
                 "status": 200,
@@ -248,12 +240,13 @@ class RosterCSVAPI(CourseHandler):
                 400,
                 f"Unknown user(s) in the CSV, nothing changed: {', '.join(preview.unknown[:20])}.",
             )
-        await set_members(self.hub, course.roster_group, set(preview.added), set(preview.removed))
-        await aio.call(
-            self.courses.store.record, course.slug, self.who, "roster-csv", preview.as_dict()
+        await self.courses.edit_roster(
+            course,
+            by=self.who,
+            add=set(preview.added),
+            remove=set(preview.removed),
+            action="roster-csv",
         )
-        if preview.removed:
-            await self.courses.stop_removed(course, preview.removed, by=self.who)
         self.write_json(
             {
                 "status": 200,

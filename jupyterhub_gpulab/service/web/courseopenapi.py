@@ -31,6 +31,7 @@ RECORD = {
         "profiles": STRINGS,
         "content": array(obj({"repo": STRING, "branch": STRING, "dir": STRING})),
         "shared_folder": STRING,
+        "mount_home": BOOL,
         "sessions": {"type": "object"},
         "lead_minutes": INTEGER,
         "prestart": BOOL,
@@ -200,9 +201,9 @@ VIEW = obj(
 
 REPORT = {
     "type": "object",
-    "description": "per student: state submitted | missing | oversized | failed (collect) or "
-    "returned | no-feedback | oversized | failed (return), with bytes, files, modified, folder, "
-    "reason where they apply",
+    "description": "per student: state submitted | missing | skipped | oversized | failed "
+    "(collect) or returned | no-feedback | skipped | oversized | failed (return), with bytes, "
+    "files, modified, folder, reason where they apply (skipped: a link on the path)",
     "additionalProperties": obj({"state": STRING}),
 }
 
@@ -293,9 +294,9 @@ def course_paths(op, json, ref) -> dict:
                     {"200": json(ref("CourseView"), "the course")},
                 ),
                 "put": staff_op(
-                    "Change the record (only admins change its groups and shared_folder); saved "
-                    "with its sessions' reservations, or a 409 names the conflict and nothing "
-                    "changes",
+                    "Change the record (only admins change its groups, shared_folder and "
+                    "mount_home); saved with its sessions' reservations, or a 409 names the "
+                    "conflict and nothing changes",
                     {"200": json(ref("CourseSaved"), "saved"), **bad, **conflict},
                     requestBody=body,
                 ),

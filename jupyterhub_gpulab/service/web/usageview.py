@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta, timezone, tzinfo
 from ...clock import midnight_utc
 from ...fairuse.accounting import Usage
 from ...fairuse.quota import Budget, period_window
-from ...hub.announce import NOTICE_PREFIXES, OFFER_RULE, offer_text
+from ...hub.announce import OFFER_RULE, kind_of, offer_text
 from ...ledger import CullWarning
 from .inputs import shown
 from .views import iso
@@ -149,14 +149,15 @@ def budget_view(
 
 def warnings_view(warnings: Iterable[CullWarning], running: Collection[str] = ()) -> list[dict]:
     """The culler's warnings and notices, soonest first: ``kind`` is ``warning`` (the server
-    will be stopped at ``due_at``) or ``stopped`` (a notice that it was). ``running``: the
-    reader's active servers, for a waitlist offer's how-to (:func:`~...hub.announce.offer_text`)."""
+    will be stopped at ``due_at``), ``stopped`` (a notice that it was) or ``notice`` (a course's,
+    such as "You were added to DL 101 (dl101) by ta1."). ``running``: the reader's active
+    servers, for a waitlist offer's how-to (:func:`~...hub.announce.offer_text`)."""
     return [
         {
             "user": w.user,
             "server_name": w.server_name,
             "rule": w.rule,
-            "kind": "stopped" if w.rule.startswith(NOTICE_PREFIXES) else "warning",
+            "kind": kind_of(w.rule),
             "message": offer_text(w.message, w.server_name, w.server_name in running)
             if w.rule == OFFER_RULE
             else w.message,
