@@ -53,6 +53,7 @@ from course_support import (  # noqa: E402
     course_hub,
     read_home,
     remove_volumes,
+    work_of,
 )
 from e2e_support import remove_node_containers  # noqa: E402
 from hubtools import Hub  # noqa: E402
@@ -139,9 +140,10 @@ c.DockerSpawner.cmd = {plain_pull(repo)!r}
     )
 
 
-def content_present(node: str, users: list[str]) -> float:
-    """Per cent of ``users`` whose home volume on hub ``node`` holds the pulled lesson."""
-    vols = [f"{node}-home-{u}" for u in users]
+def content_present(node: str, users: list[str], *, course: bool) -> float:
+    """Per cent of ``users`` whose volume on hub ``node`` holds the pulled lesson: their
+    course-work volume on ours (``course``: where a course server works), their home on plain."""
+    vols = [work_of(node, SLUG, u) if course else f"{node}-home-{u}" for u in users]
     with ThreadPoolExecutor(4) as pool:
         found = list(pool.map(lambda v: read_home(v, "course/lesson1.py"), vols))
     return 100.0 * sum(1 for f in found if f) / len(users)
@@ -275,7 +277,7 @@ def main(argv=None) -> int:
                 wall, got = round_plain(plain, users)
             ready[side].append(100.0 * got / n)
             if len(content[side]) < 1:  # the first round's pull (later ones merge onto it)
-                content[side].append(content_present(node, users))
+                content[side].append(content_present(node, users, course=side == "ours"))
             stop_all(hub, users, node)
             walls[side].append(wall)
             print(f"round {i + 1} {side}: {wall:.1f} s, {got} of {n} ready", flush=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from course_support import GitServer, containers_of, read_home, running_course
+from course_support import GitServer, containers_of, read_home, running_course, work_of
 from e2e_support import require_docker
 from html_support import parse_html
 from service_support import PREFIX, login, user_token
@@ -93,7 +93,7 @@ def test_a_force_push_keeps_each_students_copy_and_brings_the_new_version(lab):
     assert line.startswith("history rewritten: your copy kept in ~/ml101_backup_"), line
     assert "; pulled at " in line
     backup = body["content"]["s1"]["sources"][0]["backup"]
-    home = f"{hub.node}-home-s1"
+    home = work_of(hub.node, "ml101", "s1")  # course work lives in its course volume
     assert "# my answer" in read_home(home, f"{backup}/intro.py")
     assert read_home(home, "ml101/lesson1.py") == "print('the new course')\n"
     assert read_home(home, "ml101/intro.py") is None
@@ -101,7 +101,10 @@ def test_a_force_push_keeps_each_students_copy_and_brings_the_new_version(lab):
     r = hub.spawn("s3", name="ml101")
     assert r.status_code in (201, 202), r.text
     hub.wait_ready("s3", "ml101", timeout=180)
-    assert read_home(f"{hub.node}-home-s3", "ml101/lesson1.py") == "print('the new course')\n"
+    assert (
+        read_home(work_of(hub.node, "ml101", "s3"), "ml101/lesson1.py")
+        == "print('the new course')\n"
+    )
     content = roster(hub, token)
     assert {u: c["state"] for u, c in content.items()} == {u: "kept" for u in STUDENTS}
     cells = page_cells(session, hub)
