@@ -195,7 +195,11 @@ def click(driver, element, timeout: float = 10) -> None:
 
     deadline = time.monotonic() + timeout
     while True:
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+        # instant: Bootstrap's reboot makes scrolling smooth, and a click during the animation
+        # lands where the element was (and each retry would restart the animation)
+        driver.execute_script(
+            "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});", element
+        )
         try:
             element.click()
             return
