@@ -143,10 +143,10 @@ def metrics_lab(tmp: Path, size: Size):
     from traitlets.config import Config
 
     from jupyterhub_gpulab import clock
+    from jupyterhub_gpulab.hubapi.client import HubClient
     from jupyterhub_gpulab.inventory import Utilization
     from jupyterhub_gpulab.lab.config import GPULab
     from jupyterhub_gpulab.ledger import Ledger
-    from jupyterhub_gpulab.service.hubclient import HubClient
     from jupyterhub_gpulab.service.state import LabState, Sample
 
     spec = [

@@ -158,7 +158,7 @@ def test_a_ta_acts_on_the_rosters_servers_only(lab):
     assert r.status_code in (403, 404), r.text
     # the course's pre-start token is as limited
     from jupyterhub_gpulab.courses.hubhook import prestart_token
-    from jupyterhub_gpulab.service.app import read_cookie_secret
+    from jupyterhub_gpulab.hubapi.secret import read_cookie_secret
 
     secret = read_cookie_secret(hub.workdir / "gpulab_cookie_secret")
     robot = {"Authorization": f"token {prestart_token(secret, 'ml101')}"}

@@ -22,9 +22,9 @@ from jupyterhub_gpulab.courses.config import GPULabCourses
 from jupyterhub_gpulab.courses.manager import CourseManager
 from jupyterhub_gpulab.courses.model import CourseError, parse_course, split_courses
 from jupyterhub_gpulab.courses.store import CourseStore
+from jupyterhub_gpulab.hubapi.client import HubClient
 from jupyterhub_gpulab.ledger import Ledger
 from jupyterhub_gpulab.ledger.schema import courses as courses_table
-from jupyterhub_gpulab.service.hubclient import HubClient
 
 BERLIN = ZoneInfo("Europe/Berlin")
 LA = ZoneInfo("America/Los_Angeles")
@@ -219,7 +219,7 @@ async def test_a_course_needing_attention_is_not_prestarted(ledger):
 
 def test_only_users_off_the_roster_and_staff_lose_their_course_server():
     from jupyterhub_gpulab.courses.schedule import strays_of
-    from jupyterhub_gpulab.hub.servers import HubServer
+    from jupyterhub_gpulab.hubapi.servers import HubServer
 
     course = parse_course({"slug": "ml101"})
     servers = [

@@ -475,7 +475,7 @@ def test_a_prestart_whose_token_may_neither_list_nor_start_fails_per_server(hub,
     retried once each; nothing is started."""
     from jupyterhub_gpulab.courses.model import parse_course
     from jupyterhub_gpulab.courses.prestart import PrestartRun
-    from jupyterhub_gpulab.service.hubclient import HubClient
+    from jupyterhub_gpulab.hubapi.client import HubClient
 
     client = HubClient(f"http://127.0.0.1:{hub.hub_port}/hub/api", user_token(hub, ta, "ta1"))
     run = PrestartRun(parse_course({"slug": "ml101", "profiles": ["cpu"]}), ["stu1", "stu2"])

@@ -12,6 +12,7 @@ from ledger_support import LAB, backends, lab_inventory, make_url
 from traitlets.config import Config
 
 from jupyterhub_gpulab import clock
+from jupyterhub_gpulab.hubapi.client import HubClient
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger import (
@@ -23,7 +24,6 @@ from jupyterhub_gpulab.ledger import (
     db,
 )
 from jupyterhub_gpulab.ledger.schema import allocations, devices, slices
-from jupyterhub_gpulab.service.hubclient import HubClient
 from jupyterhub_gpulab.service.state import LabState
 from jupyterhub_gpulab.service.web.data import admin_data
 from jupyterhub_gpulab.spawner.engine import (

@@ -22,7 +22,7 @@ from jupyterhub_gpulab.fairuse.cullplan import (
     warnings_map,
 )
 from jupyterhub_gpulab.hub.announce import HomeAnnouncement, warnings_html
-from jupyterhub_gpulab.hub.servers import hub_time
+from jupyterhub_gpulab.hubapi.servers import hub_time
 from jupyterhub_gpulab.inventory.model import Utilization
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger import Allocation, CullWarning, Ledger

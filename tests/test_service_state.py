@@ -9,11 +9,11 @@ from ledger_support import LAB
 from service_support import OLD_1G, rebooted_lab
 from traitlets.config import Config
 
+from jupyterhub_gpulab.hubapi.client import HubClient
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger import Ledger, NoFreeSlice
 from jupyterhub_gpulab.service import actions
-from jupyterhub_gpulab.service.hubclient import HubClient
 from jupyterhub_gpulab.service.state import NO_NVML, LabState
 from jupyterhub_gpulab.service.web.data import admin_data
 

@@ -1,4 +1,4 @@
-"""Stop a server, then close its allocations: one home (service/stopper.py) for the admin's stop
+"""Stop a server, then close its allocations: one home (hubapi/stopper.py) for the admin's stop
 and the culler's, with one set of background stops that the service lets finish at shutdown.
 
 A real hub with real containers whose ``docker stop`` takes a few seconds, so the hub answers the
@@ -14,12 +14,12 @@ from e2e_support import (
     require_docker,
 )
 
+from jupyterhub_gpulab.hubapi.client import HubClient
 from jupyterhub_gpulab.lab.config import GPULab, load_config_file
 from jupyterhub_gpulab.ledger import Ledger
 from jupyterhub_gpulab.service import actions
 from jupyterhub_gpulab.service.app import GPULabService
 from jupyterhub_gpulab.service.culling import Culler
-from jupyterhub_gpulab.service.hubclient import HubClient
 from jupyterhub_gpulab.service.state import LabState
 
 pytestmark = pytest.mark.docker

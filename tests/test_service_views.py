@@ -12,11 +12,11 @@ import pytest
 from traitlets.config import Config
 
 from jupyterhub_gpulab.hub.hubconfig import configure_service
-from jupyterhub_gpulab.hub.servers import HubServer, hub_time
+from jupyterhub_gpulab.hubapi.secret import read_cookie_secret, secret_file
+from jupyterhub_gpulab.hubapi.servers import HubServer, hub_time
 from jupyterhub_gpulab.lab.policy import GroupPolicy, PolicyContext, user_limit
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.ledger import Allocation
-from jupyterhub_gpulab.service.app import read_cookie_secret
 from jupyterhub_gpulab.service.web import inputs, views
 from jupyterhub_gpulab.service.web.api import api_handlers
 from jupyterhub_gpulab.service.web.grants import RoleGrants
@@ -364,6 +364,17 @@ def test_cookie_secret_is_created_private_and_kept(tmp_path):
     assert len(first) == 32
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert read_cookie_secret(path) == first
+
+
+def test_the_hub_reads_the_cookie_secret_file_the_service_writes(tmp_path):
+    # The hub derives each course's pre-start token from this file without loading the
+    # service's classes; both must name the same file, set or not.
+    from jupyterhub_gpulab.service.app import GPULabService
+
+    c = Config()
+    assert secret_file(c) == GPULabService(config=c).cookie_secret_file == "gpulab_cookie_secret"
+    c.GPULabService.cookie_secret_file = str(tmp_path / "kept")
+    assert secret_file(c) == GPULabService(config=c).cookie_secret_file == str(tmp_path / "kept")
 
 
 # -- one wording for a slice: the spawn progress, the form, the user and admin pages ------------

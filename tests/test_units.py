@@ -120,7 +120,7 @@ def test_one_naive_datetime_rule_reads_naive_as_utc_and_converts_aware_to_utc():
     from datetime import datetime, timedelta, timezone
 
     from jupyterhub_gpulab.clock import as_utc
-    from jupyterhub_gpulab.hub.servers import hub_time
+    from jupyterhub_gpulab.hubapi.servers import hub_time
     from jupyterhub_gpulab.service.web.views import iso
 
     berlin = datetime(2026, 3, 2, 13, 0, tzinfo=timezone(timedelta(hours=1)))

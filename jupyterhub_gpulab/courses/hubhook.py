@@ -298,10 +298,9 @@ def _stored(db_url: str) -> list:
 def _service_secret(c) -> bytes | None:
     """The gpulab service's cookie secret (created if missing, as the service would)."""
     try:
-        from ..service.app import GPULabService, read_cookie_secret
+        from ..hubapi.secret import read_cookie_secret, secret_file
 
-        path = GPULabService(config=c).cookie_secret_file
-        return read_cookie_secret(path)
+        return read_cookie_secret(secret_file(c))
     except Exception as e:
         log.warning("No pre-start tokens: the service's cookie secret cannot be read (%s)", e)
         return None

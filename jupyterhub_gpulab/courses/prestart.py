@@ -5,7 +5,7 @@ retries and back-off, and keep a live record of how each one went.
     await run.start_all(hub, batch=20, retries=3, backoff_s=5, ready_timeout_s=300)
     run.summary()  ->  "41 of 60 ready, 3 refused: no free slice"
 
-``hub`` is a :class:`~jupyterhub_gpulab.service.hubclient.HubClient` whose token may only start
+``hub`` is a :class:`~jupyterhub_gpulab.hubapi.client.HubClient` whose token may only start
 the roster's servers (the course's pre-start service token, :mod:`.hubhook`). The hub's
 refusal of one server (a gpulab ``SpawnRefused``: quota, no free slice) is recorded with its
 message and retried while retries are left; one server's failure never stops the others. A run
@@ -27,7 +27,7 @@ from datetime import datetime
 from tornado.escape import url_escape
 
 from .. import clock
-from ..service.hubclient import HubClient, HubError, HubUnreachable
+from ..hubapi.client import HubClient, HubError, HubUnreachable
 from ..units import plural
 from .model import Course
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tornado.escape import url_escape
 
-from ..service.hubclient import HubClient, HubError
+from ..hubapi.client import HubClient, HubError
 from .model import Course
 
 __all__ = [

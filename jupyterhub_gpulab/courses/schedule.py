@@ -21,8 +21,8 @@ import time
 from datetime import timedelta
 
 from .. import clock
+from ..hubapi.client import HubError
 from ..ledger import aio
-from ..service.hubclient import HubError
 from .reserve import fit_problems, sync_course
 from .sessions import sessions_between
 
@@ -106,7 +106,7 @@ async def _deadline_due(manager, course, a, now) -> None:
 
 def strays_of(course, active) -> list[str]:
     """Users running ``course``'s server who are neither on its roster nor its staff nor hub
-    admins (``active``: the hub's running servers, :meth:`~..service.hubclient.HubClient.refresh_active`):
+    admins (``active``: the hub's running servers, :meth:`~..hubapi.client.HubClient.refresh_active`):
     removed from the roster since their server started."""
     return sorted(
         s.user

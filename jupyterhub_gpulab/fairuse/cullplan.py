@@ -30,7 +30,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from ..hub.announce import COURSE_PREFIX, NOTICE_PREFIX, NOTICE_PREFIXES
-from ..hub.servers import HubServer, servers_in
+from ..hubapi.servers import HubServer, servers_in
 from ..inventory.model import Utilization
 from ..lab.choice import default_profile
 from ..lab.config import Lab

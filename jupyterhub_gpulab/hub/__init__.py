@@ -1,8 +1,8 @@
 """What runs inside the JupyterHub process, apart from the spawner: :mod:`.hubconfig`
 (``configure_service``, called from ``jupyterhub_config.py``: the service, its scopes and roles)
-:mod:`.announce` (the culler's warnings on the hub's pages, rendered by the hub), :mod:`.hublog`
-(gpulab's module loggers write through the hub's log); and
-:mod:`.servers`, the hub's description of a server (its REST model) as the service reads it.
+:mod:`.announce` (the culler's warnings on the hub's pages, rendered by the hub) and :mod:`.hublog`
+(gpulab's module loggers write through the hub's log). The hub's REST API as gpulab's processes
+call it (its server record, the client) is :mod:`jupyterhub_gpulab.hubapi`.
 
 Where it runs: the hub, at configuration load and on every page render. Nothing heavy is imported
 at import time (a hub that only reads its configuration pays for nothing); the service process

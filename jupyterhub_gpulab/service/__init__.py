@@ -4,12 +4,13 @@
 
 Where it runs: its own process, never the hub's. :mod:`.launcher` (the traitlets ``Application``:
 command line, config file, ``--help-all``, ``--generate-config``), :mod:`.lifetime` (leaves with
-its hub, waits for a busy port), :mod:`.app` (the tornado application), :mod:`.stopper` (stop a
-server, then close its allocations: one task set, awaited at shutdown),
+its hub, waits for a busy port), :mod:`.app` (the tornado application),
 :mod:`.state` (the lab, its ledger and utilisation samples, one per process), :mod:`.monitor`
-(samples every slice's GPU use through NVML and ``/proc``), :mod:`.hubclient` (the hub's REST
-API), :mod:`.actions` (admin actions), :mod:`.culling` and :mod:`.cullconfig` (the culler's loop
-and traits; its decisions are pure, in :mod:`jupyterhub_gpulab.fairuse`), :mod:`.web` (pages, API,
-templates). The hub declares it with :func:`jupyterhub_gpulab.hub.hubconfig.configure_service`.
+(samples every slice's GPU use through NVML and ``/proc``), :mod:`.actions` (admin actions),
+:mod:`.culling` and :mod:`.cullconfig` (the culler's loop and traits; its decisions are pure, in
+:mod:`jupyterhub_gpulab.fairuse`), :mod:`.web` (pages, API, templates). The hub's REST API (the
+client, the server record, the stopper) is :mod:`jupyterhub_gpulab.hubapi`, below this package
+and the courses. The hub declares the service with
+:func:`jupyterhub_gpulab.hub.hubconfig.configure_service`.
 Importing this package imports nothing.
 """

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 
 from ..errors import ConfigError, StatusError
+from ..hubapi.client import HubClient, HubError
 from ..ledger import aio
 from ..units import counted
-from .hubclient import HubClient, HubError
 from .state import LabState
 from .web.inputs import MAX_REASON, shown
 

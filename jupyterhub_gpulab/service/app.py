@@ -11,10 +11,8 @@ working while it is down.
 from __future__ import annotations
 
 import asyncio
-import binascii
 import logging
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,8 @@ from tornado import web
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Integer, Unicode
 
-from ..errors import ConfigError
+from ..hubapi.client import HubClient, HubError
+from ..hubapi.secret import SECRET_FILE, read_cookie_secret
 from ..inventory import gpu_instance_ids
 from ..lab.config import GPULab
 from ..lab.traits import Duration
@@ -33,7 +32,6 @@ from ..ledger import Ledger, aio
 from ..ledger.jobmap import JobMap
 from .cullconfig import CullerTraits
 from .culling import Culler
-from .hubclient import HubClient, HubError
 from .lifetime import listen_when_free
 from .metrics import Exposition
 from .nodes import NodeReports, NodeTraits
@@ -61,7 +59,7 @@ class GPULabService(CullerTraits, WaitlistTraits, NodeTraits):
     :class:`~.waitlist.WaitlistTraits`, the node agents' in :class:`~.nodes.NodeTraits`."""
 
     cookie_secret_file = Unicode(
-        "gpulab_cookie_secret",
+        SECRET_FILE,
         config=True,
         help="""File holding the service's cookie secret (hex), created (mode 0600) if missing.
 
@@ -196,27 +194,6 @@ def _log_request(handler: web.RequestHandler) -> None:
         handler.request.path,
         1000 * handler.request.request_time(),
     )
-
-
-def read_cookie_secret(path: str | os.PathLike) -> bytes:
-    """The secret in ``path`` (hex), created with mode 0600 when missing."""
-    path = Path(path).expanduser().resolve()
-    try:
-        text = path.read_text().strip()
-        if text:
-            return binascii.a2b_hex(text)
-    except FileNotFoundError:
-        pass
-    except (binascii.Error, ValueError):
-        raise ConfigError(
-            f"{path} does not hold a hex cookie secret; delete it to make a new one"
-        ) from None
-    secret = secrets.token_bytes(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(binascii.b2a_hex(secret).decode() + "\n")
-    log.info("Wrote a new cookie secret to %s", path)
-    return secret
 
 
 def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, secret: bytes):

@@ -59,10 +59,10 @@ from ..fairuse.cullplan import (
 from ..fairuse.offers import starved
 from ..fairuse.preempt import choose
 from ..fairuse.rounds import RoundReport, cull_round
-from ..hub.servers import HubServer
+from ..hubapi.client import HubClient, HubError
+from ..hubapi.servers import HubServer
 from ..ledger import Allocation, aio
 from .cullconfig import CullerTraits
-from .hubclient import HubClient, HubError
 from .state import LabState
 
 log = logging.getLogger("gpulab.culler")

@@ -66,8 +66,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from .. import clock
 from ..fairuse.culler import RULES
 from ..fairuse.quota import period_window
+from ..hubapi.client import HubClient
 from ..ledger.census import census, gpu_seconds_by_group
-from .hubclient import HubClient
 from .state import LabState
 
 SLICE_STATES = ("free", "held", "reserved", "drained", "vanished")

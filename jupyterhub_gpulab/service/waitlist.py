@@ -18,9 +18,9 @@ from traitlets import Bool
 from traitlets.config import LoggingConfigurable
 
 from ..fairuse.offers import offer_limits
+from ..hubapi.client import HubError
 from ..lab.traits import Duration
 from ..ledger import aio
-from .hubclient import HubError
 
 log = logging.getLogger("gpulab.waitlist")
 
@@ -72,7 +72,7 @@ class WaitlistTraits(LoggingConfigurable):
 
 class WaitlistKeeper:
     """Runs waitlist passes for one service (``state``: its :class:`~.state.LabState`,
-    ``hub``: its :class:`~.hubclient.HubClient`, ``settings``: :class:`WaitlistTraits`)."""
+    ``hub``: its :class:`~..hubapi.client.HubClient`, ``settings``: :class:`WaitlistTraits`)."""
 
     def __init__(self, state, hub, settings: WaitlistTraits):
         self.state, self.hub, self.settings = state, hub, settings

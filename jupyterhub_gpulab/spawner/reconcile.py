@@ -73,7 +73,7 @@ class ActiveServer:
     """What the hub's memory holds for one active server, read from its spawner in the hub
     process: ``pending`` is ``Spawner.pending`` (``"spawn"``, ``"check"``, ``"stop"``, ...;
     ``None`` when ready). (The service's record of a server, from the hub's REST API, is
-    :class:`~jupyterhub_gpulab.hub.servers.HubServer`.)"""
+    :class:`~jupyterhub_gpulab.hubapi.servers.HubServer`.)"""
 
     pending: str | None
     allocation_id: int | None

@@ -9,10 +9,10 @@ from datetime import datetime
 from ... import clock
 from ...fairuse.accounting import Usage, usage
 from ...fairuse.quota import budget_window, period_window, user_budget
+from ...hubapi.client import HubClient, HubError
 from ...lab.policy import PolicyContext
 from ...lab.profiles import entitled_in
 from ...ledger import aio
-from ..hubclient import HubClient, HubError
 from ..state import LabState
 from . import labview, usageview, views
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from ...clock import as_utc
-from ...hub.servers import HubServer
+from ...hubapi.servers import HubServer
 from ...inventory import Utilization
 from ...inventory.model import describe_slice as describe
 from ...inventory.model import isolation

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class Hub(Protocol):
-    """What the stopper needs of :class:`~.hubclient.HubClient` (which holds the stopper)."""
+    """What the stopper needs of :class:`~.client.HubClient` (which holds the stopper)."""
 
     async def stop(self, user: str, name: str = "") -> bool: ...
 
@@ -27,7 +27,7 @@ class Hub(Protocol):
 
 
 class ServerStopper:
-    """Stops servers through ``hub`` (a :class:`~.hubclient.HubClient`); one per hub client
+    """Stops servers through ``hub`` (a :class:`~.client.HubClient`); one per hub client
     (``hub.stopper``)."""
 
     def __init__(self, hub: Hub):
@@ -49,8 +49,8 @@ class ServerStopper:
         Returns ``True`` when the hub stopped it at once (``then`` has run), ``False`` when the
         hub is still stopping it: ``then`` runs in the background once the hub reports it gone,
         or ``if_not_stopped()`` is called when it does not stop in time
-        (:meth:`~.hubclient.HubClient.wait_stopped`). Raises
-        :class:`~.hubclient.HubError` when the hub refuses the stop.
+        (:meth:`~.client.HubClient.wait_stopped`). Raises
+        :class:`~.client.HubError` when the hub refuses the stop.
         """
         if await self.hub.stop(user, name):
             await then()

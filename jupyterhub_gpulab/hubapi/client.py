@@ -17,7 +17,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .. import clock
 from ..errors import StatusError
-from ..hub.servers import HubServer, servers_in
+from .servers import HubServer, servers_in
 from .stopper import ServerStopper
 
 log = logging.getLogger(__name__)

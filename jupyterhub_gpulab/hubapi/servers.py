@@ -1,6 +1,6 @@
 """The running-server record: one server as the hub's REST API describes it.
 
-Read by the service (:mod:`~jupyterhub_gpulab.service.hubclient`: who runs what, for the pages
+Read by the service (:mod:`~jupyterhub_gpulab.hubapi.client`: who runs what, for the pages
 and the admin's actions; :mod:`~jupyterhub_gpulab.fairuse.cullplan`: what the culler looks at)
 from the hub's user models (``GET /hub/api/users``, each with ``servers``). Pure: no I/O.
 """
