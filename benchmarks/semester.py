@@ -26,7 +26,7 @@ The three labs, on the same demand (4 × H100 80GB each)
 meets a target.
 
 Every decision is the product's own code, nothing re-implemented: profiles and group policies are
-loaded by ``lab.profiles.load_profiles`` / ``lab.policy.load_policies`` and resolved per user
+loaded by ``lab.profiles.load_profiles`` / ``lab.policyload.load_policies`` and resolved per user
 (``PolicyContext.entitlement``); spawns claim through a real :class:`~jupyterhub_gpulab.ledger.Ledger`
 on SQLite (with reservations, the waitlist's queue gate and held offers in the claim); the GPU-hour
 budget is ``fairuse.offers.budget_refusal`` before a spawn and ``quota.over_budget_servers`` in
@@ -148,7 +148,8 @@ from jupyterhub_gpulab.fairuse.preempt import choose
 from jupyterhub_gpulab.fairuse.quota import over_budget_servers, session_limit, user_budget
 from jupyterhub_gpulab.inventory import load_declared
 from jupyterhub_gpulab.inventory.model import Utilization
-from jupyterhub_gpulab.lab.policy import PolicyContext, load_policies
+from jupyterhub_gpulab.lab.policy import PolicyContext
+from jupyterhub_gpulab.lab.policyload import load_policies
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.ledger import Ledger, LedgerRefusal, QuotaExceeded
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from jupyterhub_gpulab.errors import ProfileChoiceError
 from jupyterhub_gpulab.lab.choice import choose_profile, options_from_form
-from jupyterhub_gpulab.lab.policy import load_policies
+from jupyterhub_gpulab.lab.policyload import load_policies
 from jupyterhub_gpulab.lab.profiles import SLUG_RE, entitled_profiles, load_profiles
 
 IMG = "quay.io/jupyter/base-notebook"

@@ -384,7 +384,7 @@ def test_a_courses_profiles_must_be_open_to_its_roster_group():
     from types import SimpleNamespace
 
     from jupyterhub_gpulab.courses.access import roster_profile_problems
-    from jupyterhub_gpulab.lab.policy import load_policies
+    from jupyterhub_gpulab.lab.policyload import load_policies
     from jupyterhub_gpulab.lab.profiles import load_profiles
 
     profiles = load_profiles([

@@ -13,7 +13,8 @@ from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide
 from jupyterhub_gpulab.fairuse.preempt import choose
 from jupyterhub_gpulab.fairuse.rounds import cull_round
 from jupyterhub_gpulab.inventory.model import Utilization
-from jupyterhub_gpulab.lab.policy import PolicyContext, load_policies
+from jupyterhub_gpulab.lab.policy import PolicyContext
+from jupyterhub_gpulab.lab.policyload import load_policies
 
 T0 = datetime(2026, 12, 1, 14, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(hours=2)

@@ -10,10 +10,9 @@ from jupyterhub_gpulab.errors import ConfigError, ProfileChoiceError
 from jupyterhub_gpulab.lab.policy import (
     Entitlement,
     GroupPolicy,
-    load_policies,
-    load_policy,
     resolve,
 )
+from jupyterhub_gpulab.lab.policyload import load_policies, load_policy
 from jupyterhub_gpulab.lab.profiles import entitled_profiles, load_profiles
 
 IMG = "quay.io/jupyter/pytorch-notebook:cuda12-latest"

@@ -22,7 +22,7 @@ from jupyterhub_gpulab.errors import (
 )
 from jupyterhub_gpulab.inventory.model import SliceKind
 from jupyterhub_gpulab.lab.choice import choose_profile, default_profile, options_from_form
-from jupyterhub_gpulab.lab.policy import load_policies, load_policy
+from jupyterhub_gpulab.lab.policyload import load_policies, load_policy
 from jupyterhub_gpulab.lab.profiles import entitled_profiles, load_profiles
 
 IMG = "quay.io/jupyter/pytorch-notebook:cuda12-latest"

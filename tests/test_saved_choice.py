@@ -7,7 +7,7 @@ import pytest
 
 from jupyterhub_gpulab.errors import ProfileChoiceError
 from jupyterhub_gpulab.lab.choice import choose, options_from_query, saved_choice_notice
-from jupyterhub_gpulab.lab.policy import load_policies
+from jupyterhub_gpulab.lab.policyload import load_policies
 from jupyterhub_gpulab.lab.profiles import entitled_profiles, load_profiles
 
 IMG = "quay.io/jupyter/base-notebook"

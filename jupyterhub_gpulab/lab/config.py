@@ -25,7 +25,8 @@ from traitlets.config import Config, LoggingConfigurable, PyFileConfigLoader
 from ..clock import midnight_utc
 from ..errors import ConfigError
 from ..inventory import Inventory, InventoryError, load_inventory, load_shared
-from .policy import GroupPolicy, load_policies, load_policy
+from .policy import GroupPolicy
+from .policyload import load_policies, load_policy
 from .profile import Profile
 from .profiles import load_profiles
 from .term import Term
