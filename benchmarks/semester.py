@@ -140,7 +140,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from jupyterhub_gpulab import clock
-from jupyterhub_gpulab.courses.model import DAYS, parse_course
+from jupyterhub_gpulab.courses.model import DAYS
+from jupyterhub_gpulab.courses.parse import parse_course
 from jupyterhub_gpulab.courses.reserve import book_course
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
 from jupyterhub_gpulab.fairuse.offers import budget_refusal, offer_limits, starved

@@ -14,7 +14,8 @@ from dockerspawner import DockerSpawner
 from jupyterhub_gpulab.courses.collect import carry_over, collect, give_back
 from jupyterhub_gpulab.courses.config import GPULabCourses
 from jupyterhub_gpulab.courses.hubhook import course_volumes
-from jupyterhub_gpulab.courses.model import CourseError, parse_course
+from jupyterhub_gpulab.courses.model import CourseError
+from jupyterhub_gpulab.courses.parse import parse_course
 from jupyterhub_gpulab.courses.storage import Entry, LinkOnPath, LocalFolders
 from jupyterhub_gpulab.lab.names import (
     MAX_VOLUME,

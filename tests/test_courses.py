@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jupyterhub_gpulab.courses.content import pull_script, start_command
-from jupyterhub_gpulab.courses.model import CourseError, parse_course, parse_courses
+from jupyterhub_gpulab.courses.model import CourseError
+from jupyterhub_gpulab.courses.parse import parse_course, parse_courses
 from jupyterhub_gpulab.courses.roster import csv_preview, parse_csv
 from jupyterhub_gpulab.courses.sessions import next_session, sessions_between
 from jupyterhub_gpulab.courses.store import CourseStore

@@ -22,7 +22,7 @@ from service_support import (
     wait_for_service,
 )
 
-from jupyterhub_gpulab.courses.model import parse_course
+from jupyterhub_gpulab.courses.parse import parse_course
 from jupyterhub_gpulab.courses.store import CourseStore
 from jupyterhub_gpulab.ledger.schema import courses as courses_table
 

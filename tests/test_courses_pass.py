@@ -20,7 +20,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpulab.courses.config import GPULabCourses
 from jupyterhub_gpulab.courses.manager import CourseManager
-from jupyterhub_gpulab.courses.model import CourseError, parse_course, split_courses
+from jupyterhub_gpulab.courses.model import CourseError
+from jupyterhub_gpulab.courses.parse import parse_course, split_courses
 from jupyterhub_gpulab.courses.store import CourseStore
 from jupyterhub_gpulab.hubapi.client import HubClient
 from jupyterhub_gpulab.ledger import Ledger

@@ -13,7 +13,8 @@ import pytest
 from ledger_support import backends, lab_inventory, make_url
 
 from jupyterhub_gpulab.courses.budget import refusal, used_gpu_hours, window_start
-from jupyterhub_gpulab.courses.model import CourseError, parse_course
+from jupyterhub_gpulab.courses.model import CourseError
+from jupyterhub_gpulab.courses.parse import parse_course
 from jupyterhub_gpulab.courses.reserve import book_course, booking_specs, sync_course
 from jupyterhub_gpulab.courses.store import CourseStore
 from jupyterhub_gpulab.lab.profiles import load_profiles

@@ -473,7 +473,7 @@ def test_a_prestart_whose_token_may_neither_list_nor_start_fails_per_server(hub,
     """A token with too few scopes (here a TA's own): the run cannot list the roster's servers,
     and records the hub's answer to each start (it does not show the TA those users: 404),
     retried once each; nothing is started."""
-    from jupyterhub_gpulab.courses.model import parse_course
+    from jupyterhub_gpulab.courses.parse import parse_course
     from jupyterhub_gpulab.courses.prestart import PrestartRun
     from jupyterhub_gpulab.hubapi.client import HubClient
 

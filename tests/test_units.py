@@ -169,7 +169,7 @@ def test_the_spawn_forms_use_of_the_limit_counts_the_noun_next_to_it(held, limit
 def test_a_stop_all_of_one_idle_server_says_it_was_not_running():
     from datetime import datetime, timezone
 
-    from jupyterhub_gpulab.courses.model import parse_course
+    from jupyterhub_gpulab.courses.parse import parse_course
     from jupyterhub_gpulab.courses.prestart import PrestartRun
 
     course = parse_course({"slug": "dl", "title": "DL", "roster_group": "dl", "staff_group": "s"})

@@ -32,7 +32,7 @@ def roster_profile_problems(course: Course, lab: Lab) -> list[str]:
     """One message per profile of ``course`` its roster group may not use, naming the profile,
     the groups it is for (those of the profile and of the lab's policies whose members may pick
     it) and what the roster may pick; ``[]`` when every one is usable. Profiles the lab lacks
-    are left to :func:`~.model.parse_course`."""
+    are left to :func:`~.parse.parse_course`."""
     allowed = roster_may_use(course.roster_group, lab)
     known = {p.slug: p for p in lab.profiles}
     problems = []

@@ -14,7 +14,8 @@ from traitlets import Dict, Float, Integer, List, Unicode
 from traitlets.config import Configurable
 
 from ..lab.names import home_volume, staff_volume, work_volume
-from .model import Course, parse_courses, split_courses
+from .model import Course
+from .parse import parse_courses, split_courses
 
 
 class GPULabCourses(Configurable):
@@ -159,7 +160,7 @@ class GPULabCourses(Configurable):
         self, profiles: set[str] | None = None
     ) -> tuple[list[Course], dict[str, list[str]]]:
         """The valid declared courses and the problems of the others, by slug
-        (:func:`~.model.split_courses`): what the service stores, and what it marks as needing
+        (:func:`~.parse.split_courses`): what the service stores, and what it marks as needing
         attention while the rest of the lab runs."""
         return split_courses(self.courses, profiles=profiles, shared_root=self.shared_folder_root)
 

@@ -21,7 +21,8 @@ from .access import roster_profile_problems
 from .config import GPULabCourses
 from .distribute import ContentActions
 from .hubhook import prestart_token
-from .model import Course, CourseError, parse_course
+from .model import Course, CourseError
+from .parse import parse_course
 from .prestart import PrestartRun
 from .reserve import book_course, fit_problems, prefix_of
 from .roster import PendingPreviews, roster_of, set_members
@@ -137,7 +138,7 @@ class CourseManager(ContentActions):
         return list(self.attention.get(slug, ()))
 
     def parse(self, record: dict) -> Course:
-        """The course of a record staff or an admin sent (:func:`~.model.parse_course` against
+        """The course of a record staff or an admin sent (:func:`~.parse.parse_course` against
         the lab's profiles, its ``shared_folder`` under ``c.GPULabCourses.shared_folder_root``);
         raises :class:`~.model.CourseError` listing every problem."""
         return parse_course(

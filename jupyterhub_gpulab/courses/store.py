@@ -22,7 +22,8 @@ from sqlalchemy.exc import IntegrityError
 from .. import clock
 from ..ledger.db import READ
 from ..ledger.schema import course_audit, course_deadlines, course_prestarts, courses
-from .model import Course, CourseError, parse_course
+from .model import Course, CourseError
+from .parse import parse_course
 
 __all__ = ["AuditEntry", "CourseStore", "StoredCourse"]
 

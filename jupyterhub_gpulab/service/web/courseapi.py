@@ -26,7 +26,8 @@ hold ``custom:gpulab:admin``. Anyone else gets a 403. Errors are ``{"status", "m
 from __future__ import annotations
 
 from ...courses.collect import ASSIGNMENT
-from ...courses.model import KEYS, CourseError
+from ...courses.model import CourseError
+from ...courses.parse import KEYS
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
 from ...ledger import BookingConflict, aio
 from ...units import counted

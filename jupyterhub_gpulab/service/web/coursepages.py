@@ -21,7 +21,7 @@ from .courseview import course_view
 from .pages import PageHandler
 
 #: The largest whole number a course form field takes (minutes, seats, list indexes): past
-#: every bound of the record (:mod:`...courses.model`), short of a huge ``int()``.
+#: every bound of the record (:mod:`...courses.parse`), short of a huge ``int()``.
 MAX_FORM_NUMBER = 10**6
 
 
