@@ -14,8 +14,8 @@ from tornado.escape import url_escape
 
 from .. import clock
 from ..auth.roster import GroupsOwner
-from ..hub.announce import COURSE_PREFIX
 from ..ledger import aio
+from ..ledger.notices import COURSE_PREFIX
 from ..service.hubclient import HubClient, HubError
 from .access import roster_profile_problems
 from .config import GPULabCourses

@@ -27,10 +27,10 @@ import sqlalchemy as sa
 
 from .. import clock
 from ..clock import as_utc
-from ..hub.announce import NOTICE_PREFIXES, OFFER_RULE, OFFER_TAKE
 from ..inventory.model import SliceRequest
 from .bookings import request_from, request_values
 from .models import Allocation, LedgerRefusal, NoFreeSlice, QuotaExceeded
+from .notices import NOTICE_PREFIXES, OFFER_RULE, OFFER_TAKE
 from .queries import slice_filter
 from .schema import allocations, slices, waitlist, warnings
 
