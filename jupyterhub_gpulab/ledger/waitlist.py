@@ -401,27 +401,9 @@ class Waitlist:
             )
 
     def _release_hold(self, allocation_id: int, reason: str) -> bool:
-        """Close ``allocation_id`` and free its slice only while it is still a hold, in one
-        transaction (a server that took it in the meantime keeps it)."""
-        with self._write() as conn:
-            sid = conn.execute(
-                allocations.update()
-                .where(
-                    allocations.c.id == allocation_id,
-                    allocations.c.hold_until.is_not(None),
-                    allocations.c.ended_at.is_(None),
-                )
-                .values(ended_at=clock.utcnow(), end_reason=reason[:64])
-                .returning(allocations.c.slice_id)
-            ).scalar_one_or_none()
-            if sid is None:
-                return False
-            conn.execute(
-                slices.update()
-                .where(slices.c.id == sid, slices.c.held_by == allocation_id)
-                .values(held_by=None)
-            )
-        return True
+        """Close ``allocation_id`` and free its slice only while it is still a hold, through the
+        ledger's one release path (:meth:`~.ledger.Ledger.release`, which announces it)."""
+        return self.release(allocation_id, reason, only_hold=True)
 
 
 def _holds_of(user: str, profile: str | None = None):
