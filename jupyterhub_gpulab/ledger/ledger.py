@@ -33,6 +33,7 @@ from .nodes import NodeRecords
 from .placement import Reservations
 from .preemptions import PreemptionRecords
 from .queries import LedgerQueries, slice_filter
+from .queueoffers import QueueOffers
 from .schema import allocations, slices
 from .waitlist import Waitlist
 
@@ -73,6 +74,7 @@ class Ledger(
     LedgerQueries,
     Reservations,
     Waitlist,
+    QueueOffers,
     PreemptionRecords,
 ):
     """The allocation ledger over one database URL.
@@ -163,7 +165,8 @@ class Ledger(
         The waitlist (:mod:`.waitlist`): a user holding an offer for ``profile`` gets the held
         slice; anyone else is refused (:class:`~.waitlist.QueueFirst`) while the free slices are
         no more than the users queued ahead, except a member taking a seat their session keeps. ``hold_until`` makes the claim an offer for waitlist
-        entry ``queue_entry`` (a hold with no server, see :meth:`offer_next`).
+        entry ``queue_entry`` (a hold with no server, see
+        :meth:`~.queueoffers.QueueOffers.offer_next`).
 
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
         """
