@@ -243,8 +243,8 @@ def test_a_roster_notice_stays_a_day_whatever_runs():
     from datetime import datetime, timedelta, timezone
 
     from jupyterhub_gpulab.fairuse.cullplan import NOTICE_TTL, to_clear
-    from jupyterhub_gpulab.hub.announce import kind_of
     from jupyterhub_gpulab.ledger.models import CullWarning
+    from jupyterhub_gpulab.ledger.notices import kind_of
 
     now = datetime(2026, 12, 2, tzinfo=timezone.utc)
     fresh = CullWarning("ann", "dl101", "course:roster", "You were added", now, now)

@@ -257,3 +257,45 @@ def test_an_offer_replaces_the_notice_that_the_same_server_was_stopped(ledger, a
         ("", OFFER_RULE),
         ("other", "culled:idle"),
     ]
+
+
+class _Releases:
+    """A ledger listener that writes down every release it hears of."""
+
+    def __init__(self):
+        self.heard = []
+
+    def released(self, allocation_id, slice_id, reason):
+        self.heard.append((allocation_id, slice_id, reason))
+
+
+def test_a_lapsed_or_declined_hold_is_released_where_listeners_hear_it(ledger, at):
+    # the release metric and the dcgm job map are listeners: a hold that ends unheard leaves
+    # the metric short and the job map naming a user who holds nothing
+    heard = _Releases()
+    ledger.listeners.append(heard)
+    held = full_lab(ledger)
+    join(ledger, "u2")
+    join(ledger, "u3")
+    ledger.release(held[0].allocation.id, "stopped")
+    ledger.offer_next(anyone, HOLD)
+    hold = ledger.open_allocations("u2")[0]
+    at.move(HOLD + 1)
+    assert [e.user for e in ledger.expire_offers()] == ["u2"]
+    assert heard.heard[-1] == (hold.id, hold.slice_id, "offer-lapsed")
+
+    ledger.offer_next(anyone, HOLD)
+    hold = ledger.open_allocations("u3")[0]
+    assert ledger.leave_waitlist("u3") == 1
+    assert heard.heard[-1] == (hold.id, hold.slice_id, "offer-declined")
+    assert len(heard.heard) == 3  # the server's stop, the lapse, the leave: each heard once
+
+
+def test_a_hold_release_leaves_a_taken_hold_alone(ledger):
+    held = full_lab(ledger)
+    join(ledger, "u2")
+    ledger.release(held[0].allocation.id, "stopped")
+    ledger.offer_next(anyone, HOLD)
+    got = seat(ledger, "u2", server_name="lab")  # their server took the hold
+    assert ledger._release_hold(got.allocation.id, "offer-lapsed") is False
+    assert [a.id for a in ledger.open_allocations("u2")] == [got.allocation.id]

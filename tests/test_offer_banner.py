@@ -11,8 +11,9 @@ from types import SimpleNamespace
 from html_support import parse_html
 from traitlets.config import Config
 
-from jupyterhub_gpulab.hub.announce import OFFER_RULE, HomeAnnouncement
+from jupyterhub_gpulab.hub.announce import HomeAnnouncement
 from jupyterhub_gpulab.ledger import Ledger
+from jupyterhub_gpulab.ledger.notices import OFFER_RULE
 from jupyterhub_gpulab.service.web.usageview import warnings_view
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)

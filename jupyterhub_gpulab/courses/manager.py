@@ -14,9 +14,9 @@ from tornado.escape import url_escape
 
 from .. import clock
 from ..auth.roster import GroupsOwner
-from ..hub.announce import COURSE_PREFIX
 from ..hubapi.client import HubClient, HubError
 from ..ledger import aio
+from ..ledger.notices import COURSE_PREFIX
 from .access import roster_profile_problems
 from .config import GPULabCourses
 from .distribute import ContentActions

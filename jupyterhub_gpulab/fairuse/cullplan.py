@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from ..hub.announce import COURSE_PREFIX, NOTICE_PREFIX, NOTICE_PREFIXES
 from ..hubapi.servers import HubServer, servers_in
 from ..inventory.model import Utilization
 from ..lab.choice import default_profile
 from ..lab.config import Lab
 from ..lab.policy import PolicyContext
 from ..ledger import Allocation, CullWarning
+from ..ledger.notices import COURSE_PREFIX, NOTICE_PREFIX, NOTICE_PREFIXES
 from .culler import RULES, Limits, Server
 from .quota import over_budget_servers, session_limit, user_budget, window_start
 

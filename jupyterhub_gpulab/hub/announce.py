@@ -18,47 +18,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from ..ledger.notices import OFFER_RULE, kind_of, offer_text
+
 log = logging.getLogger("gpulab.announce")
-
-#: Rules of the notices the culler leaves after stopping a server (``culled:gpu-idle``).
-NOTICE_PREFIX = "culled:"
-#: Rules of the notices a spawner leaves when a server stopped without anyone asking
-#: (``stopped:node-lost``: its node went down).
-STOPPED_PREFIX = "stopped:"
-#: Every notice of a stopped server (``str.startswith`` takes the tuple).
-NOTICE_PREFIXES = (NOTICE_PREFIX, STOPPED_PREFIX)
-#: Rules of the notices courses leave (``course:roster``: staff added or removed the student);
-#: they stay until :data:`~jupyterhub_gpulab.fairuse.cullplan.NOTICE_TTL`, whatever runs.
-COURSE_PREFIX = "course:"
-
-
-def kind_of(rule: str) -> str:
-    """``warning`` (a server will be stopped), ``stopped`` (a notice that it was) or ``notice``
-    (a course's word to the student) for a warning row's ``rule``."""
-    if rule.startswith(COURSE_PREFIX):
-        return "notice"
-    return "stopped" if rule.startswith(NOTICE_PREFIXES) else "warning"
-
-
-#: The rule a waitlist offer is shown under (:mod:`~jupyterhub_gpulab.ledger.waitlist`), and
-#: the sentence its message ends with: how to take the held slice.
-OFFER_RULE = "waitlist-offer"
-OFFER_TAKE = "Start your server to take it."
-
-
-def offer_text(message: str, server_name: str, running: bool) -> str:
-    """An offer's ``message`` for a reader whose server ``server_name`` (the one the offer was
-    made for) is ``running`` or not: "Start your server" cannot take a slice while that server
-    runs, but a named server with the offered profile can (any of the user's servers that
-    starts that profile takes the hold)."""
-    if not running or OFFER_TAKE not in message:
-        return message
-    which = f"Your server {server_name!r}" if server_name else "Your default server"
-    return message.replace(
-        OFFER_TAKE,
-        f"{which} is running: start a named server with that profile to take it, or stop "
-        f"{'it' if server_name else 'the default one'} and start it again with that profile.",
-    )
 
 
 def _active(user: Any) -> set[str]:

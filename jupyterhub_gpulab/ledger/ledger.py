@@ -33,6 +33,7 @@ from .nodes import NodeRecords
 from .placement import Reservations
 from .preemptions import PreemptionRecords
 from .queries import LedgerQueries, slice_filter
+from .queueoffers import QueueOffers
 from .schema import allocations, slices
 from .waitlist import Waitlist
 
@@ -52,6 +53,8 @@ _CLOSE_ALLOCATION = (
     .values(ended_at=sa.bindparam("now"), end_reason=sa.bindparam("reason"))
     .returning(allocations.c.slice_id)
 )
+#: :data:`_CLOSE_ALLOCATION` only while the allocation is still a waitlist hold (no server took it).
+_CLOSE_HOLD = _CLOSE_ALLOCATION.where(allocations.c.hold_until.is_not(None))
 _FREE_SLICE = (
     slices.update()
     .where(slices.c.id == sa.bindparam("sid"), slices.c.held_by == sa.bindparam("aid"))
@@ -71,6 +74,7 @@ class Ledger(
     LedgerQueries,
     Reservations,
     Waitlist,
+    QueueOffers,
     PreemptionRecords,
 ):
     """The allocation ledger over one database URL.
@@ -161,7 +165,8 @@ class Ledger(
         The waitlist (:mod:`.waitlist`): a user holding an offer for ``profile`` gets the held
         slice; anyone else is refused (:class:`~.waitlist.QueueFirst`) while the free slices are
         no more than the users queued ahead, except a member taking a seat their session keeps. ``hold_until`` makes the claim an offer for waitlist
-        entry ``queue_entry`` (a hold with no server, see :meth:`offer_next`).
+        entry ``queue_entry`` (a hold with no server, see
+        :meth:`~.queueoffers.QueueOffers.offer_next`).
 
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
         """
@@ -312,15 +317,19 @@ class Ledger(
             **values,
         )
 
-    def release(self, allocation_id: int, reason: str) -> bool:
-        """Close allocation ``allocation_id`` with ``reason`` and free its slice.
+    def release(self, allocation_id: int, reason: str, *, only_hold: bool = False) -> bool:
+        """Close allocation ``allocation_id`` with ``reason`` and free its slice: the one release
+        path, for servers' allocations and waitlist holds alike.
 
         Idempotent: returns ``True`` when this call closed it, ``False`` when it was already closed
-        or does not exist. Listeners hear of it after the commit (:mod:`.events`).
+        or does not exist. ``only_hold``: close it only while it is still a waitlist hold (an
+        offer whose user's server took it in the meantime keeps it). Listeners hear of it after
+        the commit (:mod:`.events`): the release metric and the dcgm job map see lapsed and
+        declined offers too.
         """
         with self._write() as conn:
             slice_id = conn.execute(
-                _CLOSE_ALLOCATION,
+                _CLOSE_HOLD if only_hold else _CLOSE_ALLOCATION,
                 {"aid": allocation_id, "now": clock.utcnow(), "reason": reason[:64]},
             ).scalar_one_or_none()
             if slice_id is None:

@@ -5,7 +5,7 @@ entry's id). An *offer* is a real claim made for the first in line with ``hold_u
 slice is held by an allocation (so the unique open-allocation index, quotas and reservations all
 apply, and nobody else can take it) with no server yet. When that user's spawner claims the
 profile, :meth:`Waitlist._take_hold` turns the hold into their server's allocation in the same
-transaction; when the offer runs out, :meth:`Waitlist.expire_offers` releases it
+transaction; when the offer runs out, :meth:`~.queueoffers.QueueOffers.expire_offers` releases it
 (``offer-lapsed``) and the next in line gets the next offer. Everything is in the database, so
 the queue survives restarts.
 
@@ -19,7 +19,6 @@ Entry states: ``waiting``; ``offered`` (``allocation_id`` held until ``offer_unt
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,10 +26,10 @@ import sqlalchemy as sa
 
 from .. import clock
 from ..clock import as_utc
-from ..hub.announce import NOTICE_PREFIXES, OFFER_RULE, OFFER_TAKE
 from ..inventory.model import SliceRequest
 from .bookings import request_from, request_values
-from .models import Allocation, LedgerRefusal, NoFreeSlice, QuotaExceeded
+from .models import Allocation, LedgerRefusal
+from .notices import OFFER_RULE
 from .queries import slice_filter
 from .schema import allocations, slices, waitlist, warnings
 
@@ -88,7 +87,7 @@ _ORDER = (waitlist.c.priority.desc(), waitlist.c.id)
 
 class Waitlist:
     """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``claim``, ``release``,
-    ``set_warning``, ``clear_warnings``)."""
+    ``set_warning``, ``clear_warnings``); the offers are :class:`~.queueoffers.QueueOffers`."""
 
     def join_waitlist(
         self,
@@ -203,94 +202,6 @@ class Waitlist:
             held.setdefault(a.profile, a)
         return held
 
-    # -- offers -----------------------------------------------------------------------------
-
-    def expire_offers(self) -> list[QueueEntry]:
-        """Release the holds of offers that ran out (``offer-lapsed``) and mark them lapsed, so
-        the next :meth:`offer_next` passes the slice on. Returns the lapsed entries."""
-        now = clock.utcnow()
-        with self._read() as conn:
-            due = [
-                QueueEntry.from_row(r)
-                for r in conn.execute(
-                    sa.select(waitlist).where(
-                        waitlist.c.state == "offered", waitlist.c.offer_until <= now
-                    )
-                )
-            ]
-        lapsed = []
-        for e in due:
-            if self._end_entry(e, "lapsed", "The slice held for you was not claimed in time."):
-                if e.allocation_id is not None:
-                    self._release_hold(e.allocation_id, "offer-lapsed")
-                self.clear_warnings(e.user, rule=OFFER_RULE)
-                lapsed.append(e)
-        with self._write() as conn:
-            conn.execute(
-                warnings.delete().where(
-                    warnings.c.rule == SKIP_RULE, warnings.c.created_at < now - SKIP_TTL
-                )
-            )
-        return lapsed
-
-    def offer_next(
-        self,
-        entitle: Callable[[QueueEntry], dict | str],
-        hold_s: float,
-        narrow: Callable[[QueueEntry], SliceRequest] | None = None,
-    ) -> list[QueueEntry]:
-        """Offer free slices to the queue, first in line first, per profile.
-
-        ``entitle(entry)`` re-checks policy and budget now: it returns the claim's limits
-        (``user_limit``, ``charge_groups``, ``groups``) or a refusal message, which ends the
-        entry as ``refused``. A user at their slice limit, or kept off a reserved slice, stays
-        queued and the next is tried; no free slice ends the profile's turn. An offer holds the slice for ``hold_s`` seconds and
-        leaves a warning (rule ``waitlist-offer``) that the hub's home page shows, in place of a notice
-        that the same server was stopped (``culled:…``, ``stopped:…``). Returns the
-        entries offered. ``narrow(entry)``, when given, is the request to claim for the entry
-        (its profile's, narrowed to the GPUs the profile's image can use: the queue stores only
-        the slice's kind, profile, memory and model)."""
-        offered = []
-        by_profile: dict[str, list[QueueEntry]] = {}
-        for e in self.waitlist():
-            by_profile.setdefault(e.profile, []).append(e)
-        for queue in by_profile.values():
-            for e in queue:
-                if e.state != "waiting":
-                    continue
-                limits = entitle(e)
-                if isinstance(limits, str):  # told on their pages: they are not waiting now
-                    if self._end_entry(e, "refused", limits):
-                        self.set_warning(e.user, e.server_name, SKIP_RULE, limits, clock.utcnow())
-                    continue
-                until = clock.utcnow() + timedelta(seconds=hold_s)
-                try:
-                    claim = self.claim(
-                        narrow(e) if narrow else e.request,
-                        user=e.user,
-                        profile=e.profile,
-                        server_name=e.server_name,
-                        hold_until=until,
-                        queue_entry=e.id,
-                        **limits,
-                    )
-                except QuotaExceeded as err:
-                    self._note(e, err.message)
-                    continue
-                except NoFreeSlice as err:
-                    if err.reserved:  # kept for a course this user is not in; others may be
-                        self._note(e, err.message)
-                        continue
-                    break
-                message = (
-                    f"Your turn: a GPU slice ({claim.slice.device_name}) is held for you for "
-                    f"profile {e.profile!r} until {until:%H:%M} UTC. {OFFER_TAKE}"
-                )
-                self.set_warning(e.user, e.server_name, OFFER_RULE, message, until)
-                self._drop_stop_notices(e.user, e.server_name)
-                offered.append(e)
-        return offered
-
     # -- inside the claim -------------------------------------------------------------------
 
     def _take_hold(self, conn, user: str, profile: str, server_name: str, now: datetime):
@@ -380,48 +291,10 @@ class Waitlist:
                 == 1
             )
 
-    def _drop_stop_notices(self, user: str, server_name: str) -> None:
-        """Drop the notices that ``user``'s server ``server_name`` was stopped (culled, node
-        lost): they are about an earlier server, and the offer for it is newer news."""
-        with self._write() as conn:
-            conn.execute(
-                warnings.delete().where(
-                    warnings.c.user == user,
-                    warnings.c.server_name == server_name,
-                    sa.or_(*(warnings.c.rule.startswith(p) for p in NOTICE_PREFIXES)),
-                )
-            )
-
-    def _note(self, e: QueueEntry, message: str) -> None:
-        with self._write() as conn:
-            conn.execute(
-                waitlist.update()
-                .where(waitlist.c.id == e.id)
-                .values(message=message, updated_at=clock.utcnow())
-            )
-
     def _release_hold(self, allocation_id: int, reason: str) -> bool:
-        """Close ``allocation_id`` and free its slice only while it is still a hold, in one
-        transaction (a server that took it in the meantime keeps it)."""
-        with self._write() as conn:
-            sid = conn.execute(
-                allocations.update()
-                .where(
-                    allocations.c.id == allocation_id,
-                    allocations.c.hold_until.is_not(None),
-                    allocations.c.ended_at.is_(None),
-                )
-                .values(ended_at=clock.utcnow(), end_reason=reason[:64])
-                .returning(allocations.c.slice_id)
-            ).scalar_one_or_none()
-            if sid is None:
-                return False
-            conn.execute(
-                slices.update()
-                .where(slices.c.id == sid, slices.c.held_by == allocation_id)
-                .values(held_by=None)
-            )
-        return True
+        """Close ``allocation_id`` and free its slice only while it is still a hold, through the
+        ledger's one release path (:meth:`~.ledger.Ledger.release`, which announces it)."""
+        return self.release(allocation_id, reason, only_hold=True)
 
 
 def _holds_of(user: str, profile: str | None = None):

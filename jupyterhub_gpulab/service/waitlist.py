@@ -6,7 +6,7 @@ Every ``waitlist_every`` seconds: :meth:`~..ledger.Ledger.expire_offers`, then
 (``GET /hub/api/users/<name>``) so that policy and budget are checked again at the offer
 (:func:`~..fairuse.offers.offer_limits`), and each profile's request is narrowed to the GPUs its
 image can use (:mod:`.imageneeds`), as the spawner's own claim is. An offer leaves a warning with rule
-``waitlist-offer``, which the hub's home page (``hub/announce.py``) and the user's gpulab page
+``waitlist-offer``, which the hub's home page (``hub/announce.py``; the rules in ``ledger/notices.py``) and the user's gpulab page
 show. A user the hub does not answer for stays queued for the next pass.
 """
 

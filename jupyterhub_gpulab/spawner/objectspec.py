@@ -19,10 +19,10 @@ from __future__ import annotations
 from traitlets import HasTraits, Unicode, default, validate
 
 from .. import clock
-from ..hub.announce import STOPPED_PREFIX
 from ..lab.names import check_prefix, container_name, volume_name
 from ..lab.profile import Profile
 from ..ledger import aio
+from ..ledger.notices import STOPPED_PREFIX
 from ..units import UnitError, parse_bytes
 from . import container as ct
 

@@ -13,8 +13,8 @@ from datetime import date, datetime, timedelta, timezone, tzinfo
 from ...clock import midnight_utc
 from ...fairuse.accounting import Usage
 from ...fairuse.quota import Budget, period_window
-from ...hub.announce import OFFER_RULE, kind_of, offer_text
 from ...ledger import CullWarning
+from ...ledger.notices import OFFER_RULE, kind_of, offer_text
 from .inputs import shown
 from .views import iso
 
@@ -151,7 +151,7 @@ def warnings_view(warnings: Iterable[CullWarning], running: Collection[str] = ()
     """The culler's warnings and notices, soonest first: ``kind`` is ``warning`` (the server
     will be stopped at ``due_at``), ``stopped`` (a notice that it was) or ``notice`` (a course's,
     such as "You were added to DL 101 (dl101) by ta1."). ``running``: the reader's active
-    servers, for a waitlist offer's how-to (:func:`~...hub.announce.offer_text`)."""
+    servers, for a waitlist offer's how-to (:func:`~...ledger.notices.offer_text`)."""
     return [
         {
             "user": w.user,
