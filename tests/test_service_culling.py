@@ -287,6 +287,26 @@ def test_a_service_restart_mid_period_keeps_the_accounting_and_the_warnings(
         again.stop()
 
 
+def test_a_service_restart_keeps_the_gpu_idle_clock(hub, svc, at, ledger, fake, token):
+    """A GPU idle 6 minutes before the service restarts is warned at 8 and culled at 10 (its
+    10-minute timeout), not 10 minutes after the restart: the clock is kept in the ledger."""
+    held = spawn(hub, ledger, "ann", "a40")
+    for _ in range(3):  # 6 minutes with the tab open and the GPU idle
+        step(svc, hub, at, 2 * MINUTE, tabs=[("ann", "")])
+    assert rules(ledger, "ann") == set()
+
+    svc.stop()  # the service restarts: its utilisation history starts empty
+    again = InProcessService(hub, token, nvml=fake).start()
+    try:
+        report = step(again, hub, at, 2 * MINUTE, tabs=[("ann", "")])  # 8 min of idle GPU
+        assert report.count("warn") == 1 and rules(ledger, "ann") == {"gpu-idle"}
+        report = step(again, hub, at, 2 * MINUTE, tabs=[("ann", "")])  # 10 min: the timeout
+        assert report.count("cull") == 1
+        eventually(lambda: ended(ledger, held, "culled:gpu-idle"), "the cull for the idle GPU")
+    finally:
+        again.stop()
+
+
 def test_dry_run_logs_every_decision_and_stops_nothing(hub, svc, at, ledger, caplog):
     config = load_config_file(hub.config_path)
     dry = Culler(

@@ -104,6 +104,9 @@ class Server:
     #: set by :mod:`.preempt`: when the server is to give its slice to ``preempt_for``
     preempt_at: datetime | None = None
     preempt_for: str = ""
+    #: "GPU idle since" as kept in the ledger from before a service restart (``None``: unknown);
+    #: continues the clock when the history's first sample finds the GPU idle
+    idle_since_kept: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,9 @@ def _gpu_signal(
         elif idle_since is None:
             seen_start = previous is None and sample.at - server.started_at <= gap
             idle_since = server.started_at if seen_start else sample.at
+            kept = server.idle_since_kept
+            if previous is None and kept is not None and server.started_at <= kept < idle_since:
+                idle_since = kept  # the history starts after a restart: the clock continues
         previous = sample.at
     if previous is None or now - previous > gap:
         idle_since = None

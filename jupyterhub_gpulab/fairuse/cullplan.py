@@ -94,11 +94,14 @@ def plan(
     *,
     within_s: float,
     unknown_idle: bool = False,
+    idle_clocks: Mapping[int, datetime] | None = None,
 ) -> list[tuple[HubServer, Server, tuple[Allocation, ...]]]:
     """One culler :class:`~..fairuse.culler.Server` per running server (module docstring), with
     the hub's record and the open allocations it holds (oldest first). ``history(slice_id)``
     gives a slice's samples; ``period_allocations``: the ledger's allocations since
-    :func:`budget_window_start` (every user's; only running users' count)."""
+    :func:`budget_window_start` (every user's; only running users' count); ``idle_clocks``:
+    ``{allocation id: GPU idle since}`` kept in the ledger (``Ledger.idle_clocks``)."""
+    idle_clocks = idle_clocks or {}
     held: dict[tuple[str, str], list[Allocation]] = {}
     for a in open_allocations:
         held.setdefault((a.user, a.server_name), []).append(a)
@@ -138,6 +141,7 @@ def plan(
             budget_exhausted_at=min(dues) if dues else None,
             priority=contexts[r.user].priority,
             preemptible=contexts[r.user].preemptible,
+            idle_since_kept=idle_clocks.get(first.id) if first else None,
         )
         found.append((r, server, allocations))
     return found

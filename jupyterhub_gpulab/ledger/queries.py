@@ -9,8 +9,8 @@ import sqlalchemy as sa
 
 from .. import clock
 from ..inventory.model import SliceRequest, cc_key, driver_key
-from .models import Allocation, CullWarning
-from .schema import allocations, devices, refusals, slices, warnings
+from .models import Allocation, CullWarning, as_utc
+from .schema import allocations, devices, idle_clocks, refusals, slices, warnings
 
 
 def slice_filter(request: SliceRequest) -> list[sa.ColumnElement[bool]]:
@@ -179,6 +179,24 @@ class LedgerQueries:
         )
         with self._read() as conn:
             return {r: n for r, n in conn.execute(q)}
+
+    # -- GPU-idle clocks ---------------------------------------------------------------------
+
+    def idle_clocks(self) -> dict[int, datetime]:
+        """``{allocation id: GPU idle since}`` as the culler last saw it (UTC)."""
+        with self._read() as conn:
+            return {a: as_utc(t) for a, t in conn.execute(sa.select(idle_clocks))}
+
+    def set_idle_clocks(self, clocks: dict[int, datetime]) -> None:
+        """Replace every GPU-idle clock with ``clocks`` (``{allocation id: idle since}``); an
+        allocation left out (busy, unknown, closed) loses its clock."""
+        with self._write() as conn:
+            conn.execute(idle_clocks.delete())
+            if clocks:
+                conn.execute(
+                    idle_clocks.insert(),
+                    [{"allocation_id": a, "idle_since": t} for a, t in clocks.items()],
+                )
 
     # -- cull warnings ----------------------------------------------------------------------
 

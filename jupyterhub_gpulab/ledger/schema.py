@@ -274,6 +274,16 @@ warnings = sa.Table(
 )
 sa.Index("ix_cull_warnings_user", warnings.c.user)
 
+# The culler's GPU-idle clock: since when each open allocation's GPU has been idle, so a
+# restarted service (whose utilisation history starts empty) keeps counting instead of starting
+# over. One row per allocation; written by the gpulab service each cull round (migration 0009).
+idle_clocks = sa.Table(
+    "gpu_idle_clocks",
+    metadata,
+    sa.Column("allocation_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("idle_since", UTC_DATETIME, nullable=False),
+)
+
 # This ledger's lab: exactly one row (id 1), created by migration 0003 with a random uuid. The
 # uuid labels every container the lab starts; the name is c.GPULab.lab_name, for people.
 lab = sa.Table(

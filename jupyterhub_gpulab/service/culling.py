@@ -48,7 +48,7 @@ from dataclasses import replace
 from tornado.httpclient import HTTPClientError, HTTPRequest
 
 from .. import clock
-from ..fairuse.culler import Decision, Server, Settings, decide
+from ..fairuse.culler import Decision, Server, Settings, decide, gpu_idle_since
 from ..fairuse.cullplan import (
     budget_window_start,
     plan,
@@ -213,7 +213,15 @@ class Culler:
             now,
             within_s=self.settings.warn_before_s,
             unknown_idle=self.unknown_idle,
+            idle_clocks=ledger.idle_clocks(),
         )
+        clocks = {}
+        for _hub, server, allocations in planned:
+            since = gpu_idle_since(server, now, self.settings)
+            if since is not None and allocations:
+                clocks[allocations[0].id] = since
+        if not self.dry_run:  # a restarted service continues these clocks
+            ledger.set_idle_clocks(clocks)
         return planned, ledger.warnings()
 
     def _preempt(self, servers, warnings, now):
