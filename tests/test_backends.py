@@ -20,7 +20,13 @@ from jupyterhub_gpulab.spawner.gpuswarm import GPUSwarmSpawner
 
 #: What the core's start() calls on its backend (spawner/core.py's docstring), written out here
 #: so that dropping one from the core's check fails this test.
-START_NEEDS = ("_attach_slice", "_start_object", "_discard_object", "_list_lab_objects", "_remove_object")
+START_NEEDS = (
+    "_attach_slice",
+    "_start_object",
+    "_discard_object",
+    "_list_lab_objects",
+    "_remove_object",
+)
 
 
 def _impl(name):
