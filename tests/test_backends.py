@@ -85,3 +85,36 @@ def test_the_lab_backend_follows_the_spawner_class_and_its_network_and_asks_noth
     swarm = backend_for(s)
     assert isinstance(swarm, SwarmBackend)
     assert set(swarm.nodes) == {"n1"}
+
+
+def _unreachable():
+    from jupyterhub_gpulab.backends.dockerengine import Engine, api_client
+
+    return DockerBackend(Engine(lambda: api_client("unix:///nonexistent/docker.sock")))
+
+
+def test_the_network_probe_and_the_image_reader_say_why_when_the_engine_does_not_answer():
+    from jupyterhub_gpulab.service.imageneeds import ImageNeeds
+    from jupyterhub_gpulab.spawner.network import bridge_gateway
+
+    assert bridge_gateway("bridge", default="10.9.9.9", backend=_unreachable()) == "10.9.9.9"
+    with pytest.raises(RuntimeError, match="network 'bridge'"):
+        bridge_gateway("bridge", backend=_unreachable())
+    assert ImageNeeds(_unreachable).labels("gpulab/anything:1") is None
+
+
+@pytest.mark.docker
+def test_the_image_reader_and_the_network_probe_ask_the_real_engine_through_the_backend():
+    import os
+
+    from e2e_support import require_docker
+
+    from jupyterhub_gpulab.service.imageneeds import ImageNeeds
+    from jupyterhub_gpulab.spawner.network import bridge_gateway
+
+    require_docker()
+    image = os.environ.get("GPULAB_TEST_LAB_IMAGE", "gpulab/singleuser:6.1.1-lab")
+    needs = ImageNeeds()
+    assert isinstance(needs.labels(image), dict)
+    assert needs.labels("gpulab/no-such-image:0") is None
+    assert bridge_gateway("bridge").count(".") == 3  # an IPv4 address on docker0

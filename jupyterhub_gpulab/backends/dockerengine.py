@@ -152,7 +152,7 @@ class Engine:
     def gateway(self, network: str) -> str:
         try:
             configs = self.api.inspect_network(network).get("IPAM", {}).get("Config") or []
-        except ENGINE_ERRORS as e:
+        except (EngineError, *ENGINE_ERRORS) as e:  # EngineError: no engine to connect to
             raise EngineError(f"cannot ask the Docker engine for network {network!r}: {e}") from e
         for cfg in configs:
             subnet = ipaddress.ip_network(cfg.get("Subnet", "::/128"), strict=False)
