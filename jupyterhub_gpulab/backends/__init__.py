@@ -24,7 +24,7 @@ Two backends, chosen from ``c.JupyterHub.spawner_class`` by :func:`backend_for`:
 
 Creating, starting and removing a server is the spawner backends' (:mod:`jupyterhub_gpulab.spawner.
 gpudocker`, :mod:`jupyterhub_gpulab.spawner.gpuswarm`), on the same engine client. Only the modules
-of this package and those backends import docker-py.
+of this package and those spawner backends use docker-py.
 """
 
 from __future__ import annotations
