@@ -147,46 +147,34 @@ def _spawner_setting(config: Config, name: str, default):
     return default
 
 
-def _docker(config: Config):
-    """A docker-py client for the engine the spawner uses (its ``tls_config``, ``client_kwargs``).
-    Raises docker's ``DockerException`` when there is none."""
-    import docker
-    from docker.utils import kwargs_from_env
-
-    kwargs = {"version": "auto", **kwargs_from_env()}
-    tls = _spawner_setting(config, "tls_config", None)
-    if tls:
-        kwargs["tls"] = docker.tls.TLSConfig(**tls)
-    kwargs.update(_spawner_setting(config, "client_kwargs", {}))
-    return docker.APIClient(**kwargs)
-
-
 def _image_report(config: Config, lab: Lab) -> tuple[list[str], list[str]]:
-    """``(errors, warnings)``: GPU profiles whose image no (or not every) slice can run."""
-    import docker
-
+    """``(errors, warnings)``: GPU profiles whose image no (or not every) slice can run, their
+    labels read through the lab's backend (:func:`.backends.backend_for`)."""
+    from .backends import EngineError, backend_for
+    from .backends.dockerengine import ENGINE_ERRORS
     from .lab.images import check_profiles
 
-    try:
-        client = _docker(config)
-    except (docker.errors.DockerException, OSError) as e:
-        return [], [f"could not look at the Docker engine ({e}): images not checked"]
+    backend = backend_for(config)
 
     def labels_of(image: str) -> dict:
-        try:
-            return (client.inspect_image(image).get("Config") or {}).get("Labels") or {}
-        except docker.errors.ImageNotFound:
-            raise LookupError(image) from None
+        labels = backend.image_labels(image)
+        if labels is None:
+            raise LookupError(image)
+        return labels
 
-    with client:
+    try:
         return check_profiles(lab.profiles, lab.inventory.slices, labels_of)
+    except (EngineError, *ENGINE_ERRORS) as e:
+        return [], [f"could not look at the Docker engine ({e}): images not checked"]
+    finally:
+        backend.close()
 
 
 def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
     """Lines about the Docker engine the spawner uses: other labs' containers holding GPUs of
     this inventory, and other labs using this lab's container prefix."""
-    import docker
-
+    from .backends import EngineError, backend_for
+    from .backends.dockerengine import ENGINE_ERRORS
     from .ledger import Ledger, SchemaOutOfDate, peek_identity
     from .spawner.engine import EngineSurvey
 
@@ -195,9 +183,12 @@ def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
     try:
         if identity is not None:
             ledger = Ledger(gl.db_url)
-        client = _docker(config)
-        survey = EngineSurvey().look(client, identity, lab.inventory, ledger)
-    except (docker.errors.DockerException, SchemaOutOfDate, OSError) as e:
+        backend = backend_for(config)
+        try:
+            survey = EngineSurvey().look(backend, identity, lab.inventory, ledger)
+        finally:
+            backend.close()
+    except (EngineError, SchemaOutOfDate, *ENGINE_ERRORS) as e:
         return [f"warning: could not look at the Docker engine ({e}): other labs not checked"]
     finally:
         if ledger is not None:

@@ -346,7 +346,9 @@ def test_the_docker_storages_tar_holds_the_tree_as_written_and_read_back():
     import io
     import tarfile
 
-    from jupyterhub_gpulab.courses.storage import TooLarge, _tar, _untar
+    from jupyterhub_gpulab.courses.storage import TooLarge
+    from jupyterhub_gpulab.courses.storage import tar_of as _tar
+    from jupyterhub_gpulab.courses.storage import untar as _untar
 
     entries = [Entry("d", None, 5.0), Entry("d/a.txt", b"hi", 5.0)]
     data = _tar(["feedback", "hw1"], entries, (1000, 100))

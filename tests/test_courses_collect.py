@@ -12,9 +12,10 @@ from course_support import LAB_IMAGE, read_home, remove_volumes
 from e2e_support import require_docker
 from leakcheck import unique
 
+from jupyterhub_gpulab.backends.volumes import DockerVolumes
 from jupyterhub_gpulab.courses.collect import collect, give_back
 from jupyterhub_gpulab.courses.config import GPULabCourses
-from jupyterhub_gpulab.courses.storage import DockerVolumes, Entry
+from jupyterhub_gpulab.courses.storage import Entry
 from jupyterhub_gpulab.lab.names import folder_name
 
 pytestmark = pytest.mark.docker
@@ -86,7 +87,7 @@ def test_the_bound_is_the_submissions_total_file_size_not_the_streams(course):
     """Between ``collect_max_bytes`` and the stream's cut-off (the bound plus headroom for tar
     headers): the files' total decides, to the byte."""
     s, work = course
-    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    files = DockerVolumes(docker.from_env().api, LAB_IMAGE)
     ok = run(collect, files, s, work, ["edge"], max_bytes=1000, owner=(1000, 1000))
     assert ok["edge"]["state"] == "submitted" and ok["edge"]["bytes"] == 1000, ok
     over = run(collect, files, s, work, ["edge"], max_bytes=999, owner=(1000, 1000))
@@ -96,7 +97,7 @@ def test_the_bound_is_the_submissions_total_file_size_not_the_streams(course):
 def test_collect_reports_submitted_missing_and_oversized_and_return_gives_feedback(course):
     s, work = course
     course_vol = s.staff_of("ml101")
-    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    files = DockerVolumes(docker.from_env().api, LAB_IMAGE)
     report = run(collect, files, s, work, ["ann", "bob", "cat", "dan"], owner=(1000, 1000))
     assert report["ann"]["state"] == "submitted" and report["ann"]["files"] == 2
     assert report["ann"]["skipped"] == ["pw"]  # a link is never followed out of the home
@@ -120,7 +121,7 @@ def test_collect_reports_submitted_missing_and_oversized_and_return_gives_feedba
 def test_each_students_work_is_filed_under_their_own_name_and_return_never_crosses(course):
     s, work = course
     course_vol = s.staff_of("ml101")
-    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    files = DockerVolumes(docker.from_env().api, LAB_IMAGE)
     users = ["c2-dan", "c2-2ddan", "first.last", "Zoë"]
     report = run(collect, files, s, work, users, owner=(1000, 1000))
     for user in users:
@@ -136,7 +137,7 @@ def test_each_students_work_is_filed_under_their_own_name_and_return_never_cross
 
 def test_a_link_on_the_path_is_never_followed(course):
     s, work = course
-    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    files = DockerVolumes(docker.from_env().api, LAB_IMAGE)
     report = run(collect, files, s, work, ["mal"], assignment="ssl", owner=(1000, 1000))
     assert report["mal"] == {
         "state": "skipped",
@@ -160,7 +161,7 @@ def test_staff_write_feedback_as_uid_1000_in_their_server_and_return_delivers_it
     uid 1000, and Return brings it to the student's course work."""
     s, work = course
     course_vol = s.staff_of("ml101")
-    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    files = DockerVolumes(docker.from_env().api, LAB_IMAGE)
     report = run(collect, files, s, work, ["ann", "first.last"], owner=(1000, 1000))
     staff_dir = "/home/jovyan/ml101-staff"
     script = (
@@ -196,7 +197,7 @@ def test_the_upgrade_copy_starts_the_course_work_as_a_first_mount_would(course):
     s, work = course
     home = work("zed").replace("-work-", "-home-")
     as_student(home, "mkdir -p ~/assignments/hw0 && echo mine > ~/assignments/hw0/old.py")
-    files = DockerVolumes(docker.from_env(), LAB_IMAGE)
+    files = DockerVolumes(docker.from_env().api, LAB_IMAGE)
     done = carry_over(files, home=home, work=work("zed"), folders=["assignments", "feedback"],
                       max_bytes=100_000, like="/home/jovyan")  # fmt: skip
     assert done == {"assignments": "copied", "feedback": "absent"}

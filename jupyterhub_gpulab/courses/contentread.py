@@ -1,79 +1,47 @@
-"""Course content on the engine, from the service: read a course server's content status
-(:mod:`.contentstatus`) out of its running container through Docker's archive API, and ask a
-repository for a branch from a short-lived container of the course's image on the lab's
-network, where the pulls run. Blocking (docker-py): the service calls these in a thread."""
+"""Course content in the lab's servers, from the service: read a course server's content status
+(:mod:`.contentstatus`) out of its running container, and ask a repository for a branch from a
+short-lived container of the course's image on the lab's network, where the pulls run. Both go
+through the lab's backend (:mod:`jupyterhub_gpulab.backends`: on a Swarm, the engine of the node
+that runs the server). Blocking: the service calls these in a thread."""
 
 from __future__ import annotations
-
-import contextlib
-import io
-import tarfile
-
-from docker.errors import DockerException
 
 from .content import STATUS
 from .contentstatus import MAX_STATUS_BYTES, SourceStatus, one_line, parse_status
 from .records import REPO_SCHEMES
-from .storage import DockerVolumes
 
 __all__ = ["status_in", "ask_in_container"]
 
 
-def status_in(client, container, home: str) -> tuple[SourceStatus, ...]:
-    """The sources of ``<home>/.gpulab/content.status`` in running ``container`` (docker-py
-    ``client``; blocking), ``()`` when the file is absent. At most :data:`MAX_STATUS_BYTES`
-    are read; the HTTP response is closed at once (:meth:`.storage.DockerVolumes._archive`)."""
-    buf = bytearray()
-    try:
-        with DockerVolumes(client, image="")._archive(container, f"{home}/{STATUS}") as res:
-            for chunk in res.iter_content(4096):
-                buf += chunk
-                if len(buf) > MAX_STATUS_BYTES + 1024:  # one header block, padding
-                    break
-    except FileNotFoundError:
-        return ()
-    try:
-        with tarfile.open(fileobj=io.BytesIO(bytes(buf))) as tar:
-            member = tar.next()
-            if member is None or not member.isfile():  # a link or a folder: not ours
-                return ()
-            data = tar.extractfile(member).read(MAX_STATUS_BYTES)
-    except tarfile.TarError:  # cut short: more than a status file holds
+def status_in(backend, server, home: str) -> tuple[SourceStatus, ...]:
+    """The sources of ``<home>/.gpulab/content.status`` in running ``server`` (a
+    :class:`~..backends.Server` of ``backend``; blocking), ``()`` when the file is absent, not
+    a regular file, or longer than :data:`MAX_STATUS_BYTES`."""
+    data = backend.get_file(server, f"{home}/{STATUS}", MAX_STATUS_BYTES)
+    if data is None:
         return ()
     return parse_status(data.decode("utf-8", "replace"))
 
 
 def ask_in_container(
-    client, image: str, network: str, repo: str, branch: str, timeout_s: float = 30
+    backend, image: str, repo: str, branch: str, timeout_s: float = 30
 ) -> str | None:
-    """``None`` when ``git ls-remote`` in a container of ``image`` on Docker network
-    ``network`` finds ``branch`` at ``repo``, else one line for the staff saying why (git's
+    """``None`` when ``git ls-remote`` in a container of ``image`` on the lab's network (the
+    backend's) finds ``branch`` at ``repo``, else one line for the staff saying why (git's
     last error line, never a traceback). The container runs as the image's user with the
     record's schemes only, and is removed, also after ``timeout_s`` seconds. Raises
-    ``docker.errors.DockerException`` when the engine cannot run it (no engine, no image, no
+    :class:`~..backends.EngineError` when the engine cannot run it (no engine, no image, no
     such network): the caller decides what then."""
-    c = client.containers.create(  # not run(): that would pull a missing image
+    code, out, err = backend.run_once(
         image,
         ["git", "ls-remote", "--heads", "--", repo, branch],
-        entrypoint=[],
-        network=network,
         environment={"GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": ":".join(REPO_SCHEMES)},
         labels={"org.jupyter.gpulab.helper": "courses"},
         mem_limit="256m",
+        timeout_s=timeout_s,
     )
-    try:
-        c.start()
-        try:
-            code = c.wait(timeout=timeout_s).get("StatusCode", 1)
-        except Exception:  # the engine's wait timed out: the repository did not answer
-            return (
-                f"the repository {repo} did not answer the course's servers within {timeout_s:g} s"
-            )
-        out = c.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-        err = c.logs(stdout=False, stderr=True).decode("utf-8", "replace")
-    finally:
-        with contextlib.suppress(DockerException):
-            c.remove(force=True)
+    if code is None:  # the engine's wait timed out: the repository did not answer
+        return f"the repository {repo} did not answer the course's servers within {timeout_s:g} s"
     if code == 127:
         return f"the course's image {image} has no git: its servers cannot pull {repo}"
     if code != 0:

@@ -3,8 +3,8 @@ Distribute (the pull of :func:`.content.pull_script` run now in every running co
 what each student's last pull said (read from their servers, :mod:`.contentread`, kept per
 container), and the repository check made from where the pulls run.
 
-Runs in the gpulab service's event loop; docker-py calls go through ``aio.call`` (a thread),
-through the manager's ``docker()`` client.
+Runs in the gpulab service's event loop; engine calls go through ``aio.call`` (a thread), through
+the manager's ``backend`` (:mod:`jupyterhub_gpulab.backends`: on a Swarm, each server's own node).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ NO_REPORT = "failed: the pull wrote no report (see ~/.gpulab/content.log)"
 
 class ContentActions:
     """Needs of the class it is mixed into: ``hub``, ``store``, ``settings``, ``tz``,
-    ``images``, ``lab_id``, ``docker()`` and ``_content`` (``{slug: {user: (container id,
+    ``images``, ``lab_id``, ``backend`` and ``_content`` (``{slug: {user: (container id,
     sources)}}``, the cache of what was read)."""
 
     async def distribute(self, course: Course, *, by: str) -> dict:
@@ -58,7 +58,7 @@ class ContentActions:
     async def check_content(self, course: Course, repo: str, branch: str) -> str | None:
         """``None`` when ``repo`` has ``branch`` as seen from where ``course``'s pulls run: a
         short-lived container of the course profile's image on the lab's Docker network
-        (``c.DockerSpawner.network_name``) asks it (:func:`.contentread.ask_in_container`);
+        (``c.DockerSpawner.network_name``; on a Swarm, a node's bridge) asks it (:func:`.contentread.ask_in_container`);
         else one line saying why. Where the engine cannot run that container, the service's
         host asks instead (:func:`.content.check_reachable`), and it is logged."""
         from .content import check_reachable
@@ -67,20 +67,14 @@ class ContentActions:
         image = self.images.get(course.profile) or next(iter(self.images.values()), "")
         if image:
             try:
-                return await aio.call(
-                    lambda: ask_in_container(self.docker(), image, self.network(), repo, branch)
-                )
+                return await aio.call(ask_in_container, self.backend, image, repo, branch)
             except Exception as e:
                 log.warning("Repository %s checked from the service's host: %s", repo, e)
         return await check_reachable(repo, branch)
 
     def network(self) -> str:
         """The Docker network the lab's servers join (the spawner's ``network_name``)."""
-        cfg = self.settings.config
-        for section in ("GPUDockerSpawner", "DockerSpawner"):
-            if section in cfg and cfg[section].get("network_name"):
-                return str(cfg[section].network_name)
-        return "bridge"
+        return self.backend.network
 
     async def content_of(self, course: Course, users) -> dict[str, dict | None]:
         """Each of ``users``' last content pull in their course server
@@ -99,29 +93,23 @@ class ContentActions:
 
         return describe(sources, lambda t: t.astimezone(self.tz).strftime("%a %Y-%m-%d %H:%M %Z"))
 
-    def _course_containers(self, course: Course) -> list:
-        """The running containers of ``course``'s server of this lab (docker-py, blocking)."""
-        from ..spawner.container import LABEL_LAB, LABEL_SERVER
-
-        labels = [f"{LABEL_SERVER}={course.server_name}"]
-        if self.lab_id:
-            labels.append(f"{LABEL_LAB}={self.lab_id}")
-        return self.docker().containers.list(filters={"label": labels, "status": "running"})
+    def _course_servers(self, course: Course) -> list:
+        """The running servers of ``course``'s server name in this lab (blocking)."""
+        return self.backend.servers(course.server_name, self.lab_id or None)
 
     def _read_content(self, course: Course, *, again: bool = False) -> dict:
         """Read the content status of ``course``'s running servers into the cache (blocking);
         ``again``: also those read before. ``{user: sources}`` of the servers read."""
-        from ..spawner.container import LABEL_USER
         from .contentread import status_in
 
         known = self._content.setdefault(course.slug, {})
         read = {}
-        for c in self._course_containers(course):
-            user = c.labels.get(LABEL_USER)
+        for c in self._course_servers(course):
+            user = c.user
             if not user or (not again and known.get(user, ("", ()))[0] == c.id):
                 continue
             try:
-                sources = status_in(self.docker(), c, self.settings.home_path)
+                sources = status_in(self.backend, c, self.settings.home_path)
             except Exception as e:  # one server's failure never stops the others
                 log.info("Content status of %s in %s not read: %s", user, course.slug, e)
                 continue
@@ -133,17 +121,16 @@ class ContentActions:
     def _distribute(self, course: Course, students: set[str]) -> dict:
         """Run the pull in each running course server of ``students``, then read what it
         reported (blocking). ``{user: sources}`` (``()``: the pull reported nothing)."""
-        from ..spawner.container import LABEL_USER
         from .content import pull_script
 
         script = pull_script(course.content, self.settings.home_path)
         ran: dict = {}
-        for c in self._course_containers(course):
-            user = c.labels.get(LABEL_USER)
+        for c in self._course_servers(course):
+            user = c.user
             if user not in students:
                 continue
             try:
-                c.exec_run(["sh", "-c", script])
+                self.backend.exec_run(c, ["sh", "-c", script])
                 ran[user] = ()
             except Exception as e:  # one server's failure never stops the others
                 log.warning("Distribute of %s to %s failed: %s", course.slug, user, e)

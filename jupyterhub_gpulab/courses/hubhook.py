@@ -132,19 +132,17 @@ def course_volumes(spawner, course, settings, *, staff: bool) -> tuple[dict, str
 
 
 def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool) -> dict:
-    """Before a course server starts (a container backend only: its volumes are this engine's):
-    a staff member's staff folder exists, owned by the images' user (``staff_owner``), so they
+    """Before a course server starts, through the lab's backend (``spawner.lab_backend()``): a
+    staff member's staff folder exists, owned by the images' user (``staff_owner``), so they
     can write feedback in it; and, the upgrade path at a student's first start, the course
     folders of the personal home are copied into the new course-work volume
-    (:func:`.collect.carry_over`; returns what it did). Blocking."""
-    if getattr(spawner, "object_type", "") != "container":
+    (:func:`.collect.carry_over`; returns what it did). Blocking. A container backend only: on
+    a Swarm the node that will hold the new volume is known only once the task is placed."""
+    if getattr(spawner, "object_type", "") != "container" or not hasattr(spawner, "lab_backend"):
         return {}
-    import docker
-
     from .collect import COURSE_FOLDERS, carry_over
-    from .storage import DockerVolumes
 
-    files = DockerVolumes(docker.from_env(), settings.helper_image or spawner.image)
+    files = spawner.lab_backend().storage(settings.helper_image or spawner.image)
     if staff:
         files.prepare(settings.staff_of(course.slug), tuple(settings.staff_owner))
     if home is None:

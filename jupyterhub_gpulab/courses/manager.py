@@ -14,6 +14,7 @@ from tornado.escape import url_escape
 
 from .. import clock
 from ..auth.roster import GroupsOwner
+from ..backends import backend_for
 from ..hubapi.client import HubClient, HubError
 from ..ledger import aio
 from ..ledger.notices import COURSE_PREFIX
@@ -55,13 +56,15 @@ class CourseManager(ContentActions):
         lab_id: str = "",
         groups_owner: GroupsOwner | None = None,
         lab=None,
+        backend=None,
     ):
         """``ledger``: the lab's :class:`~..ledger.Ledger` (reservations); ``lab_profiles``:
         ``{slug: Profile}`` of the lab; ``groups_owner``: who owns the hub's groups
         (:class:`~..auth.roster.GroupsOwner`; default: the hub): under SSO or LTI the rosters
         are read from the identity provider's groups and not edited here; ``lab``: the loaded
         :class:`~..lab.config.Lab`, whose policies say which profiles a roster may use
-        (``None``: not checked)."""
+        (``None``: not checked); ``backend``: the engine seam (default: the backend of
+        ``settings.config``, :func:`~..backends.backend_for`)."""
         self.store, self.settings, self.hub, self.tz = store, settings, hub, tz
         self.ledger = ledger
         #: who fills the roster and staff groups (the hub, the identity provider, the LMS)
@@ -72,7 +75,7 @@ class CourseManager(ContentActions):
         self.images = images or {}
         self.lab_id = lab_id
         self.lab = lab
-        self._docker = None
+        self.backend = backend if backend is not None else backend_for(settings.config)
         self.secret = secret
         self.batch = settings.prestart_batch or spawn_limit or 100
         self.profiles = profiles
@@ -353,24 +356,15 @@ class CourseManager(ContentActions):
         """The scheduled pass: pre-starts, deadlines, reservations (:mod:`.schedule`)."""
         await run_pass(self)
 
-    # -- files: collect, return, distribute (docker-py, blocking: one thread per action) ------
-
-    def docker(self):
-        if self._docker is None:
-            import docker
-
-            self._docker = docker.from_env()
-        return self._docker
+    # -- files: collect, return, distribute (the backend, blocking: one thread per action) -----
 
     def _files(self, course: Course):
-        from .storage import DockerVolumes
-
         image = (
             self.settings.helper_image
             or self.images.get(course.profile)
             or next(iter(self.images.values()), "")
         )
-        return DockerVolumes(self.docker(), image)
+        return self.backend.storage(image)
 
     async def collect(self, course: Course, assignment: str, *, by: str) -> dict:
         """Collect ``assignment`` from every roster member (:func:`.collect.collect`)."""

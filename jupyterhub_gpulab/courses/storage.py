@@ -5,9 +5,10 @@
 folder whose path holds no link), ``owner`` and ``prepare`` (create a volume owned by the
 image's user). Two implementations:
 
-- :class:`DockerVolumes`: named volumes of one Docker engine, read and written through
-  never-started helper containers (Docker's archive API; nothing runs in them). A Swarm backend
-  provides the same for each node's engine (one :class:`DockerVolumes` per node client).
+- the engine's named volumes, from the lab's backend
+  (:meth:`jupyterhub_gpulab.backends.Backend.storage`: :class:`~..backends.volumes.DockerVolumes`
+  on one engine, :class:`~..backends.volumes.NodeVolumes` over a Swarm's nodes), which read and
+  write them with the tar helpers here (:func:`tar_of`, :func:`untar`);
 - :class:`LocalFolders`: one folder per volume under a root (tests, and hosts whose homes are
   folders).
 
@@ -23,18 +24,21 @@ import os
 import stat
 import tarfile
 from collections.abc import Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
 from .. import clock
 
-__all__ = ["DockerVolumes", "Entry", "LinkOnPath", "LocalFolders", "Storage", "TooLarge"]
-
-#: Where a volume is mounted in the helper container.
-MOUNT = "/v"
-#: Go's ``os.ModeSymlink``, as Docker's path stat header reports a file's mode.
-_GO_SYMLINK = 1 << 27
+__all__ = [
+    "Entry",
+    "LinkOnPath",
+    "LocalFolders",
+    "Storage",
+    "TooLarge",
+    "parts_of",
+    "tar_of",
+    "untar",
+]
 
 
 class TooLarge(Exception):
@@ -52,7 +56,7 @@ class Entry:
     mtime: float
 
 
-def _parts(path: str) -> list[str]:
+def parts_of(path: str) -> list[str]:
     parts = [p for p in path.split("/") if p and p != "."]
     if ".." in parts:
         raise ValueError(f"{path!r}: '..' is not allowed")
@@ -85,139 +89,7 @@ class Storage(Protocol):
         mounts it there first (Docker's copy of the image's content into an empty volume)."""
 
 
-class DockerVolumes:
-    """:class:`Storage` over one Docker engine's named volumes (``client``: a docker-py
-    ``DockerClient``; ``image``: any local image with ``true``, the helper's)."""
-
-    def __init__(self, client, image: str):
-        self.client, self.image = client, image
-
-    def exists(self, volume: str) -> bool:
-        from docker.errors import NotFound
-
-        try:
-            self.client.volumes.get(volume)
-            return True
-        except NotFound:
-            return False
-
-    @contextmanager
-    def _mounted(self, volume: str, *, read_only: bool, at: str = MOUNT):
-        c = self.client.containers.create(
-            self.image,
-            command=["true"],
-            entrypoint=[],
-            network_disabled=True,
-            labels={"org.jupyter.gpulab.helper": "courses"},
-            volumes={volume: {"bind": at, "mode": "ro" if read_only else "rw"}},
-        )
-        try:
-            yield c
-        finally:
-            c.remove(force=True)
-
-    def _url(self, container) -> str:
-        api = self.client.api
-        return f"{api.base_url}/v{api.api_version}/containers/{container.id}/archive"
-
-    @contextmanager
-    def _archive(self, container, path: str):
-        """The tar stream of ``path`` in ``container`` (an open HTTP response), closed on exit.
-
-        docker-py's ``get_archive`` returns a generator whose connection stays open when the
-        reader stops early; the engine then blocks writing the rest of the archive and holds
-        the container, so removing it hangs until the client's timeout (60 s). Closing the
-        response drops the connection and ends the engine's copy at once."""
-        api = self.client.api
-        res = api.get(self._url(container), params={"path": path}, stream=True)
-        try:
-            if res.status_code == 404:
-                raise FileNotFoundError(path)
-            api._raise_for_status(res)
-            yield res
-        finally:
-            res.close()
-
-    def _is_link(self, container, path: str) -> bool | None:
-        """Whether ``path`` itself is a link (``None``: absent). Docker resolves every
-        component but the last, so callers check each component from the root down."""
-        import json
-        from base64 import b64decode
-
-        res = self.client.api.head(self._url(container), params={"path": path})
-        if res.status_code == 404:
-            return None
-        self.client.api._raise_for_status(res)
-        info = json.loads(b64decode(res.headers["X-Docker-Container-Path-Stat"]))
-        return bool(info.get("linkTarget")) or bool(int(info.get("mode", 0)) & _GO_SYMLINK)
-
-    def _no_link(self, container, path: str, *, missing_ok: bool) -> None:
-        parts = _parts(path)
-        for i in range(1, len(parts) + 1):
-            sub = "/".join(parts[:i])
-            link = self._is_link(container, f"{MOUNT}/{sub}")
-            if link:
-                raise LinkOnPath(sub)
-            if link is None:
-                if missing_ok:
-                    return
-                raise FileNotFoundError(path)
-
-    def read_tree(self, volume: str, path: str, max_bytes: int) -> tuple[list[Entry], list[str]]:
-        with self._mounted(volume, read_only=True) as c:
-            self._no_link(c, path, missing_ok=False)
-            with self._archive(c, f"{MOUNT}/{'/'.join(_parts(path))}") as res:
-                buf = bytearray()
-                limit = max_bytes + 64 * 1024 + max_bytes // 8  # tar headers and padding
-                for chunk in res.iter_content(64 * 1024):
-                    buf += chunk
-                    if len(buf) > limit:
-                        raise TooLarge(path)
-            self._no_link(c, path, missing_ok=False)  # not swapped for a link while read
-        return _untar(bytes(buf), _parts(path)[-1], max_bytes, path)
-
-    def owner(self, volume: str, path: str = "") -> tuple[int, int]:
-        where = f"{MOUNT}/{path}".rstrip("/") + "/"
-        with self._mounted(volume, read_only=True) as c, self._archive(c, where) as res:
-            head = bytearray()
-            for chunk in res.iter_content(512):
-                head += chunk
-                if len(head) >= 512:
-                    break
-        info = tarfile.TarInfo.frombuf(bytes(head[:512]), "utf-8", "surrogateescape")
-        return info.uid, info.gid
-
-    def write_tree(
-        self, volume: str, dest: str, entries: Iterable[Entry], owner: tuple[int, int]
-    ) -> None:
-        data = _tar(_parts(dest), entries, owner)
-        with self._mounted(volume, read_only=False) as c:
-            self._no_link(c, dest, missing_ok=True)
-            c.put_archive(MOUNT, data)
-
-    def prepare(self, volume: str, owner: tuple[int, int], like: str | None = None) -> None:
-        if self.exists(volume):
-            if self.owner(volume) != (0, 0):
-                return
-        elif like:
-            with self._mounted(volume, read_only=False, at=like):
-                pass  # created with the image's files of ``like``, and their owner
-            if self.owner(volume) != (0, 0):
-                return
-        else:
-            self.client.volumes.create(volume)
-        # the mount point as a tar entry at "/": extracting it gives the volume's root its owner
-        root = tarfile.TarInfo(MOUNT.strip("/"))
-        root.type, root.mode, (root.uid, root.gid) = tarfile.DIRTYPE, 0o755, owner
-        root.mtime = clock.utcnow().timestamp()
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w") as tar:
-            tar.addfile(root)
-        with self._mounted(volume, read_only=False) as c:
-            c.put_archive("/", out.getvalue())
-
-
-def _untar(data: bytes, base: str, max_bytes: int, path: str) -> tuple[list[Entry], list[str]]:
+def untar(data: bytes, base: str, max_bytes: int, path: str) -> tuple[list[Entry], list[str]]:
     """Entries of a tar of folder ``base`` (names relative to it) and the names skipped."""
     entries, skipped, total = [], [], 0
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -236,7 +108,7 @@ def _untar(data: bytes, base: str, max_bytes: int, path: str) -> tuple[list[Entr
     return entries, skipped
 
 
-def _tar(parts: list[str], entries: Iterable[Entry], owner: tuple[int, int]) -> bytes:
+def tar_of(parts: list[str], entries: Iterable[Entry], owner: tuple[int, int]) -> bytes:
     """A tar of ``entries`` under folder ``parts`` (each folder on the way included)."""
     out = io.BytesIO()
     uid, gid = owner
@@ -247,7 +119,7 @@ def _tar(parts: list[str], entries: Iterable[Entry], owner: tuple[int, int]) -> 
             d.mtime = clock.utcnow().timestamp()
             tar.addfile(d)
         for e in entries:
-            t = tarfile.TarInfo("/".join([*parts, *_parts(e.path)]))
+            t = tarfile.TarInfo("/".join([*parts, *parts_of(e.path)]))
             t.uid, t.gid, t.mtime = uid, gid, e.mtime
             if e.data is None:
                 t.type, t.mode = tarfile.DIRTYPE, 0o755
@@ -275,7 +147,7 @@ class LocalFolders:
 
     def _walk_to(self, volume: str, path: str, *, missing_ok: bool) -> str:
         """The full path of ``path`` in ``volume``, each existing component checked."""
-        parts = _parts(path)
+        parts = parts_of(path)
         here = self._vol(volume)
         for i, part in enumerate(parts):
             here = os.path.join(here, part)

@@ -30,27 +30,27 @@ log = logging.getLogger("gpulab.imageneeds")
 
 
 class ImageNeeds:
-    """``client``: a callable returning a docker-py ``DockerClient`` (default
-    ``docker.from_env``), made on first use. Methods block (docker-py): call them through
-    :func:`..ledger.aio.call`, together with the ledger work they serve."""
+    """``backend``: a callable returning the lab's engine seam (:mod:`jupyterhub_gpulab.backends`;
+    default: the local engine's, ``DOCKER_HOST``), made on first use. Methods block: call them
+    through :func:`..ledger.aio.call`, together with the ledger work they serve."""
 
     #: seconds an image's labels are trusted (they change only with a rebuild)
     CACHE_S = 30.0
 
-    def __init__(self, client: Callable | None = None):
-        self._client_factory = client
-        self._client = None
+    def __init__(self, backend: Callable | None = None):
+        self._backend_factory = backend
+        self._backend = None
         self._cache: dict[str, tuple[float, dict | None]] = {}
         self._lock = threading.Lock()
 
-    def _docker(self):
-        if self._client is None:
-            if self._client_factory is None:
-                import docker
+    def _engine(self):
+        if self._backend is None:
+            if self._backend_factory is None:
+                from ..backends.dockerengine import DockerBackend, Engine, api_client
 
-                self._client_factory = docker.from_env
-            self._client = self._client_factory()
-        return self._client
+                self._backend_factory = lambda: DockerBackend(Engine(api_client))
+            self._backend = self._backend_factory()
+        return self._backend
 
     def labels(self, image: str) -> dict | None:
         """``image``'s labels, ``None`` where the engine lacks it or does not answer."""
@@ -59,9 +59,8 @@ class ImageNeeds:
             if hit and time.monotonic() - hit[0] < self.CACHE_S:
                 return hit[1]
         try:
-            info = self._docker().api.inspect_image(image)
-            labels = dict((info.get("Config") or {}).get("Labels") or {})
-        except Exception as e:  # docker.errors.ImageNotFound, an engine that does not answer
+            labels = self._engine().image_labels(image)
+        except Exception as e:  # an engine that does not answer (EngineError)
             log.debug("No labels for %s: %s", image, e)
             labels = None
         with self._lock:

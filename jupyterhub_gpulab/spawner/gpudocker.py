@@ -25,7 +25,7 @@ Contract, in JupyterHub's terms:
 Everything above but the container is the backend-neutral core (:mod:`.core`,
 :mod:`.adoption`); this module supplies the container: ``create_container`` with the slice's
 device request and labels (:meth:`GPUDockerSpawner._attach_slice`), DockerSpawner's start and
-removal, and (:mod:`.recovery`, :mod:`.labguard`) the container checks and the reconcile's
+removal (what it shares with the Swarm backend: :mod:`.backendbase`), and (:mod:`.recovery`, :mod:`.labguard`) the container checks and the reconcile's
 listing and removal of this lab's labelled containers. Only containers: a Swarm service
 (``SwarmSpawner``'s ``create_service``) would get no slice, so such a class is refused.
 """
@@ -41,10 +41,10 @@ from ..lab.profile import Profile
 from ..lab.traits import ChoiceEnum
 from ..ledger import aio
 from . import container as ct
+from .backendbase import EngineBackend
 from .core import SliceSpawnerCore
 from .formmixin import ProfileFormMixin
 from .hardenmixin import HardeningMixin
-from .imagegate import EngineImageLabels
 from .labguard import LabGuardMixin
 from .labobject import LabObject
 from .recovery import RecoveryMixin
@@ -56,7 +56,7 @@ class GPUDockerSpawner(
     RecoveryMixin,
     LabGuardMixin,
     HardeningMixin,
-    EngineImageLabels,
+    EngineBackend,
     SliceSpawnerCore,
     DockerSpawner,
 ):
@@ -128,14 +128,6 @@ class GPUDockerSpawner(
         self._emit(50, f"Creating container {self.object_name}")
         return await super(SliceSpawnerCore, self).start()  # DockerSpawner's, which the core wraps
 
-    async def _discard_object(self) -> None:
-        if self.object_id:
-            try:
-                await self.remove_object()
-            except Exception:
-                self.log.warning("Could not remove the container of a failed start", exc_info=True)
-            self.object_id = ""
-
     def _start_refusal(self, e: BaseException) -> SpawnRefused | None:
         if not ct.is_gpu_runtime_missing(str(e)):
             return None
@@ -197,16 +189,4 @@ class GPUDockerSpawner(
         if (profile is not None and profile.shm_size) or not host_config.get("ShmSize"):
             # a profile's size, else the lab's; an admin's extra_host_config shm_size stays
             host_config["ShmSize"] = self._shm_bytes()
-        kwargs["labels"] = {
-            **(kwargs.get("labels") or {}),
-            **ct.labels(
-                allocation_id=self.allocation_id,
-                user=self.user.name,
-                server_name=self.name or "",
-                profile=self.profile_slug,
-                slice_id=s.id if s else None,
-                node=rt.lab.node,
-                lab=rt.identity.uuid,
-                lab_name=rt.identity.name,
-            ),
-        }
+        kwargs["labels"] = {**(kwargs.get("labels") or {}), **self._lab_labels(s, rt.lab.node)}

@@ -38,10 +38,10 @@ from ..errors import SpawnRefused
 from ..lab.profile import Profile
 from . import container as ct
 from . import swarmspec, swarmtasks
+from .backendbase import EngineBackend
 from .core import SliceSpawnerCore
 from .formmixin import ProfileFormMixin
 from .hardenmixin import HardeningMixin
-from .imagegate import EngineImageLabels
 from .labguard import LabGuardMixin
 from .labobject import LabObject
 from .recovery import RecoveryMixin
@@ -67,14 +67,6 @@ class SwarmObjects:
         where = f" on node {s.node}" if s is not None else ""
         self._emit(50, f"Creating service {self.object_name}{where}")
         return await super(SliceSpawnerCore, self).start()  # DockerSpawner's: create, start
-
-    async def _discard_object(self) -> None:
-        if self.object_id:
-            try:
-                await self._remove_object(self.object_id)
-            except Exception:
-                self.log.warning("Could not remove the service of a failed start", exc_info=True)
-            self.object_id = ""
 
     async def _remove_object(self, object_id: str) -> None:
         """Remove a service (its task's container goes with it; gone already: done)."""
@@ -104,7 +96,6 @@ class SwarmObjects:
     def _attach_slice(self, create_kwargs: dict, s) -> None:
         """Pin ``create_kwargs`` (a ``create_service`` request) to slice ``s``'s node (a CPU
         server: off the nodes out of service), and label it with this server's allocation."""
-        rt = self.runtime()
         template = create_kwargs["task_template"]
         env = template["ContainerSpec"].get("Env") or []
         want = ct.slice_env(s, mps=self.mps)["NVIDIA_VISIBLE_DEVICES"]
@@ -114,16 +105,7 @@ class SwarmObjects:
         placement["Constraints"] = swarmspec.constraints_for(
             self._pin, self._avoid, placement.get("Constraints") or ()
         )
-        labels = ct.labels(
-            allocation_id=self.allocation_id,
-            user=self.user.name,
-            server_name=self.name or "",
-            profile=self.profile_slug,
-            slice_id=s.id if s else None,
-            node=s.node if s else "",
-            lab=rt.identity.uuid,
-            lab_name=rt.identity.name,
-        )
+        labels = self._lab_labels(s, s.node if s else "")
         create_kwargs["labels"] = {**(create_kwargs.get("labels") or {}), **labels}
         template["ContainerSpec"]["Labels"] = {
             **(template["ContainerSpec"].get("Labels") or {}),
@@ -158,7 +140,7 @@ class GPUSwarmSpawner(
     RecoveryMixin,
     LabGuardMixin,
     HardeningMixin,
-    EngineImageLabels,
+    EngineBackend,
     SliceSpawnerCore,
     SwarmService,
     SwarmSpawner,
@@ -174,6 +156,16 @@ class GPUSwarmSpawner(
         help="""Where the hub reaches each node's published ports, by node name, where that is
         not the address the node joined the Swarm with (``docker node inspect … Status.Addr``).
         ``c.GPUSwarmSpawner.node_addresses = {"gpu2": "10.0.0.12"}``""",
+    )
+
+    node_engines = Dict(
+        Unicode(),
+        config=True,
+        help="""Each node's own Docker engine, by node name (``{node: Docker URL}``), for what only
+        a node can do: run a command in a course server's container (Distribute, the content
+        status) and read and write the volumes it holds (Collect, Return). Empty: only the
+        manager's engine is asked (a one-node Swarm). TLS as ``c.DockerSpawner.tls_config``.
+        ``c.GPUSwarmSpawner.node_engines = {"gpu2": "tcp://10.0.0.12:2376"}``""",
     )
 
     volume_driver = Unicode(

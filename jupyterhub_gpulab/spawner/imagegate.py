@@ -2,16 +2,13 @@
 and the environment gpulab gives every server besides its slice's.
 
 A backend may supply :meth:`ImageMixin._image_labels` (the backends on a Docker engine read
-``docker image inspect``: :class:`EngineImageLabels`; on a Swarm, the manager's copy); the core
+``docker image inspect``: :class:`~.backendbase.EngineBackend`; on a Swarm, the manager's copy); the core
 then narrows every claim to the GPUs the image can run on (:mod:`..lab.images`: CUDA major,
 minimum driver and compute capability from its labels).
 """
 
 from __future__ import annotations
 
-import time
-
-from docker.errors import ImageNotFound
 from traitlets import HasTraits, Unicode
 
 from ..errors import SpawnRefused
@@ -57,27 +54,3 @@ class ImageMixin(HasTraits):
     def gpulab_env(self) -> dict[str, str]:
         """Environment gpulab gives every server besides its slice's: ``GPULAB_API_URL``."""
         return {"GPULAB_API_URL": self.service_api_url} if self.service_api_url else {}
-
-
-class EngineImageLabels:
-    """``_image_labels`` from the backend's Docker engine (its ``docker()`` seam); mixed in
-    before the core by the Docker and the Swarm backends."""
-
-    #: ``{image: (read at, labels)}``: image labels change only with a rebuild, and the form
-    #: asks for every profile's at each render.
-    _label_cache: dict[str, tuple[float, dict | None]] = {}
-    LABEL_CACHE_S = 30
-
-    async def _image_labels(self, image: str) -> dict | None:
-        """The image's labels from the engine (``docker image inspect``), cached 30 s; ``None``
-        for an image not on the host (it may be pulled at create: needs nothing then)."""
-        hit = self._label_cache.get(image)
-        if hit and time.monotonic() - hit[0] < self.LABEL_CACHE_S:
-            return hit[1]
-        try:
-            info = await self.docker("inspect_image", image)
-            labels = dict((info.get("Config") or {}).get("Labels") or {})
-        except ImageNotFound:
-            labels = None
-        self._label_cache[image] = (time.monotonic(), labels)
-        return labels

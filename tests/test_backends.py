@@ -1,0 +1,120 @@
+"""The engine seam's contracts (backends/, spawner/backendbase.py): a spawner on the core without
+any one method ``start()`` needs is refused when defined, naming it; an engine backend without
+any one word of the vocabulary is refused likewise; the Docker and Swarm spawners share one base
+and one backend object answers for each lab's configuration."""
+
+from __future__ import annotations
+
+import pytest
+from dockerspawner import DockerSpawner
+from traitlets.config import Config
+
+from jupyterhub_gpulab.backends import Backend, backend_for
+from jupyterhub_gpulab.backends.base import VOCABULARY
+from jupyterhub_gpulab.backends.dockerengine import DockerBackend
+from jupyterhub_gpulab.backends.swarmengine import SwarmBackend
+from jupyterhub_gpulab.spawner import GPUDockerSpawner
+from jupyterhub_gpulab.spawner.backendbase import EngineBackend
+from jupyterhub_gpulab.spawner.core import SliceSpawnerCore
+from jupyterhub_gpulab.spawner.gpuswarm import GPUSwarmSpawner
+
+#: What the core's start() calls on its backend (spawner/core.py's docstring), written out here
+#: so that dropping one from the core's check fails this test.
+START_NEEDS = (
+    "_attach_slice",
+    "_start_object",
+    "_discard_object",
+    "_list_lab_objects",
+    "_remove_object",
+)
+
+
+def _impl(name):
+    if name == "_attach_slice":
+        return lambda self, create_kwargs, s: None
+
+    async def method(self, *args):
+        return []
+
+    return method
+
+
+@pytest.mark.parametrize("left_out", START_NEEDS)
+def test_a_spawner_backend_without_any_one_method_start_needs_is_refused_naming_it(left_out):
+    body = {m: _impl(m) for m in START_NEEDS if m != left_out}
+    with pytest.raises(TypeError, match=rf"without a backend for {left_out}: .*no GPU slice"):
+        type("Partial", (SliceSpawnerCore, DockerSpawner), body)
+    # with it, the same class is accepted
+    full = type("Full", (SliceSpawnerCore, DockerSpawner), {**body, left_out: _impl(left_out)})
+    assert issubclass(full, SliceSpawnerCore)
+
+
+@pytest.mark.parametrize("left_out", VOCABULARY)
+def test_an_engine_backend_without_any_one_word_of_the_vocabulary_is_refused(left_out):
+    body = {m: (lambda self, *a, **k: None) for m in VOCABULARY if m != left_out}
+    with pytest.raises(TypeError, match=rf"is a backend without {left_out}$"):
+        type("Partial", (Backend,), body)
+
+
+def test_the_vocabulary_names_what_courses_the_cli_and_the_probes_ask():
+    # courses: servers, exec_run, get_file, storage, run_once; image labels; the network probe;
+    # the CLI's survey of the engine's containers
+    for word in ("servers", "exec_run", "get_file", "storage", "run_once", "image_labels"):
+        assert word in VOCABULARY
+    for word in ("gateway", "containers", "inspect_container", "info"):
+        assert word in VOCABULARY
+
+
+def test_the_docker_and_swarm_spawners_share_one_base_for_discard_labels_and_image_labels():
+    for name in ("_discard_object", "_lab_labels", "_image_labels", "lab_backend"):
+        assert getattr(GPUDockerSpawner, name) is getattr(EngineBackend, name), name
+        assert getattr(GPUSwarmSpawner, name) is getattr(EngineBackend, name), name
+
+
+def test_the_lab_backend_follows_the_spawner_class_and_its_network_and_asks_nothing_when_made():
+    c = Config()
+    c.DockerSpawner.network_name = "gpulab-net"
+    c.DockerSpawner.client_kwargs = {"base_url": "unix:///nonexistent/docker.sock"}
+    docker_backend = backend_for(c)
+    assert isinstance(docker_backend, DockerBackend)
+    assert docker_backend.network == "gpulab-net"
+
+    s = Config()
+    s.JupyterHub.spawner_class = "gpulab-swarm"
+    s.GPUSwarmSpawner.node_engines = {"n1": "unix:///nonexistent/n1.sock"}
+    swarm = backend_for(s)
+    assert isinstance(swarm, SwarmBackend)
+    assert set(swarm.nodes) == {"n1"}
+
+
+def _unreachable():
+    from jupyterhub_gpulab.backends.dockerengine import Engine, api_client
+
+    return DockerBackend(Engine(lambda: api_client("unix:///nonexistent/docker.sock")))
+
+
+def test_the_network_probe_and_the_image_reader_say_why_when_the_engine_does_not_answer():
+    from jupyterhub_gpulab.service.imageneeds import ImageNeeds
+    from jupyterhub_gpulab.spawner.network import bridge_gateway
+
+    assert bridge_gateway("bridge", default="10.9.9.9", backend=_unreachable()) == "10.9.9.9"
+    with pytest.raises(RuntimeError, match="network 'bridge'"):
+        bridge_gateway("bridge", backend=_unreachable())
+    assert ImageNeeds(_unreachable).labels("gpulab/anything:1") is None
+
+
+@pytest.mark.docker
+def test_the_image_reader_and_the_network_probe_ask_the_real_engine_through_the_backend():
+    import os
+
+    from e2e_support import require_docker
+
+    from jupyterhub_gpulab.service.imageneeds import ImageNeeds
+    from jupyterhub_gpulab.spawner.network import bridge_gateway
+
+    require_docker()
+    image = os.environ.get("GPULAB_TEST_LAB_IMAGE", "gpulab/singleuser:6.1.1-lab")
+    needs = ImageNeeds()
+    assert isinstance(needs.labels(image), dict)
+    assert needs.labels("gpulab/no-such-image:0") is None
+    assert bridge_gateway("bridge").count(".") == 3  # an IPv4 address on docker0
