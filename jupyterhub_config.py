@@ -45,32 +45,29 @@ c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 3
 
 # --- Who logs in ---------------------------------------------------------------------------
-# ADMIN: use your campus SSO in production (README, "Campus single sign-on"); groups then come
-# from the provider's claims, e.g. for Keycloak:
-#   from jupyterhub_gpulab.auth.presets import configure_sso
-#   configure_sso(c, "keycloak", issuer="https://sso.example.edu/realms/campus",
-#                 client_id="jupyterhub", client_secret=os.environ["OIDC_CLIENT_SECRET"],
-#                 callback_url="https://hub.example.edu/hub/oauth_callback",
-#                 admin_groups=["gpu-admins"], refresh_age="5m")
+# ADMIN: use your campus SSO in production (docs: admin/sso); groups then come from the
+# provider's claims. configure(...) at the end of this file takes it, e.g. for Keycloak:
+#   sso = {"provider": "keycloak", "issuer": "https://sso.example.edu/realms/campus",
+#          "client_id": "jupyterhub", "client_secret": os.environ["OIDC_CLIENT_SECRET"],
+#          "callback_url": "https://hub.example.edu/hub/oauth_callback",
+#          "admin_groups": ["gpu-admins"], "refresh_age": "5m"}
 # and JUPYTERHUB_CRYPT_KEY in the hub's environment (openssl rand -hex 32).
 c.Authenticator.admin_users = {"admin"}
+sso = None
 if os.environ.get("GPULAB_DEMO_AUTH") == "oidc":
     # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh: the local provider of scripts/demo-idp.sh plays a
-    # Keycloak realm (its endpoints, "/students"-style group paths); any password. The same call
-    # as for a campus Keycloak, only the issuer differs.
-    from jupyterhub_gpulab.auth.presets import configure_sso
-
+    # Keycloak realm (its endpoints, "/students"-style group paths); any password. The same
+    # settings as for a campus Keycloak, only the issuer differs.
     _hub_url = f"http://{c.JupyterHub.ip}:{c.JupyterHub.port}"
-    configure_sso(
-        c,
-        "keycloak",
-        issuer=os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000/realms/campus"),
-        client_id=os.environ.get("GPULAB_IDP_CLIENT_ID", "jupyterhub"),
-        client_secret=os.environ.get("GPULAB_IDP_CLIENT_SECRET", "gpulab-demo-secret"),
-        callback_url=f"{_hub_url}/hub/oauth_callback",
-        admin_groups=["gpu-admins"],
-        refresh_age="1m",
-    )
+    sso = {
+        "provider": "keycloak",
+        "issuer": os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000/realms/campus"),
+        "client_id": os.environ.get("GPULAB_IDP_CLIENT_ID", "jupyterhub"),
+        "client_secret": os.environ.get("GPULAB_IDP_CLIENT_SECRET", "gpulab-demo-secret"),
+        "callback_url": f"{_hub_url}/hub/oauth_callback",
+        "admin_groups": ["gpu-admins"],
+        "refresh_age": "1m",
+    }
 else:
     # The demo accepts any username with any password; "admin" is a JupyterHub admin.
     c.JupyterHub.authenticator_class = "dummy"
@@ -256,20 +253,9 @@ c.GPULab.default_policy = {"profiles": ["tensorflow-seat", "cpu"], "max_slices_p
 # c.GPULab.term_end = "2026-12-19"
 
 # --- The gpulab service: admin page, user page, JSON API ----------------------------------
-# Runs as a hub-managed service at /services/gpulab/ (user page: /services/gpulab/me). It reads
-# this same file and the same ledger; spawns keep working while it is down. JupyterHub admins
-# hold custom:gpulab:admin; ADMIN: name groups for more admins and for read-only viewers.
-from jupyterhub_gpulab.hub.hubconfig import configure_service  # noqa: E402
-
-configure_service(
-    c,
-    config_file=os.path.abspath(__file__),
-    # on the containers' network like the hub's API: servers read their slice and GPU-hours
-    # here (JupyterLab's status bar); the proxy routes /services/gpulab/ to it for browsers
-    url=os.environ.get("GPULAB_SERVICE_URL", f"http://{hub_ip}:10101"),
-    admin_groups=["gpu-admins"],
-    reader_groups=["instructors"],
-)
+# Runs as a hub-managed service at /services/gpulab/ (user page: /services/gpulab/me), set up by
+# configure(...) at the end of this file. It reads this same file and the same ledger; spawns
+# keep working while it is down. Its cookie secret is written when it (or the hub) first starts.
 c.GPULabService.cookie_secret_file = f"{state_dir}/gpulab_cookie_secret"
 # The GPU-aware culler (README, "Fair use"). ADMIN: try new timeouts with cull_dry_run = True.
 if demo:
@@ -301,15 +287,26 @@ if demo:
             "assignments": [{"name": "hw1", "due": "2030-01-15T23:59"}],
         }
     ]
-from jupyterhub_gpulab.courses.hubhook import configure_courses  # noqa: E402
-
-configure_courses(c)  # after configure_service: course servers, staff roles, pre-start tokens
-
-# Metrics (README, "Metrics"): Prometheus scrapes /hub/metrics and /services/gpulab/metrics with
-# this token; dcgm-exporter, run with --hpc-job-mapping-dir on the same folder, names each GPU's
-# holder.
-if os.environ.get("GPULAB_PROMETHEUS_TOKEN"):
-    from jupyterhub_gpulab.hub.hubconfig import configure_prometheus
-
-    configure_prometheus(c, api_token=os.environ["GPULAB_PROMETHEUS_TOKEN"])
+# dcgm-exporter, run with --hpc-job-mapping-dir on this folder, names each GPU's holder.
 c.GPULab.dcgm_job_mapping_dir = os.environ.get("GPULAB_DCGM_JOB_MAP", "")
+
+# --- One call: sign-on, the service, metrics, courses -----------------------------------------
+# In that order, and with no I/O here (this file also runs in the service and in `gpulab`): the
+# courses' staff roles and pre-start tokens are made when the hub starts, from the ledger and
+# the service's cookie secret. JupyterHub admins hold custom:gpulab:admin; ADMIN: name groups for
+# more admins and for read-only viewers.
+from jupyterhub_gpulab import configure  # noqa: E402
+
+configure(
+    c,
+    config_file=__file__,
+    # on the containers' network like the hub's API: servers read their slice and GPU-hours
+    # here (JupyterLab's status bar); the proxy routes /services/gpulab/ to it for browsers
+    url=os.environ.get("GPULAB_SERVICE_URL", f"http://{hub_ip}:10101"),
+    admin_groups=["gpu-admins"],
+    reader_groups=["instructors"],
+    sso=sso,
+    # Prometheus scrapes /hub/metrics and /services/gpulab/metrics with this token (docs:
+    # admin/metrics); none: no Prometheus service
+    prometheus_token=os.environ.get("GPULAB_PROMETHEUS_TOKEN"),
+)
