@@ -77,6 +77,11 @@ def test_every_setting_of_every_configurable_is_in_the_reference(site):
         assert own, cls
         for name in own:
             assert f"{cls.__name__}.{name}" in page, f"c.{cls.__name__}.{name} is not documented"
+    # the one call, with its keywords (autodoc of its signature and docstring)
+    text = " ".join(_text(site / "reference" / "configuration.html").split())
+    assert "jupyterhub_gpulab.hub.wiring. configure (" in text
+    for keyword in ("prometheus_token", "reader_groups", "api_token"):
+        assert f"{keyword} :" in text or f"{keyword} =" in text, keyword
     # a trait's help= text is the reference's text
     first = " ".join(GPULab.class_traits()["db_url"].help.split())[:60]
     assert first in " ".join(_text(site / "reference" / "configuration.html").split())

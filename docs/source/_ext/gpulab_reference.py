@@ -84,6 +84,14 @@ def configuration_page() -> str:
         "references). Set them in `jupyterhub_config.py` as `c.<Class>.<trait> = …`; "
         "`gpulab check-config -f jupyterhub_config.py` checks them.\n",
     ]
+    out += [
+        "## The one call: `jupyterhub_gpulab.configure`\n",
+        "```{eval-rst}",
+        ".. autofunction:: jupyterhub_gpulab.hub.wiring.configure",
+        "   :noindex:",
+        "```",
+        "",
+    ]
     for heading, path, where, upstream in CONFIGURABLES:
         module, name = path.rsplit(".", 1)
         cls = getattr(importlib.import_module(module), name)
