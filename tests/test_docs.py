@@ -123,19 +123,45 @@ def test_every_metric_is_in_the_reference(site):
         assert name in page, name
 
 
-def test_a_broken_internal_link_fails_the_build(tmp_path):
-    """The check itself: a page linking to a page that does not exist does not build."""
+def _copy(to: Path) -> Path:
+    """A copy of the site's source in ``to``/docs/source, beside a copy of the README it
+    includes; its generator looks for screenshots in ``to``/test-artifacts."""
     import shutil
 
-    source = tmp_path / "docs" / "source"  # beside a copy of the README the site includes
+    source = to / "docs" / "source"
     shutil.copytree(SOURCE, source, ignore=shutil.ignore_patterns("_generated"))
-    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    shutil.copy(REPO / "README.md", to / "README.md")
+    return source
+
+
+def test_a_broken_internal_link_fails_the_build(tmp_path):
+    """The check itself: a page linking to a page that does not exist does not build."""
+    source = _copy(tmp_path)
     (source / "student.md").write_text(
         (source / "student.md").read_text() + "\nSee [the missing page](no-such-page.md).\n"
     )
     done = _build(tmp_path / "out", source)
     assert done.returncode != 0
     assert "no-such-page" in done.stderr
+
+
+def test_the_browser_tests_screenshots_are_shown_in_the_student_guide(tmp_path):
+    import zlib
+    from struct import pack
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return pack(">I", len(data)) + kind + data + pack(">I", zlib.crc32(kind + data))
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b"")
+    (tmp_path / "test-artifacts").mkdir()
+    (tmp_path / "test-artifacts" / "user-page.png").write_bytes(png)  # as save_screenshot does
+    source = _copy(tmp_path)
+    done = _build(tmp_path / "out", source)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "out" / "student.html").read_text()
+    assert 'src="_images/user-page.png"' in page and "No screenshots in this build" not in page
+    assert (tmp_path / "out" / "_images" / "user-page.png").read_bytes() == png
 
 
 def test_the_readme_is_short_and_points_into_the_site():
