@@ -9,6 +9,14 @@
 # Check it: gpulab check-config -f jupyterhub_config.py
 #
 # Settings an admin changes are marked ADMIN. Environment variables override a few for the demo.
+# The walk, top to bottom (each setting: the docs' configuration reference):
+#   1. the hub and its proxy        where it listens, its state, restarts that keep servers
+#   2. who logs in                  the demo's any-password login, or campus SSO (passed to 7)
+#   3. the spawner                  images, homes, /dev/shm, container limits
+#   4. the GPU lab                  the inventory (NVML, or the declared demo lab), profiles, quotas
+#   5. the gpulab service           its cookie secret and the GPU-aware culler
+#   6. courses                      the demo course, declared here
+#   7. one call, configure(...)     sign-on, the service, metrics and courses, in that order
 import os
 
 import jupyterhub
@@ -85,8 +93,8 @@ else:
 
 # --- The spawner -----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpulab"  # jupyterhub_gpulab.GPUDockerSpawner
-# ADMIN: the single-user images. images/build-image.sh builds them without a registry (README,
-# "Framework images"): gpulab/base (JupyterLab and the scientific stack), gpulab/pytorch and
+# ADMIN: the single-user images. images/build-image.sh builds them without a registry (docs:
+# admin guide, "Framework images"): gpulab/base (JupyterLab and the scientific stack), gpulab/pytorch and
 # gpulab/tensorflow on top, each in a "cpu" and a "cuda" variant. This host's variant is chosen
 # below (cuda where NVML sees GPUs); GPULAB_IMAGE puts one image on every profile instead.
 hub_version = jupyterhub.__version__
@@ -257,7 +265,7 @@ c.GPULab.default_policy = {"profiles": ["tensorflow-seat", "cpu"], "max_slices_p
 # configure(...) at the end of this file. It reads this same file and the same ledger; spawns
 # keep working while it is down. Its cookie secret is written when it (or the hub) first starts.
 c.GPULabService.cookie_secret_file = f"{state_dir}/gpulab_cookie_secret"
-# The GPU-aware culler (README, "Fair use"). ADMIN: try new timeouts with cull_dry_run = True.
+# The GPU-aware culler (docs: admin guide, fair use). ADMIN: try new timeouts with cull_dry_run = True.
 if demo:
     # a pass every 20 s and warnings a minute ahead, so the demo's 3-minute timeout shows
     c.GPULabService.cull_every = "20s"
@@ -265,7 +273,8 @@ if demo:
 # else the defaults: a pass every minute, warnings 10 minutes ahead
 # c.GPULabService.cull_dry_run = True
 
-# Courses (README, "Courses"): admins create them on /services/gpulab/courses, staff run them
+# --- Courses ----------------------------------------------------------------------------------
+# Courses (docs: instructor guide): admins create them on /services/gpulab/courses, staff run them
 # from the course page. ADMIN: declare courses here too (c.GPULabCourses.courses = [{...}]).
 c.GPULabCourses.home_volume = home_volume
 c.GPULabCourses.course_volume = os.environ.get("GPULAB_COURSE_VOLUME", "gpulab-course-{slug}")
