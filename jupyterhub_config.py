@@ -9,6 +9,14 @@
 # Check it: gpulab check-config -f jupyterhub_config.py
 #
 # Settings an admin changes are marked ADMIN. Environment variables override a few for the demo.
+# The walk, top to bottom (each setting: the docs' configuration reference):
+#   1. the hub and its proxy        where it listens, its state, restarts that keep servers
+#   2. who logs in                  the demo's any-password login, or campus SSO (passed to 7)
+#   3. the spawner                  images, homes, /dev/shm, container limits
+#   4. the GPU lab                  the inventory (NVML, or the declared demo lab), profiles, quotas
+#   5. the gpulab service           its cookie secret and the GPU-aware culler
+#   6. courses                      the demo course, declared here
+#   7. one call, configure(...)     sign-on, the service, metrics and courses, in that order
 import os
 
 import jupyterhub
@@ -45,32 +53,29 @@ c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 3
 
 # --- Who logs in ---------------------------------------------------------------------------
-# ADMIN: use your campus SSO in production (README, "Campus single sign-on"); groups then come
-# from the provider's claims, e.g. for Keycloak:
-#   from jupyterhub_gpulab.auth.presets import configure_sso
-#   configure_sso(c, "keycloak", issuer="https://sso.example.edu/realms/campus",
-#                 client_id="jupyterhub", client_secret=os.environ["OIDC_CLIENT_SECRET"],
-#                 callback_url="https://hub.example.edu/hub/oauth_callback",
-#                 admin_groups=["gpu-admins"], refresh_age="5m")
+# ADMIN: use your campus SSO in production (docs: admin/sso); groups then come from the
+# provider's claims. configure(...) at the end of this file takes it, e.g. for Keycloak:
+#   sso = {"provider": "keycloak", "issuer": "https://sso.example.edu/realms/campus",
+#          "client_id": "jupyterhub", "client_secret": os.environ["OIDC_CLIENT_SECRET"],
+#          "callback_url": "https://hub.example.edu/hub/oauth_callback",
+#          "admin_groups": ["gpu-admins"], "refresh_age": "5m"}
 # and JUPYTERHUB_CRYPT_KEY in the hub's environment (openssl rand -hex 32).
 c.Authenticator.admin_users = {"admin"}
+sso = None
 if os.environ.get("GPULAB_DEMO_AUTH") == "oidc":
     # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh: the local provider of scripts/demo-idp.sh plays a
-    # Keycloak realm (its endpoints, "/students"-style group paths); any password. The same call
-    # as for a campus Keycloak, only the issuer differs.
-    from jupyterhub_gpulab.auth.presets import configure_sso
-
+    # Keycloak realm (its endpoints, "/students"-style group paths); any password. The same
+    # settings as for a campus Keycloak, only the issuer differs.
     _hub_url = f"http://{c.JupyterHub.ip}:{c.JupyterHub.port}"
-    configure_sso(
-        c,
-        "keycloak",
-        issuer=os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000/realms/campus"),
-        client_id=os.environ.get("GPULAB_IDP_CLIENT_ID", "jupyterhub"),
-        client_secret=os.environ.get("GPULAB_IDP_CLIENT_SECRET", "gpulab-demo-secret"),
-        callback_url=f"{_hub_url}/hub/oauth_callback",
-        admin_groups=["gpu-admins"],
-        refresh_age="1m",
-    )
+    sso = {
+        "provider": "keycloak",
+        "issuer": os.environ.get("GPULAB_IDP_ISSUER", "http://127.0.0.1:9000/realms/campus"),
+        "client_id": os.environ.get("GPULAB_IDP_CLIENT_ID", "jupyterhub"),
+        "client_secret": os.environ.get("GPULAB_IDP_CLIENT_SECRET", "gpulab-demo-secret"),
+        "callback_url": f"{_hub_url}/hub/oauth_callback",
+        "admin_groups": ["gpu-admins"],
+        "refresh_age": "1m",
+    }
 else:
     # The demo accepts any username with any password; "admin" is a JupyterHub admin.
     c.JupyterHub.authenticator_class = "dummy"
@@ -88,8 +93,8 @@ else:
 
 # --- The spawner -----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpulab"  # jupyterhub_gpulab.GPUDockerSpawner
-# ADMIN: the single-user images. images/build-image.sh builds them without a registry (README,
-# "Framework images"): gpulab/base (JupyterLab and the scientific stack), gpulab/pytorch and
+# ADMIN: the single-user images. images/build-image.sh builds them without a registry (docs:
+# admin guide, "Framework images"): gpulab/base (JupyterLab and the scientific stack), gpulab/pytorch and
 # gpulab/tensorflow on top, each in a "cpu" and a "cuda" variant. This host's variant is chosen
 # below (cuda where NVML sees GPUs); GPULAB_IMAGE puts one image on every profile instead.
 hub_version = jupyterhub.__version__
@@ -256,22 +261,11 @@ c.GPULab.default_policy = {"profiles": ["tensorflow-seat", "cpu"], "max_slices_p
 # c.GPULab.term_end = "2026-12-19"
 
 # --- The gpulab service: admin page, user page, JSON API ----------------------------------
-# Runs as a hub-managed service at /services/gpulab/ (user page: /services/gpulab/me). It reads
-# this same file and the same ledger; spawns keep working while it is down. JupyterHub admins
-# hold custom:gpulab:admin; ADMIN: name groups for more admins and for read-only viewers.
-from jupyterhub_gpulab.hub.hubconfig import configure_service  # noqa: E402
-
-configure_service(
-    c,
-    config_file=os.path.abspath(__file__),
-    # on the containers' network like the hub's API: servers read their slice and GPU-hours
-    # here (JupyterLab's status bar); the proxy routes /services/gpulab/ to it for browsers
-    url=os.environ.get("GPULAB_SERVICE_URL", f"http://{hub_ip}:10101"),
-    admin_groups=["gpu-admins"],
-    reader_groups=["instructors"],
-)
+# Runs as a hub-managed service at /services/gpulab/ (user page: /services/gpulab/me), set up by
+# configure(...) at the end of this file. It reads this same file and the same ledger; spawns
+# keep working while it is down. Its cookie secret is written when it (or the hub) first starts.
 c.GPULabService.cookie_secret_file = f"{state_dir}/gpulab_cookie_secret"
-# The GPU-aware culler (README, "Fair use"). ADMIN: try new timeouts with cull_dry_run = True.
+# The GPU-aware culler (docs: admin guide, fair use). ADMIN: try new timeouts with cull_dry_run = True.
 if demo:
     # a pass every 20 s and warnings a minute ahead, so the demo's 3-minute timeout shows
     c.GPULabService.cull_every = "20s"
@@ -279,7 +273,8 @@ if demo:
 # else the defaults: a pass every minute, warnings 10 minutes ahead
 # c.GPULabService.cull_dry_run = True
 
-# Courses (README, "Courses"): admins create them on /services/gpulab/courses, staff run them
+# --- Courses ----------------------------------------------------------------------------------
+# Courses (docs: instructor guide): admins create them on /services/gpulab/courses, staff run them
 # from the course page. ADMIN: declare courses here too (c.GPULabCourses.courses = [{...}]).
 c.GPULabCourses.home_volume = home_volume
 c.GPULabCourses.course_volume = os.environ.get("GPULAB_COURSE_VOLUME", "gpulab-course-{slug}")
@@ -301,15 +296,26 @@ if demo:
             "assignments": [{"name": "hw1", "due": "2030-01-15T23:59"}],
         }
     ]
-from jupyterhub_gpulab.courses.hubhook import configure_courses  # noqa: E402
-
-configure_courses(c)  # after configure_service: course servers, staff roles, pre-start tokens
-
-# Metrics (README, "Metrics"): Prometheus scrapes /hub/metrics and /services/gpulab/metrics with
-# this token; dcgm-exporter, run with --hpc-job-mapping-dir on the same folder, names each GPU's
-# holder.
-if os.environ.get("GPULAB_PROMETHEUS_TOKEN"):
-    from jupyterhub_gpulab.hub.hubconfig import configure_prometheus
-
-    configure_prometheus(c, api_token=os.environ["GPULAB_PROMETHEUS_TOKEN"])
+# dcgm-exporter, run with --hpc-job-mapping-dir on this folder, names each GPU's holder.
 c.GPULab.dcgm_job_mapping_dir = os.environ.get("GPULAB_DCGM_JOB_MAP", "")
+
+# --- One call: sign-on, the service, metrics, courses -----------------------------------------
+# In that order, and with no I/O here (this file also runs in the service and in `gpulab`): the
+# courses' staff roles and pre-start tokens are made when the hub starts, from the ledger and
+# the service's cookie secret. JupyterHub admins hold custom:gpulab:admin; ADMIN: name groups for
+# more admins and for read-only viewers.
+from jupyterhub_gpulab import configure  # noqa: E402
+
+configure(
+    c,
+    config_file=__file__,
+    # on the containers' network like the hub's API: servers read their slice and GPU-hours
+    # here (JupyterLab's status bar); the proxy routes /services/gpulab/ to it for browsers
+    url=os.environ.get("GPULAB_SERVICE_URL", f"http://{hub_ip}:10101"),
+    admin_groups=["gpu-admins"],
+    reader_groups=["instructors"],
+    sso=sso,
+    # Prometheus scrapes /hub/metrics and /services/gpulab/metrics with this token (docs:
+    # admin/metrics); none: no Prometheus service
+    prometheus_token=os.environ.get("GPULAB_PROMETHEUS_TOKEN"),
+)

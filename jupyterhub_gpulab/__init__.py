@@ -2,7 +2,7 @@
 
 from ._version import __version__
 
-__all__ = ["__version__", "GPUDockerSpawner"]
+__all__ = ["__version__", "GPUDockerSpawner", "configure"]
 
 
 def __getattr__(name: str):
@@ -12,4 +12,8 @@ def __getattr__(name: str):
         from .spawner import GPUDockerSpawner
 
         return GPUDockerSpawner
+    if name == "configure":  # jupyterhub_config.py's one call (hub/wiring.py)
+        from .hub.wiring import configure
+
+        return configure
     raise AttributeError(name)

@@ -49,7 +49,7 @@ class NodeAgent(Application):
     version = __version__
     description = """Report this node's GPUs (NVML) and their utilisation to the gpulab service,
     with the node's token. Run one on every GPU node of a lab of several nodes: a systemd unit or
-    a Docker Swarm global service (README, "Many GPU servers")."""
+    a Docker Swarm global service (docs: admin guide, "Many GPU servers")."""
     examples = """
     gpulab node-agent --url https://hub.example.edu/services/gpulab/ --node gpu2 --token-file /etc/gpulab/node-token
     """

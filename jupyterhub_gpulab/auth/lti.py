@@ -20,7 +20,7 @@ class adds the groups (``manage_groups`` on: the launch owns them):
 The launch then lands on the user's **course server**: ``/hub/spawn/<user>/<course group>`` (a
 named server named after the course; needs ``c.JupyterHub.allow_named_servers``), unless the
 launch's ``target_link_uri`` names another page (``…/hub/…?next=/hub/home``), or
-``land_on_course_server`` is off. LMS-side registration: README, "LTI 1.3".
+``land_on_course_server`` is off. LMS-side registration: the docs' admin guide, "LTI 1.3".
 """
 
 from __future__ import annotations

@@ -127,7 +127,8 @@ def configure_sso(
     username_claim: str | None = None,
     scope=None,
 ) -> None:
-    """Set ``c`` (the hub's config) up for ``provider`` (a key of :data:`PRESETS`).
+    """Set ``c`` (the hub's config) up for ``provider`` (a key of :data:`PRESETS`). Deprecated in
+    ``jupyterhub_config.py``: ``jupyterhub_gpulab.configure(c, …, sso={"provider": …, …})``.
 
     ``refresh_age``: seconds or ``"5m"``, how old a user's groups may get before the next
     request re-reads them from the provider (``c.Authenticator.auth_refresh_age``).

@@ -231,7 +231,9 @@ def make_pre_spawn_hook(db_url: str, settings, before=None):
 
 def configure_courses(c, *, service: str = "gpulab") -> None:
     """Add the course hook, roles and pre-start services to JupyterHub config ``c`` (module
-    docstring). Call it after ``configure_service`` and after ``c.GPULabCourses.courses``."""
+    docstring). Call it after ``configure_service`` and after ``c.GPULabCourses.courses``.
+    Deprecated in ``jupyterhub_config.py``: ``jupyterhub_gpulab.configure`` adds the same at the
+    hub's start (``hub/wiring.py``), with no ledger or secret read at config load."""
     from ..hub.hubconfig import config_value
     from ..lab.config import GPULab
     from .config import GPULabCourses

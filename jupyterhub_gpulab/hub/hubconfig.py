@@ -105,7 +105,8 @@ def configure_service(
     managed: bool = True,
     api_token: str | None = None,
 ) -> None:
-    """Add the gpulab service, its scopes and roles to JupyterHub config ``c``.
+    """Add the gpulab service, its scopes and roles to JupyterHub config ``c``. Deprecated in
+    ``jupyterhub_config.py``: call ``jupyterhub_gpulab.configure`` (which calls this).
 
     - ``config_file``: the ``jupyterhub_config.py`` the service reads ``c.GPULab`` from (pass
       ``__file__`` from that file); made absolute here.
@@ -233,7 +234,8 @@ def configure_prometheus(
     ``/services/<service>/metrics`` with ``api_token`` (Prometheus's ``authorization:
     credentials``): a service ``name`` with no process and a role granting ``read:metrics``,
     ``custom:gpulab:metrics`` and access to the gpulab service. Call after
-    :func:`configure_service`.
+    :func:`configure_service`. Deprecated in ``jupyterhub_config.py``: ``jupyterhub_gpulab.
+    configure(c, …, prometheus_token=…)`` calls this.
 
     ``configure_prometheus(c, api_token=os.environ["GPULAB_PROMETHEUS_TOKEN"])``
     """

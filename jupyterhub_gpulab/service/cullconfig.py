@@ -101,6 +101,6 @@ class CullerTraits(LoggingConfigurable):
         help="""The hub's public address as the service reaches it (``"http://127.0.0.1:8000"``),
         used only to ask a server about busy kernels before stopping it for inactivity, and only
         when the service's token holds ``access:servers`` (``configure_service`` does not grant
-        it; see the README's "Fair use"). Empty: kernels are not read.
+        it; see the docs' admin guide, "Fair use"). Empty: kernels are not read.
         ``c.GPULabService.proxy_url = "http://127.0.0.1:8000"``""",
     )

@@ -101,8 +101,8 @@ class KernelProbe:
         self._allowed = KERNELS_SCOPE in scopes
         if not self._allowed:
             log.info(
-                "culler: not reading kernels: the service's token lacks %s (see the README's "
-                "'Fair use')",
+                "culler: not reading kernels: the service's token lacks %s (see the docs' "
+                "admin guide, 'Fair use')",
                 KERNELS_SCOPE,
             )
         return self._allowed

@@ -22,7 +22,7 @@ it). Errors are ``{"status": <code>, "message": "…"}``.
 
 from __future__ import annotations
 
-from ... import __version__
+from ..._version import __version__
 from ...fairuse.accounting import to_csv
 from .. import actions
 from . import inputs

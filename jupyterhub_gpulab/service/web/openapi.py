@@ -5,7 +5,7 @@ response an endpoint can give (its errors too) is listed with a concrete schema.
 
 from __future__ import annotations
 
-from ... import __version__
+from ..._version import __version__
 from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .apischemas import SCHEMAS
 from .apischemas import ref as _ref
