@@ -24,9 +24,11 @@ with :func:`.stock.idle_culler_stops`. The users are :mod:`.demand`'s model.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import random
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -78,6 +80,20 @@ class Live:
     def active(self, t: int) -> bool:
         """Activity as the hub counts it: an open tab or a running kernel."""
         return t < self.tab_until or self.busy(t)
+
+
+class InlineExecutor(ThreadPoolExecutor):
+    """The loop's executor for the term: ``ledger.aio.call``'s work runs at once in the loop's
+    thread (the same calls in the same order; a term has one actor at a time, and a thread hop
+    per ledger call would make the term's minute-by-minute loop wait on the GIL)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # noqa: BLE001 - handed to the awaiting caller
+            f.set_exception(err)
+        return f
 
 
 class Simulation:
@@ -309,6 +325,7 @@ class Simulation:
     async def run(self) -> dict:
         from .figures import figures
 
+        asyncio.get_running_loop().set_default_executor(InlineExecutor())
         end = self.weeks * 7 * 24 * 60
         for minute in range(end + 1):
             self.now = self._dt(minute)
