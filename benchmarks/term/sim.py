@@ -46,6 +46,7 @@ from jupyterhub_gpulab.service.web.queueapi import join_queue
 from jupyterhub_gpulab.spawner.runtime import LabRuntime
 
 from .demand import PATIENCE, RESEARCHERS, TERM_START, Intent, sections, student_runs
+from .figures import figures
 from .hubsim import SimHub, SimState, TermSpawner
 from .labs import NODE, UTC, LabSpec, gpulab_config, section_course
 from .stock import idle_culler_stops
@@ -323,8 +324,6 @@ class Simulation:
                 self._push(minute + 1, q)  # they see the banner and start within a minute
 
     async def run(self) -> dict:
-        from .figures import figures
-
         asyncio.get_running_loop().set_default_executor(InlineExecutor())
         end = self.weeks * 7 * 24 * 60
         for minute in range(end + 1):
