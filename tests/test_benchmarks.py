@@ -53,10 +53,23 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
 
 def test_semester_benchmark_runs_a_small_term():
     r = run_small("semester", 600)
-    has_keys(r, "class_served_within_1min_pct", "homework_intents_unserved_pct",
-             "research_wait_p90_min", "idle_held_pct", "students_per_gpu_ratio", "by_lab")  # fmt: skip
+    headline = ("class_served_within_1min_pct", "homework_intents_unserved_pct",
+                "research_wait_p50_min", "research_wait_p90_min", "idle_held_pct",
+                "culled_at_keyboard_pct", "budget_refusals", "preemptions")  # fmt: skip
+    has_keys(r, *headline, "students_per_gpu_ratio", "by_lab", "inputs", "settings")
+    for other in ("static", "plain_jupyterhub"):  # the same figures, same run
+        has_keys(r[other], *headline)
     assert r["double_allocations"] == 0
     assert r["lab"]["term_weeks"] == 1
+    # every input says where it comes from
+    assert r["inputs"] and all(v.startswith(("measured", "assumed")) for v in r["inputs"].values())
+    # the culler ran with the service's own defaults, not a window of the simulation's own
+    from jupyterhub_gpulab.service.app import GPULabService
+
+    service = GPULabService()
+    assert r["settings"] == pytest.approx({k: getattr(service, k) for k in r["settings"]})
+    # the stock idle culler never warns and gpulab's culler did: the labs really differ
+    assert r["by_lab"]["plain"]["warnings"] == 0 < r["by_lab"]["gpulab"]["warnings"]
 
 
 @pytest.mark.hub

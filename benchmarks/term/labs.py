@@ -1,0 +1,143 @@
+"""The labs of the term, as an admin configures them: ``c.GPULab`` traits loaded by the product's
+own :meth:`~jupyterhub_gpulab.lab.config.GPULab.load` and run by its
+:class:`~jupyterhub_gpulab.spawner.runtime.LabRuntime` (the hub's ledger and inventory sync),
+and each lab section as the course record an instructor writes (``courses.model``).
+
+The four labs, on the same demand (``semester.py`` runs every one):
+
+- ``static``: plain JupyterHub, one whole GPU per server, Zero to JupyterHub's idle culler
+  (``cull.timeout`` 3600 s, ``cull.every`` 600 s);
+- ``plain``: plain JupyterHub on gpulab's layout (the MIG slices a device plugin would offer:
+  students a ``1g.10gb``, researchers a whole GPU), ``jupyterhub-idle-culler``'s own defaults
+  (``--timeout`` 600 s, ``--cull-every`` 300 s);
+- ``today``: gpulab without courses: entitlement, GPU-hour budget, image needs, the claim, the
+  GPU-aware culler (the service's pass and defaults);
+- ``gpulab``: as ``today`` plus every section's reservation, the waitlist, and researchers'
+  priority with preemption on (``c.GPULabService.preemption = True``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta, timezone
+
+from jupyterhub_gpulab.courses.model import DAYS
+from jupyterhub_gpulab.courses.parse import parse_course
+from jupyterhub_gpulab.lab.config import GPULab
+from jupyterhub_gpulab.lab.images import LABEL_CUDA, LABEL_MIN_CC, LABEL_MIN_DRIVER
+
+from .demand import TERM_START
+
+IMG = "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-30"
+#: the image's gpulab labels (``image_labels`` in :data:`.data.INPUTS`)
+IMAGE_LABELS = {LABEL_CUDA: "12", LABEL_MIN_DRIVER: "525.60.13", LABEL_MIN_CC: "5.0"}
+#: a booking's lead, grace (minutes) and seats; ``--lead``/``--seats`` change them
+BOOKING = {"lead": 60, "grace": 10, "seats": 12}
+NODE = "gpu-host"
+
+PROFILES = [
+    {"slug": "student-1g", "display_name": "PyTorch (1g.10gb)", "image": IMG,
+     "slice": {"kind": "mig", "mig_profile": "1g.10gb"}, "idle_timeout": 3600,
+     "gpu_idle_timeout": 20 * 60, "max_age": 8 * 3600},
+    {"slug": "research-gpu", "display_name": "PyTorch (full H100)", "image": IMG,
+     "slice": {"kind": "gpu"}, "idle_timeout": 7200, "gpu_idle_timeout": 30 * 60,
+     "max_age": 72 * 3600},
+    {"slug": "static-gpu", "display_name": "Whole GPU (static lab)", "image": IMG,
+     "slice": {"kind": "gpu"}},
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """One lab: ``key`` (JSON), ``name``, ``stock`` (plain JupyterHub: ``(timeout_s,
+    cull_every_s)`` of its idle culler, else ``None``: gpulab's service culls), ``whole``
+    (every GPU whole), and gpulab's levers."""
+
+    key: str
+    name: str
+    stock: tuple[int, int] | None
+    whole: bool = False
+    reservations: bool = False
+    waitlist: bool = False
+    priority: bool = False
+
+    def profile_for(self, kind: str) -> str:
+        if self.whole:
+            return "static-gpu"
+        return "research-gpu" if kind == "research" else "student-1g"
+
+
+LABS = (
+    LabSpec("static", "static whole GPUs, Zero to JupyterHub's idle culler", (3600, 600), True),
+    LabSpec("plain", "plain JupyterHub on the same slices, stock idle culler", (600, 300)),
+    LabSpec("today", "gpulab: slices, budgets, GPU-aware culler", None),
+    LabSpec("gpulab", "gpulab + reservations + waitlist + priority", None, False, True, True,
+            True),
+)  # fmt: skip
+
+
+def _h100(i: int, mig: bool) -> dict:
+    d = {"uuid": f"GPU-{i:08d}-0000-4000-8000-0000000000{i:02d}", "index": i,
+         "name": "NVIDIA H100 80GB HBM3", "memory": "80GiB", "compute_capability": "9.0",
+         "driver_version": "570.86.15"}  # fmt: skip
+    if mig:
+        d["mig"] = [
+            {"uuid": f"MIG-{i:08d}-{j:04d}-4000-8000-000000000000", "profile": "1g.10gb"}
+            for j in range(7)
+        ]
+    return d
+
+
+def inventory(spec: LabSpec, mig_gpus: int, research_gpus: int) -> list[dict]:
+    n = mig_gpus + research_gpus
+    return [_h100(i, not spec.whole and i < mig_gpus) for i in range(n)]
+
+
+def group_policies(spec: LabSpec) -> dict:
+    if spec.stock is not None:  # plain JupyterHub: a profile list per group, nothing else
+        return {
+            "students": {"profiles": ["student-1g", "static-gpu"]},
+            "researchers": {"profiles": ["research-gpu", "static-gpu"]},
+        }
+    return {
+        "students": {
+            "profiles": ["student-1g"], "max_slices_per_user": 1,
+            "gpu_hours": 4, "period": "week", "preemptible": spec.priority,
+        },
+        "researchers": {
+            "profiles": ["research-gpu"], "max_slices_per_user": 1,
+            "priority": 10 if spec.priority else 0,
+        },
+    }  # fmt: skip
+
+
+def gpulab_config(spec: LabSpec, db_url: str, mig_gpus: int, research_gpus: int) -> GPULab:
+    """The lab's ``c.GPULab`` (declared inventory: the simulated H100s)."""
+    return GPULab(
+        db_url=db_url, node_name=NODE, inventory_source="declared",
+        inventory=inventory(spec, mig_gpus, research_gpus), profiles=PROFILES,
+        group_policies=group_policies(spec), lab_name=spec.key,
+    )  # fmt: skip
+
+
+def section_course(group: str, day: int, hour: int, weeks: int):
+    """A lab section as the course record an instructor writes: ``BOOKING["seats"]`` seats of
+    the student profile kept from ``BOOKING["lead"]`` minutes before each 2-hour session,
+    released ``BOOKING["grace"]`` minutes in; no pre-start (its students start their own
+    course servers, the named server ``<section>``, when they arrive)."""
+    first = TERM_START.date() + timedelta(days=day)
+    return parse_course(
+        {
+            "slug": group, "profiles": ["student-1g"], "prestart": False,
+            "reserve": BOOKING["seats"], "reserve_lead_minutes": BOOKING["lead"],
+            "grace_minutes": BOOKING["grace"],
+            "sessions": {"weekly": [{
+                "days": [DAYS[day]], "start": f"{hour:02d}:00", "end": f"{hour + 2:02d}:00",
+                "from": first.isoformat(),
+                "until": (first + timedelta(weeks=weeks - 1)).isoformat(),
+            }]},
+        }
+    )  # fmt: skip
+
+
+UTC = timezone.utc
