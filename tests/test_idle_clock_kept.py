@@ -34,7 +34,9 @@ def test_a_kept_clock_continues_after_a_restart():
 
 def test_a_kept_clock_from_before_the_servers_start_is_ignored():
     server, now = _server(T0 - timedelta(hours=1))  # another server's, on a reused id
-    assert gpu_idle_since(server, now, Settings(threshold_percent=5.0)) == T0 + timedelta(minutes=15)
+    assert gpu_idle_since(server, now, Settings(threshold_percent=5.0)) == T0 + timedelta(
+        minutes=15
+    )
 
 
 def test_migration_0009_adds_the_clocks_and_goes_back(tmp_path):

@@ -20,13 +20,13 @@ import logging
 from collections.abc import Callable
 
 from jupyterhub_gpulab.errors import SpawnRefused
+from jupyterhub_gpulab.hubapi.stopper import ServerStopper
 from jupyterhub_gpulab.lab.choice import choose
 from jupyterhub_gpulab.lab.images import requirements_from_labels
 from jupyterhub_gpulab.lab.policy import PolicyContext
 from jupyterhub_gpulab.lab.profiles import entitled_in
 from jupyterhub_gpulab.ledger import Claim
 from jupyterhub_gpulab.service.imageneeds import ImageNeeds
-from jupyterhub_gpulab.hubapi.stopper import ServerStopper
 from jupyterhub_gpulab.spawner.core import SliceSpawnerCore
 from jupyterhub_gpulab.spawner.reserve import ReservationMixin, _Asker
 
