@@ -35,6 +35,7 @@ __all__ = [
     "parse_mig_profile",
     "seat_problem",
     "seat_slices",
+    "tensor_memory",
     "vgpu_type_from_name",
     "whole_slice",
 ]
@@ -247,6 +248,27 @@ def footprint_problem(
         f"{device.name} {'needs' if settings.seats == 1 else 'need'} ~{format_bytes(need)} once each seat's CUDA context "
         f"(~{format_bytes(context_bytes)}) is counted; "
         + (fix or f"not even one seat fits beside its context, share {device.name} whole")
+    )
+
+
+def tensor_memory(kind: SliceKind | str, memory_bytes: int | None) -> str:
+    """What a slice's memory holds for tensors, the one sentence the pages and the status bar
+    show: a shared seat's cap is all for tensors and each CUDA process's context
+    (:data:`CUDA_CONTEXT_BYTES`) is outside it; a whole GPU or MIG instance holds the contexts
+    within its memory. ``"1 GiB for tensors; each CUDA process's context (~300 MiB) is
+    outside it"``. Raises ``ValueError`` for an unknown kind."""
+    kind = SliceKind(kind)
+    if not memory_bytes:
+        return "unknown"
+    context = format_bytes(CUDA_CONTEXT_BYTES)
+    if kind is SliceKind.SHARED:
+        return (
+            f"{format_bytes(memory_bytes)} for tensors; each CUDA process's context "
+            f"(~{context}) is outside it"
+        )
+    return (
+        f"{format_bytes(memory_bytes)}, of which each CUDA process's context takes ~{context}; "
+        "the rest holds tensors"
     )
 
 
