@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# build-image.sh [--force] [--refresh] [--variant cpu|cuda] IMAGE... — the framework images,
+# build-image.sh [--force] [--refresh] [--variant cpu|cuda|cuda12-legacy] IMAGE... — the framework images,
 # without a registry, from hash-checked lock files.
 #
 # IMAGE: base | pytorch | tensorflow | all (= all three). Tags (<v>: the hub's JupyterHub version):
 #   gpulab/base:<v>                 JupyterLab, numpy, pandas, matplotlib, scikit-learn, ipywidgets,
 #                                   nbgitpuller, jupyterlab-nvdashboard, gpulab's JupyterLab entry
 #   gpulab/pytorch:<v>-<variant>    base + torch (cpu: the 2.13.0+cpu wheel; cuda: PyPI's CUDA 13
-#                                   build with its nvidia-* wheels, and torchvision)
+#                                   build with its nvidia-* wheels, and torchvision; cuda12-legacy:
+#                                   PyPI's torch 2.7.1, a CUDA 12.6 build from sm_50, for GPUs
+#                                   before Turing such as a Tesla P40: see docs/pending/p40.md)
 #   gpulab/tensorflow:<v>-<variant> base + tensorflow-cpu (cpu) or tensorflow[and-cuda] (cuda,
 #                                   with LD_LIBRARY_PATH on its pip-installed CUDA libraries)
-# --variant (default cpu, or $GPULAB_IMAGE_VARIANT) picks the framework build; base has none.
+# --variant (default cpu, or $GPULAB_IMAGE_VARIANT) picks the framework build; base has none;
+# cuda12-legacy exists for pytorch only (images/locks/pytorch-cuda12-legacy.txt).
 #
 # How: the same path as build-singleuser.sh (no Dockerfile, no registry): a Debian bookworm
 # minbase rootfs (debootstrap, cached), a venv at /opt/venv owned by jovyan (students may `pip
@@ -43,7 +46,7 @@ while [ $# -gt 0 ]; do
         --variant) shift; variant=${1:-} ;;
         --variant=*) variant=${1#--variant=} ;;
         -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-        -*) die "unknown option $1 (use --force, --refresh, --variant cpu|cuda)" ;;
+        -*) die "unknown option $1 (use --force, --refresh, --variant cpu|cuda|cuda12-legacy)" ;;
         all) images+=(base pytorch tensorflow) ;;
         base|pytorch|tensorflow) images+=("$1") ;;
         *) die "unknown image '$1': use base, pytorch, tensorflow or all" ;;
@@ -51,7 +54,11 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ ${#images[@]} -gt 0 ] || die "name the images to build: base, pytorch, tensorflow or all"
-case "$variant" in cpu|cuda) ;; *) die "--variant must be cpu or cuda, not '$variant'" ;; esac
+case "$variant" in cpu|cuda|cuda12-legacy) ;; *) die "--variant must be cpu, cuda or cuda12-legacy, not '$variant'" ;; esac
+for img in "${images[@]}"; do
+    [ "$img" = base ] || [ -f "$HERE/locks/$img-$variant.txt" ] \
+        || die "no $variant variant of $img (no images/locks/$img-$variant.txt); cuda12-legacy is pytorch only"
+done
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot)"
 command -v debootstrap >/dev/null 2>&1 || die "debootstrap missing: apt-get install -y debootstrap"
 timeout 10 docker info >/dev/null 2>&1 || die "the Docker engine does not answer; run scripts/ensure-docker.sh"
@@ -207,19 +214,20 @@ import_image() { # IMAGE TAG LOCK [ENV...]
     )
     for e in "$@"; do changes+=(--change "ENV $e"); done
     local archs=()
-    if [ "$variant" = cuda ] && [ "$img" != base ]; then
-        # the lowest architecture the installed framework was compiled for (no GPU needed)
+    if [ "$variant" != cpu ] && [ "$img" != base ]; then
+        # what the installed framework says of its build (no GPU needed): its CUDA version
+        # (cuda=12.6) and architecture list, which the labels trust over the per-release tables
         read -r -a archs < <(in_chroot /opt/venv/bin/python -c '
 import importlib.util as u
 if u.find_spec("torch"):
-    import torch; print(" ".join(torch._C._cuda_getArchFlags().split()))
+    import torch; print("cuda=" + (torch.version.cuda or ""), *torch._C._cuda_getArchFlags().split())
 elif u.find_spec("tensorflow"):
     from tensorflow.python.platform import build_info as b
     print(" ".join(b.build_info.get("cuda_compute_capabilities", [])))
 ' 2>>"$LOG" || true)
     fi
     while IFS= read -r kv; do changes+=(--change "LABEL $kv"); done \
-        < <("$PYTHON" -m jupyterhub_gpulab.lab.images labels "$img" "$variant" "$lock" "${archs[@]}")
+        < <("$PYTHON" -m jupyterhub_gpulab.lab.imagelabels labels "$img" "$variant" "$lock" "${archs[@]}")
     step "docker import $tag"
     local old_id
     old_id=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)

@@ -10,13 +10,14 @@
 # framework image only adds packages to the base image's venv. pytorch-cpu resolves against
 # --find-links $GPULAB_LOCAL_WHEELS (default /opt/wheels), where the 2.13.0+cpu wheel lies.
 # After a JupyterHub upgrade, edit the jupyterhub pin in base.in, run this, then build.
-# NAME: base, pytorch-cpu, pytorch-cuda, tensorflow-cpu, tensorflow-cuda (default: all).
+# NAME: base, pytorch-cpu, pytorch-cuda, pytorch-cuda12-legacy, tensorflow-cpu, tensorflow-cuda
+# (default: all).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 UV=${UV:-$(command -v uv || echo "$HERE/../.venv/bin/uv")}
 [ -x "$UV" ] || { echo "lock.sh: uv is missing: $HERE/../.venv/bin/pip install uv" >&2; exit 1; }
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(base pytorch-cpu pytorch-cuda tensorflow-cpu tensorflow-cuda)
+[ ${#names[@]} -gt 0 ] || names=(base pytorch-cpu pytorch-cuda pytorch-cuda12-legacy tensorflow-cpu tensorflow-cuda)
 cd "$HERE/locks"
 for name in "${names[@]}"; do
     [ -f "$name.in" ] || { echo "lock.sh: no $name.in" >&2; exit 1; }

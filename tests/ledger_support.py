@@ -35,7 +35,7 @@ LAB = [
         "index": 4,
         "name": "Tesla T4",
         "memory": "16GiB",
-        "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
+        "shared": {"seats": 4, "memory_per_seat": "3.5GiB", "compute_share": 0.25},
     },
 ]
 

@@ -94,7 +94,7 @@ def test_inventory_json_lists_declared_devices_and_slices(capsys, lab_config):
     seat = next(s for s in inv["slices"] if s["id"] == "GPU-t4s-0004/seat-0")
     assert (seat["isolation"], seat["memory_bytes"], seat["visible_id"]) == (
         "soft",
-        4 * 2**30,
+        7 * 2**30 // 2,
         "GPU-t4s-0004",
     )
 

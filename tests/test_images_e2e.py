@@ -66,11 +66,11 @@ def require_images(*images: str) -> None:
 def cuda13_image() -> str:
     """A runnable image carrying a CUDA 13 PyTorch's labels (the real one is several GB): the
     plain single-user image, committed with the labels build-image.sh writes for it."""
-    from jupyterhub_gpulab.lab import images
+    from jupyterhub_gpulab.lab import imagelabels
 
     locks = os.path.join(os.path.dirname(__file__), "..", "images", "locks", "pytorch-cuda.txt")
     with open(locks, encoding="utf-8") as f:
-        labels = images.labels_for("pytorch", "cuda", f.read().splitlines())
+        labels = imagelabels.labels_for("pytorch", "cuda", f.read().splitlines())
     tag = "gpulab/test-cuda13:" + uuid.uuid5(uuid.NAMESPACE_URL, json.dumps(labels)).hex[:12]
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode:
         cid = subprocess.run(

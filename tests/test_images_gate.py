@@ -8,7 +8,7 @@ import pytest
 
 from jupyterhub_gpulab.inventory.declared import load_declared
 from jupyterhub_gpulab.inventory.model import SliceKind, SliceRequest
-from jupyterhub_gpulab.lab import images
+from jupyterhub_gpulab.lab import imagelabels, images
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.spawner.form import form_rows
 
@@ -29,30 +29,30 @@ def lock(name: str) -> list[str]:
 
 
 def cuda13_labels(image="gpulab/pytorch:6.1.1-cuda") -> dict:
-    return images.labels_for("pytorch", "cuda", lock("pytorch-cuda.txt"))
+    return imagelabels.labels_for("pytorch", "cuda", lock("pytorch-cuda.txt"))
 
 
 def test_the_cuda_locks_resolve_with_hashes_and_name_their_cuda_major():
     for name, major in [("pytorch-cuda.txt", 13), ("tensorflow-cuda.txt", 12)]:
         lines = lock(name)
-        pins = images.pins(lines)
-        assert images.cuda_major_of(lines) == major, name
+        pins = imagelabels.pins(lines)
+        assert imagelabels.cuda_major_of(lines) == major, name
         # every pinned package carries at least one sha256 (pip --require-hashes)
         text = "\n".join(lines)
         blocks = [b for b in text.split("\n") if "==" in b and not b.startswith("#")]
         assert len(blocks) == len(pins) and len(pins) > 100
         assert text.count("--hash=sha256:") >= len(pins)
-    assert images.pins(lock("pytorch-cpu.txt"))["torch"] == "2.13.0+cpu"
-    assert images.cuda_major_of(lock("pytorch-cpu.txt")) is None
+    assert imagelabels.pins(lock("pytorch-cpu.txt"))["torch"] == "2.13.0+cpu"
+    assert imagelabels.cuda_major_of(lock("pytorch-cpu.txt")) is None
     # a framework lock only adds to the base image's venv: every base pin is the same there
-    base = images.pins(lock("base.txt"))
+    base = imagelabels.pins(lock("base.txt"))
     for name in (
         "pytorch-cpu.txt",
         "pytorch-cuda.txt",
         "tensorflow-cpu.txt",
         "tensorflow-cuda.txt",
     ):
-        fw = images.pins(lock(name))
+        fw = imagelabels.pins(lock(name))
         assert {k: fw.get(k) for k in base} == base, name
 
 
@@ -62,14 +62,14 @@ def test_labels_state_versions_cuda_major_driver_and_compute_capability():
     assert labels[images.LABEL_CUDA] == "13"
     assert labels[images.LABEL_MIN_DRIVER] == "580.65.06"
     assert labels[images.LABEL_MIN_CC] == "7.5"
-    tf = images.labels_for("tensorflow", "cuda", lock("tensorflow-cuda.txt"))
+    tf = imagelabels.labels_for("tensorflow", "cuda", lock("tensorflow-cuda.txt"))
     assert (tf[images.LABEL_CUDA], tf[images.LABEL_MIN_DRIVER]) == ("12", "525.60.13")
     assert tf[images.LABEL_MIN_CC] == "6.0"
     # the installed framework's own architecture list raises the floor, never lowers it
-    higher = images.labels_for("tensorflow", "cuda", lock("tensorflow-cuda.txt"), (8, 0))
+    higher = imagelabels.labels_for("tensorflow", "cuda", lock("tensorflow-cuda.txt"), (8, 0))
     assert higher[images.LABEL_MIN_CC] == "8.0"
-    assert images.lowest_arch(["sm_75", "sm_80", "sm_120a", "compute_90"]) == (7, 5)
-    cpu = images.labels_for("pytorch", "cpu", lock("pytorch-cpu.txt"))
+    assert imagelabels.lowest_arch(["sm_75", "sm_80", "sm_120a", "compute_90"]) == (7, 5)
+    cpu = imagelabels.labels_for("pytorch", "cpu", lock("pytorch-cpu.txt"))
     assert images.LABEL_CUDA not in cpu and cpu[images.LABEL_SEAT_CAP] == "framework"
     assert images.requirements_from_labels("x", cpu).needs_gpu_facts is False
 
@@ -101,7 +101,7 @@ def test_the_gate_refuses_a_cuda_13_image_on_a_p40_naming_both():
     assert (servable, matching) == (1, 2) and "Tesla P40" in problems[0]
     # a CUDA 12 TensorFlow runs on the P40
     tf = images.requirements_from_labels(
-        "tf", images.labels_for("tensorflow", "cuda", lock("tensorflow-cuda.txt"))
+        "tf", imagelabels.labels_for("tensorflow", "cuda", lock("tensorflow-cuda.txt"))
     )
     assert images.unservable(tf, request, p40.slices) is None
 

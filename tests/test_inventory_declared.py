@@ -33,7 +33,7 @@ EXAMPLE = [
         "index": 2,
         "name": "Tesla T4",
         "memory": "16GiB",
-        "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
+        "shared": {"seats": 4, "memory_per_seat": "3.5GiB", "compute_share": 0.25},
     },
     {"uuid": GRID, "index": 3, "name": "GRID P40-1Q", "memory": "1GiB", "vgpu_type": "P40-1Q"},
 ]
@@ -60,7 +60,7 @@ def test_the_documented_example_loads():
     assert by_id[A40_UUID].kind is SliceKind.GPU
     seats = [s for s in inv.slices if s.kind is SliceKind.SHARED]
     assert [s.id for s in seats] == [f"{T4}/seat-{n}" for n in range(4)]
-    assert {(s.memory_bytes, s.share, s.visible_id) for s in seats} == {(4 * GiB, 0.25, T4)}
+    assert {(s.memory_bytes, s.share, s.visible_id) for s in seats} == {(7 * GiB // 2, 0.25, T4)}
     assert inv.device_by_uuid()[GRID].vgpu_type == "P40-1Q"
     assert by_id[GRID].kind is SliceKind.GPU
 

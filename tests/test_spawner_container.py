@@ -34,7 +34,7 @@ BY_NAME = {"whole": WHOLE, "mig": MIG, "seat": SEAT, "cpu": None}
 
 def test_lab_slices_are_what_the_tests_assume():
     assert (WHOLE.kind, MIG.kind, SEAT.kind) == (SliceKind.GPU, SliceKind.MIG, SliceKind.SHARED)
-    assert SEAT.memory_bytes == 4 * 2**30
+    assert SEAT.memory_bytes == 7 * 2**30 // 2
     assert SEAT.share == 0.25
 
 
@@ -76,7 +76,7 @@ def test_a_cpu_only_container_sees_no_gpu():
 
 def test_a_seat_without_mps_has_soft_caps_the_frameworks_honour():
     env = slice_env(SEAT, mps=False)
-    assert env["GPULAB_SEAT_MEMORY_BYTES"] == str(4 * 2**30)
+    assert env["GPULAB_SEAT_MEMORY_BYTES"] == str(7 * 2**30 // 2)
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert "expandable_segments:True" in env["PYTORCH_CUDA_ALLOC_CONF"]
@@ -87,7 +87,7 @@ def test_a_seat_without_mps_has_soft_caps_the_frameworks_honour():
 
 def test_a_seat_with_mps_is_capped_in_memory_and_compute():
     env = slice_env(SEAT, mps=True)
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"  # device 0 of what it sees
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3584M"  # device 0 of what it sees
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert env["GPULAB_ISOLATION"] == "mps"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-t4s-0004"

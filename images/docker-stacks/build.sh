@@ -26,7 +26,7 @@ version=$(docker run --rm --entrypoint python "$tag" -c "import $module; print($
 labels=(--label "org.jupyter.gpulab.image=$name" --label org.jupyter.gpulab.variant=cuda
     --label "org.jupyter.gpulab.framework.$module=$version" --label org.jupyter.gpulab.seat-cap=framework)
 while IFS= read -r kv; do labels+=(--label "$kv"); done \
-    < <("$PYTHON" -m jupyterhub_gpulab.lab.images facts "$module" "$cuda")
+    < <("$PYTHON" -m jupyterhub_gpulab.lab.imagelabels facts "$module" "$cuda")
 # the framework's quiet start-up (TF_CPP_MIN_LOG_LEVEL, ...): jupyterhub_gpulab/lab/imageenv.py
 { echo "FROM $tag"; "$PYTHON" -m jupyterhub_gpulab.lab.imageenv "$name" | sed 's/^/ENV /'; } \
     | docker build "${labels[@]}" -t "$tag" -

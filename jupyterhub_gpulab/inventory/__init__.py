@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .declared import load_declared, load_shared
+from .declared import load_declared
 from .errors import InventoryError
 from .model import Inventory, SharedSettings, SliceKind, SliceRequest, Utilization
 from .nvml import discover, gpu_instance_ids, sample_utilization
+from .seatsettings import load_shared
 
 __all__ = [
     "Inventory",
@@ -36,6 +37,7 @@ def load_inventory(
     node: str = "local",
     nvml: Any = None,
     shared: dict[str, SharedSettings] | None = None,
+    overcommit: str = "warn",
 ) -> Inventory:
     """The inventory for ``node`` from the configured ``source``.
 
@@ -43,7 +45,8 @@ def load_inventory(
     - ``"nvml"``: NVML only (``declared`` is ignored); ``shared`` maps GPU UUIDs to seat settings
       (see :func:`load_shared`);
     - ``"declared"``: ``declared`` only, its whole GPUs named in ``shared`` split in seats
-      (:func:`load_declared`); an empty or missing one is an error;
+      (:func:`load_declared`; ``overcommit`` says whether seats that overcommit their GPU warn
+      or refuse); an empty or missing one is an error;
     - ``"agents"``: none here: every node's inventory comes from its node agent's reports
       (a lab of several nodes, :mod:`.wire`); an empty inventory with ``source="agents"``.
 
@@ -67,5 +70,5 @@ def load_inventory(
                 ],
                 header="invalid inventory source",
             )
-        return load_declared(declared, node=node, shared=shared)
+        return load_declared(declared, node=node, shared=shared, overcommit=overcommit)
     return discover(node=node, nvml=nvml, shared=shared)

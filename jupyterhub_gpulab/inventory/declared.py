@@ -11,9 +11,10 @@ tests. Write it in ``jupyterhub_config.py``::
                  {"uuid": "MIG-77ab…", "profile": "1g.5gb", "memory": "4864MiB"}]},
         # a whole GPU
         {"uuid": "GPU-…", "index": 1, "name": "NVIDIA A40", "memory": "48GiB"},
-        # a GPU shared in 4 seats of 4 GiB and a quarter of the SMs each (MPS, or soft limits)
+        # a GPU shared in 4 seats of 3.5 GiB for tensors and a quarter of the SMs each (MPS, or
+        # soft limits); each seat's CUDA context (~300 MiB) comes on top: 4 × 3.8 GiB fit 16 GiB
         {"uuid": "GPU-…", "index": 2, "name": "Tesla T4", "memory": "16GiB",
-         "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25}},
+         "shared": {"seats": 4, "memory_per_seat": "3.5GiB", "compute_share": 0.25}},
         # a vGPU guest; "vgpu_type" is derived from a "GRID …"/"NVIDIA …-<n><A|B|C|Q>" name if omitted
         {"uuid": "GPU-…", "index": 3, "name": "GRID P40-1Q", "memory": "1GiB", "vgpu_type": "P40-1Q"},
     ]
@@ -41,17 +42,26 @@ the entry (``inventory[2] (GPU-…)``) and the fix.
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any
 
-from ..units import UnitError, format_bytes, parse_bytes
+from ..units import format_bytes
 from .errors import InventoryError
-from .model import Device, Inventory, SharedSettings, Slice, parse_version
+from .fieldchecks import (
+    FROM_SMI,
+    claim_uuid,
+    compute_capability,
+    driver_version,
+    parse_size,
+    unknown_keys,
+)
+from .model import Device, Inventory, SharedSettings, Slice
+from .seatsettings import shared_settings
 from .slices import (
     DEFAULT_MIG_COMPUTE_SLICES,
     MIG_MEMORY_SLICES,
     assemble,
+    footprint_problem,
     mig_memory_eighths,
     mig_profile_memory_bytes,
     mig_slice,
@@ -62,7 +72,11 @@ from .slices import (
     whole_slice,
 )
 
-__all__ = ["load_declared", "load_shared"]
+__all__ = ["OVERCOMMIT_CHOICES", "load_declared"]
+
+#: What to do with seats that overcommit their GPU once CUDA contexts are counted
+#: (:func:`~.slices.footprint_problem`): keep them with a warning, or refuse the inventory.
+OVERCOMMIT_CHOICES = ("warn", "refuse")
 
 DEVICE_KEYS = (
     "uuid",
@@ -77,14 +91,15 @@ DEVICE_KEYS = (
     "shared",
 )
 MIG_KEYS = ("uuid", "profile", "memory")
-SHARED_KEYS = ("seats", "memory_per_seat", "compute_share")
 
 _OLD_MIG_UUID = re.compile(r"^MIG-GPU-[0-9A-Fa-f-]+/\d+/\d+$")
-_FROM_SMI = "as `nvidia-smi -L` shows it"
 
 
 def load_declared(
-    spec: list[dict], node: str = "local", shared: dict[str, SharedSettings] | None = None
+    spec: list[dict],
+    node: str = "local",
+    shared: dict[str, SharedSettings] | None = None,
+    overcommit: str = "warn",
 ) -> Inventory:
     """Validate ``spec`` (the format in the module docstring) and build its :class:`Inventory`.
 
@@ -93,13 +108,22 @@ def load_declared(
     shared_devices``, from :func:`load_shared`) splits a declared whole GPU in seats as its own
     ``"shared"`` key would; naming a GPU declared with ``"mig"`` or ``"shared"`` is an error (a
     GPU is split in one place). Its other UUIDs may be node agents' GPUs and are left to them.
-    Raises :class:`InventoryError` listing every problem found.
+    Seats whose caps plus a CUDA context each exceed the GPU (:func:`~.slices.footprint_problem`)
+    are the inventory's warnings with ``overcommit="warn"``, errors with ``"refuse"``
+    (``c.GPULab.seat_overcommit``). Raises :class:`InventoryError` listing every problem found.
     """
     if not isinstance(spec, (list, tuple)):
         raise InventoryError(
             [f"c.GPULab.inventory must be a list of device dicts, got {type(spec).__name__}"]
         )
+    if overcommit not in OVERCOMMIT_CHOICES:
+        raise InventoryError(
+            [
+                f"seat_overcommit {overcommit!r} is unknown; use one of {', '.join(OVERCOMMIT_CHOICES)}"
+            ]
+        )
     errors: list[str] = []
+    overcommitted: list[str] = []
     uuids: dict[str, str] = {}
     indices: dict[int, str] = {}
     devices: list[Device] = []
@@ -109,36 +133,15 @@ def load_declared(
         if built is not None:
             devices.append(built[0])
             slices.extend(built[1])
+            overcommitted.extend(built[2])
+    if overcommit == "refuse":
+        errors.extend(
+            f"{line} (c.GPULab.seat_overcommit = 'refuse'; 'warn' keeps them)"
+            for line in overcommitted
+        )
     if errors:
         raise InventoryError(errors)
-    return assemble(devices, slices, "declared")
-
-
-def load_shared(spec: dict[str, dict]) -> dict[str, SharedSettings]:
-    """Validate shared-seat settings for NVML-discovered devices: ``{GPU uuid: shared dict}``.
-
-    Each value has the ``shared`` keys of a declared device. Whether the seats fit in the
-    device's memory is checked at discovery, where the memory is known. Raises
-    :class:`InventoryError` listing every problem.
-    """
-    if not isinstance(spec, dict):
-        raise InventoryError(
-            [f"shared settings must be a dict {{GPU uuid: {{...}}}}, got {type(spec).__name__}"],
-            header="invalid shared GPU settings",
-        )
-    errors: list[str] = []
-    result: dict[str, SharedSettings] = {}
-    for uuid, value in spec.items():
-        label = f"shared[{uuid!r}]"
-        if not isinstance(uuid, str) or not uuid.startswith("GPU-"):
-            errors.append(f"{label}: the key must be a GPU UUID starting with 'GPU-' {_FROM_SMI}")
-            continue
-        settings = _shared_settings(label, value, errors)
-        if settings is not None:
-            result[uuid] = settings
-    if errors:
-        raise InventoryError(errors, header="invalid shared GPU settings")
-    return result
+    return assemble(devices, slices, "declared", overcommitted)
 
 
 # -- one device -----------------------------------------------------------------------------------
@@ -152,7 +155,9 @@ def _device(
     uuids: dict[str, str],
     indices: dict[int, str],
     split: dict[str, SharedSettings],
-) -> tuple[Device, list[Slice]] | None:
+) -> tuple[Device, list[Slice], list[str]] | None:
+    """The device of ``entry``, its slices and its seats' overcommit notes; ``None`` (with the
+    problems in ``errors``) when it is invalid."""
     if not isinstance(entry, dict):
         errors.append(
             f"inventory[{i}]: must be a dict such as "
@@ -163,22 +168,22 @@ def _device(
     uuid = entry.get("uuid")
     label = f"inventory[{i}] ({uuid})" if isinstance(uuid, str) and uuid else f"inventory[{i}]"
     before = len(errors)
-    _unknown_keys(label, entry, DEVICE_KEYS, errors)
+    unknown_keys(label, entry, DEVICE_KEYS, errors)
 
     if "uuid" not in entry:
-        errors.append(f'{label}: missing "uuid"; copy the GPU-… UUID {_FROM_SMI}')
+        errors.append(f'{label}: missing "uuid"; copy the GPU-… UUID {FROM_SMI}')
     elif not isinstance(uuid, str) or not uuid.startswith("GPU-"):
         hint = ' and list it in the "mig" list of its GPU' if str(uuid).startswith("MIG-") else ""
-        errors.append(f"{label}: uuid {uuid!r} must start with 'GPU-' {_FROM_SMI}{hint}")
+        errors.append(f"{label}: uuid {uuid!r} must start with 'GPU-' {FROM_SMI}{hint}")
     else:
-        _claim_uuid(label, uuid, uuids, errors)
+        claim_uuid(label, uuid, uuids, errors)
 
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         errors.append(
-            f'{label}: missing "name"; write the model {_FROM_SMI}, e.g. "NVIDIA A100-SXM4-40GB"'
+            f'{label}: missing "name"; write the model {FROM_SMI}, e.g. "NVIDIA A100-SXM4-40GB"'
         )
-    memory = _bytes(label, entry, "memory", errors, "the device's total memory, e.g. '40GiB'")
+    memory = parse_size(label, entry, "memory", errors, "the device's total memory, e.g. '40GiB'")
 
     index = entry.get("index", i)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
@@ -190,8 +195,8 @@ def _device(
     else:
         indices[index] = label
 
-    cc = _compute_capability(label, entry.get("compute_capability"), errors)
-    driver = _driver_version(label, entry.get("driver_version"), errors)
+    cc = compute_capability(label, entry.get("compute_capability"), errors)
+    driver = driver_version(label, entry.get("driver_version"), errors)
     vgpu_type = entry.get("vgpu_type")
     if vgpu_type is not None and (not isinstance(vgpu_type, str) or not vgpu_type):
         errors.append(f"{label}: vgpu_type {vgpu_type!r} must be a vGPU type such as 'P40-1Q'")
@@ -218,7 +223,7 @@ def _device(
         if "mig" in entry
         else None
     )
-    shared = _shared_settings(label, entry["shared"], errors) if "shared" in entry else None
+    shared = shared_settings(label, entry["shared"], errors) if "shared" in entry else None
     if isinstance(uuid, str) and uuid in split:
         declared_split = next((k for k in ("mig", "shared") if k in entry), None)
         if declared_split:
@@ -244,17 +249,23 @@ def _device(
         driver_version=driver,
     )
     if mig is not None:
-        return device, [
-            mig_slice(device, m_uuid, profile, m_memory, pos, compute_slices)
-            for pos, (m_uuid, profile, m_memory) in enumerate(mig)
-        ]
+        return (
+            device,
+            [
+                mig_slice(device, m_uuid, profile, m_memory, pos, compute_slices)
+                for pos, (m_uuid, profile, m_memory) in enumerate(mig)
+            ],
+            [],
+        )
     if shared is not None:
         problem = seat_problem(device, shared)
         if problem:
             errors.append(f"{label}: shared: {problem}")
             return None
-        return device, seat_slices(device, shared)
-    return device, [whole_slice(device)]
+        overcommit = footprint_problem(device, shared)
+        notes = [f"{label}: shared: {overcommit}"] if overcommit else []
+        return device, seat_slices(device, shared), notes
+    return device, [whole_slice(device)], []
 
 
 def _mig_entries(
@@ -282,10 +293,10 @@ def _mig_entries(
         m_uuid = item.get("uuid")
         if isinstance(m_uuid, str) and m_uuid:
             where = f"{where} ({m_uuid})"
-        _unknown_keys(where, item, MIG_KEYS, errors)
+        unknown_keys(where, item, MIG_KEYS, errors)
         ok = True
         if not isinstance(m_uuid, str) or not m_uuid:
-            errors.append(f'{where}: missing "uuid"; copy the MIG-… UUID {_FROM_SMI}')
+            errors.append(f'{where}: missing "uuid"; copy the MIG-… UUID {FROM_SMI}')
             ok = False
         elif _OLD_MIG_UUID.match(m_uuid):
             errors.append(
@@ -294,10 +305,10 @@ def _mig_entries(
             )
             ok = False
         elif not m_uuid.startswith("MIG-"):
-            errors.append(f"{where}: uuid {m_uuid!r} must start with 'MIG-' {_FROM_SMI}")
+            errors.append(f"{where}: uuid {m_uuid!r} must start with 'MIG-' {FROM_SMI}")
             ok = False
         else:
-            ok = _claim_uuid(where, m_uuid, uuids, errors)
+            ok = claim_uuid(where, m_uuid, uuids, errors)
         profile = item.get("profile")
         parsed = parse_mig_profile(profile) if isinstance(profile, str) else None
         if parsed is None:
@@ -308,7 +319,7 @@ def _mig_entries(
             continue
         profiles.append((profile, *parsed))
         memory = (
-            _bytes(where, item, "memory", errors, "")
+            parse_size(where, item, "memory", errors, "")
             if "memory" in item
             else mig_profile_memory_bytes(profile)
         )
@@ -341,100 +352,3 @@ def _check_mig_capacity(
             f"{eighths}/{MIG_MEMORY_SLICES} of the memory of a {format_bytes(device_memory)} GPU; "
             'remove MIG entries or correct "memory"'
         )
-
-
-def _shared_settings(label: str, value: Any, errors: list[str]) -> SharedSettings | None:
-    where = f"{label} shared"
-    if not isinstance(value, dict):
-        errors.append(
-            f'{where}: must be a dict such as {{"seats": 4, "memory_per_seat": "4GiB", '
-            '"compute_share": 0.25}'
-        )
-        return None
-    before = len(errors)
-    _unknown_keys(where, value, SHARED_KEYS, errors)
-    seats = value.get("seats")
-    if isinstance(seats, bool) or not isinstance(seats, int) or seats < 1:
-        errors.append(f"{where}: seats {seats!r} must be a whole number >= 1, e.g. 4")
-        seats = None
-    memory = _bytes(where, value, "memory_per_seat", errors, "each seat's memory cap, e.g. '4GiB'")
-    share = value.get("compute_share", 1 / seats if seats else 1.0)
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-        errors.append(
-            f"{where}: compute_share {share!r} must be a number in (0, 1], e.g. 0.25 for a "
-            "quarter of the SMs"
-        )
-    if len(errors) > before or seats is None or memory is None:
-        return None
-    return SharedSettings(seats=seats, memory_bytes=memory, compute_share=float(share))
-
-
-# -- small checks ---------------------------------------------------------------------------------
-
-
-def _unknown_keys(label: str, entry: dict, allowed: tuple[str, ...], errors: list[str]) -> None:
-    for key in entry:
-        if key in allowed:
-            continue
-        close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        errors.append(f"{label}: unknown key {key!r}{hint}; allowed keys: {', '.join(allowed)}")
-
-
-def _claim_uuid(label: str, uuid: str, uuids: dict[str, str], errors: list[str]) -> bool:
-    if uuid in uuids:
-        errors.append(
-            f"{label}: duplicate UUID {uuid}, also used by {uuids[uuid]}; each device has its own "
-            f"UUID {_FROM_SMI}"
-        )
-        return False
-    uuids[uuid] = label
-    return True
-
-
-def _bytes(label: str, entry: dict, key: str, errors: list[str], example: str) -> int | None:
-    if key not in entry:
-        errors.append(f'{label}: missing "{key}"; write {example}')
-        return None
-    try:
-        value = parse_bytes(entry[key], what=f'"{key}"')
-    except UnitError as exc:
-        errors.append(f"{label}: {exc}")
-        return None
-    if value <= 0:
-        errors.append(f'{label}: "{key}" must be more than 0 bytes, e.g. "4GiB"')
-        return None
-    return value
-
-
-def _driver_version(label: str, value: Any, errors: list[str]) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    try:
-        if isinstance(value, str):
-            return parse_version(value)
-    except ValueError:
-        pass
-    errors.append(
-        f"{label}: driver_version {value!r} must be the driver as `nvidia-smi` shows it, "
-        "such as '535.183.01'"
-    )
-    return None
-
-
-def _compute_capability(label: str, value: Any, errors: list[str]) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    parts: Any = value.split(".") if isinstance(value, str) else value
-    try:
-        if isinstance(parts, (list, tuple)) and len(parts) == 2:
-            major, minor = (int(p) for p in parts)
-            if major >= 0 and minor >= 0:
-                return (major, minor)
-    except (TypeError, ValueError):
-        pass
-    errors.append(
-        f"{label}: compute_capability {value!r} must be 'major.minor' such as '8.0' "
-        "(`nvidia-smi --query-gpu=compute_cap --format=csv`)"
-    )
-    return None

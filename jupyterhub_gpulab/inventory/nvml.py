@@ -1,4 +1,5 @@
-"""Read the GPU inventory and utilisation from NVML: the only module in gpulab that uses pynvml.
+"""Read the GPU inventory and utilisation from NVML, opened through :mod:`.nvml_calls` (the only
+module in gpulab that imports pynvml).
 
 ``pynvml`` (the ``nvidia-ml-py`` package) is imported lazily, inside the functions, so importing
 this module costs nothing on a host without it. Every function takes ``nvml=``, a module-like
@@ -12,11 +13,20 @@ vanishes or fails mid-scan is skipped with a warning and the others are kept.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 from .model import Device, Inventory, SharedSettings, Slice, Utilization, parse_version
+from .nvml_calls import (
+    describe_error,
+    fatal_errors,
+    load_nvml,
+    optional,
+    quiet,
+    shutdown,
+    text,
+    unavailable,
+)
 from .slices import (
     DEFAULT_MIG_COMPUTE_SLICES,
     assemble,
@@ -31,10 +41,6 @@ __all__ = [
     "discover",
     "sample_utilization",
 ]
-
-T = TypeVar("T")
-
-_CPU_STILL_WORKS = "no GPUs in the inventory; CPU profiles still work"
 
 # GPU instance profiles whose names carry attributes, as nvidia-smi and NVIDIA/go-nvlib spell them.
 _PROFILE_SUFFIXES = {
@@ -69,19 +75,19 @@ def discover(
     Never raises for a missing driver: returns ``Inventory(source="none")`` with one warning.
     """
     shared = shared or {}
-    nvml, missing = _load(nvml)
+    nvml, missing = load_nvml(nvml)
     if nvml is None:
         return Inventory(source="none", warnings=(missing,))
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
-        return Inventory(source="none", warnings=(_unavailable(nvml, exc),))
+        return Inventory(source="none", warnings=(unavailable(nvml, exc),))
     try:
         return _scan(nvml, node, shared)
     except nvml.NVMLError as exc:  # NVML as a whole failed (per-device errors are handled)
-        return Inventory(source="none", warnings=(_unavailable(nvml, exc),))
+        return Inventory(source="none", warnings=(unavailable(nvml, exc),))
     finally:
-        _shutdown(nvml)
+        shutdown(nvml)
 
 
 def sample_utilization(inventory: Inventory, nvml: Any = None) -> dict[str, Utilization]:
@@ -94,7 +100,7 @@ def sample_utilization(inventory: Inventory, nvml: Any = None) -> dict[str, Util
     on a host without NVML, gets ``Utilization(None, None)``.
     """
     result = {s.id: Utilization() for s in inventory.slices}
-    nvml, _missing = _load(nvml)
+    nvml, _missing = load_nvml(nvml)
     if nvml is None or not inventory.slices:
         return result
     try:
@@ -109,7 +115,7 @@ def sample_utilization(inventory: Inventory, nvml: Any = None) -> dict[str, Util
             result[s.id] = by_visible[s.visible_id]
         return result
     finally:
-        _shutdown(nvml)
+        shutdown(nvml)
 
 
 def gpu_instance_ids(mig_uuids: Iterable[str], nvml: Any = None) -> dict[str, int]:
@@ -117,7 +123,7 @@ def gpu_instance_ids(mig_uuids: Iterable[str], nvml: Any = None) -> dict[str, in
     dcgm-exporter's ``gpu_instance_id`` shows) for each MIG device NVML knows; the others are
     left out. One ``nvmlInit``/``nvmlShutdown`` per call; never raises."""
     wanted = list(dict.fromkeys(mig_uuids))
-    nvml, _missing = _load(nvml)
+    nvml, _missing = load_nvml(nvml)
     if nvml is None or not wanted:
         return {}
     try:
@@ -127,7 +133,7 @@ def gpu_instance_ids(mig_uuids: Iterable[str], nvml: Any = None) -> dict[str, in
     try:
         found = {}
         for uuid in wanted:
-            gi = _quiet(
+            gi = quiet(
                 nvml,
                 lambda u=uuid: int(
                     nvml.nvmlDeviceGetGpuInstanceId(nvml.nvmlDeviceGetHandleByUUID(u))
@@ -137,7 +143,7 @@ def gpu_instance_ids(mig_uuids: Iterable[str], nvml: Any = None) -> dict[str, in
                 found[uuid] = gi
         return found
     finally:
-        _shutdown(nvml)
+        shutdown(nvml)
 
 
 # -- scanning -------------------------------------------------------------------------------------
@@ -147,13 +153,13 @@ def _scan(nvml: Any, node: str, shared: dict[str, SharedSettings]) -> Inventory:
     devices: list[Device] = []
     slices: list[Slice] = []
     warnings: list[str] = []
-    fatal = _fatal_errors(nvml)
+    fatal = fatal_errors(nvml)
     driver = _driver_version(nvml, warnings)
     for index in range(nvml.nvmlDeviceGetCount()):
         label = f"GPU {index}"
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            uuid = text(nvml.nvmlDeviceGetUUID(handle))
             label = f"GPU {index} ({uuid})"
             device, device_slices, device_warnings = _read_device(
                 nvml, handle, index, uuid, node, shared.get(uuid), driver
@@ -162,7 +168,7 @@ def _scan(nvml: Any, node: str, shared: dict[str, SharedSettings]) -> Inventory:
             raise
         except nvml.NVMLError as exc:
             warnings.append(
-                f"{label} vanished or failed while being read ({_err(exc)}); skipped it, "
+                f"{label} vanished or failed while being read ({describe_error(exc)}); skipped it, "
                 "the other GPUs are in the inventory. Check `nvidia-smi` and the kernel log."
             )
             continue
@@ -181,14 +187,14 @@ def _scan(nvml: Any, node: str, shared: dict[str, SharedSettings]) -> Inventory:
 def _driver_version(nvml: Any, warnings: list[str]) -> tuple[int, ...] | None:
     """The host's driver version (``nvmlSystemGetDriverVersion``: ``"580.65.06"``), or ``None``
     (with a warning when NVML answers something that is not a version)."""
-    raw = _optional(nvml, nvml.nvmlSystemGetDriverVersion)
+    raw = optional(nvml, nvml.nvmlSystemGetDriverVersion)
     if raw is None:
         return None
     try:
-        return parse_version(_text(raw))
+        return parse_version(text(raw))
     except ValueError:
         warnings.append(
-            f"NVML reports driver version {_text(raw)!r}, not a version; images' driver "
+            f"NVML reports driver version {text(raw)!r}, not a version; images' driver "
             "needs are not checked on this host"
         )
         return None
@@ -203,9 +209,9 @@ def _read_device(
     settings: SharedSettings | None,
     driver: tuple[int, ...] | None = None,
 ) -> tuple[Device, list[Slice], list[str]]:
-    name = _text(nvml.nvmlDeviceGetName(handle))
+    name = text(nvml.nvmlDeviceGetName(handle))
     memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-    cc = _optional(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle))
+    cc = optional(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle))
     warnings: list[str] = []
     mig_enabled = _mig_enabled(nvml, handle, index, warnings)
     device = Device(
@@ -225,7 +231,7 @@ def _read_device(
 
 
 def _mig_enabled(nvml: Any, handle: Any, index: int, warnings: list[str]) -> bool:
-    modes = _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
+    modes = optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
     if modes is None:  # pre-Ampere GPUs and vGPU guests: NVMLError_NotSupported
         return False
     current, pending = int(modes[0]), int(modes[1])
@@ -254,15 +260,15 @@ def _mig_slices(nvml: Any, parent: Any, device: Device, warnings: list[str]) -> 
                 # and re-created. NVML documents NOT_FOUND; drivers also answer
                 # INVALID_ARGUMENT, which NVIDIA's go-nvlib (VisitMigDevices) skips the same way.
                 continue
-            mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
+            mig_uuid = text(nvml.nvmlDeviceGetUUID(mig))
             g, memory_mb, suffix = _mig_geometry(nvml, parent, mig, profiles)
             profile = mig_profile_name(g, memory_mb, device.memory_bytes, suffix)
             memory = int(nvml.nvmlDeviceGetMemoryInfo(mig).total)
-        except (nvml.NVMLError_GpuIsLost, *_fatal_errors(nvml)):
+        except (nvml.NVMLError_GpuIsLost, *fatal_errors(nvml)):
             raise  # the parent is gone: skip the whole device
         except nvml.NVMLError as exc:
             warnings.append(
-                f"MIG device {i} on {device.describe()} could not be read ({_err(exc)}); skipped it"
+                f"MIG device {i} on {device.describe()} could not be read ({describe_error(exc)}); skipped it"
             )
             continue
         slices.append(mig_slice(device, mig_uuid, profile, memory, len(slices), compute_slices))
@@ -284,7 +290,7 @@ def _gi_profiles(nvml: Any, parent: Any) -> dict[int, tuple[int, Any]]:
     for constant in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0))):
         try:
             info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, constant)
-        except (nvml.NVMLError_GpuIsLost, *_fatal_errors(nvml)):
+        except (nvml.NVMLError_GpuIsLost, *fatal_errors(nvml)):
             raise
         except nvml.NVMLError:
             continue  # a profile this GPU (or driver) does not have
@@ -306,7 +312,7 @@ def _mig_geometry(
         gi_info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(parent, gi_id))
         constant, info = profiles[int(gi_info.profileId)]
         return int(info.sliceCount), int(info.memorySizeMB), _suffix(nvml, constant)
-    except (nvml.NVMLError_GpuIsLost, *_fatal_errors(nvml)):
+    except (nvml.NVMLError_GpuIsLost, *fatal_errors(nvml)):
         raise
     except (nvml.NVMLError, KeyError):
         attrs = nvml.nvmlDeviceGetAttributes(mig)
@@ -318,66 +324,12 @@ def _sample(nvml: Any, uuid: str) -> Utilization:
         handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
     except nvml.NVMLError:
         return Utilization()
-    gpu = _quiet(nvml, lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-    used = _quiet(nvml, lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).used))
+    gpu = quiet(nvml, lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    used = quiet(nvml, lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).used))
     return Utilization(gpu_percent=gpu, memory_used_bytes=used)
 
 
 # -- small helpers ----------------------------------------------------------------------------------
-
-
-def _load(nvml: Any) -> tuple[Any, str]:
-    if nvml is not None:
-        return nvml, ""
-    try:
-        import pynvml
-    except ImportError:
-        return None, (
-            f"the nvidia-ml-py package (pynvml) is not installed, so NVML cannot be read: "
-            f"{_CPU_STILL_WORKS}. Install it (`pip install nvidia-ml-py`) or declare the GPUs "
-            "in c.GPULab.inventory."
-        )
-    return pynvml, ""
-
-
-def _fatal_errors(nvml: Any) -> tuple[type[BaseException], ...]:
-    """Errors that mean NVML as a whole is unusable, not one device."""
-    return (
-        nvml.NVMLError_LibraryNotFound,
-        nvml.NVMLError_DriverNotLoaded,
-        nvml.NVMLError_Uninitialized,
-    )
-
-
-def _unavailable(nvml: Any, exc: BaseException) -> str:
-    if isinstance(exc, nvml.NVMLError_LibraryNotFound):
-        what = (
-            "the NVIDIA driver library libnvidia-ml.so.1 was not found (no driver on this host, "
-            "or the hub's container was started without the NVIDIA runtime)"
-        )
-    elif isinstance(exc, nvml.NVMLError_DriverNotLoaded):
-        what = "the NVIDIA kernel driver is not loaded (`nvidia-smi` fails the same way)"
-    else:
-        what = f"NVML could not be used ({_err(exc)})"
-    return (
-        f"{what}: {_CPU_STILL_WORKS}. Install or load the driver, or declare the GPUs in "
-        "c.GPULab.inventory."
-    )
-
-
-def _optional(nvml: Any, read: Callable[[], T]) -> T | None:
-    """``read()``, or ``None`` where NVML says the query is not supported on this device."""
-    try:
-        return read()
-    except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
-        return None
-
-
-def _quiet(nvml: Any, read: Callable[[], T]) -> T | None:
-    try:
-        return read()
-    except nvml.NVMLError:
-        return None
 
 
 def _suffix(nvml: Any, constant: int) -> str:
@@ -385,17 +337,3 @@ def _suffix(nvml: Any, constant: int) -> str:
         if getattr(nvml, name, None) == constant:
             return suffix
     return ""
-
-
-def _shutdown(nvml: Any) -> None:
-    with contextlib.suppress(nvml.NVMLError):
-        nvml.nvmlShutdown()
-
-
-def _text(value: str | bytes) -> str:
-    """pynvml < 11.515 returns ``bytes`` for names and UUIDs, newer ones ``str``."""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"

@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["GpmActivity", "ProcessReport", "ProcessUsage", "process_utilization"]
 
-from .nvml import _load, _optional, _shutdown
+from .nvml_calls import load_nvml, optional, shutdown
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def process_utilization(
     ``None``; never raises.
     """
     result: dict[str, ProcessReport | None] = {uuid: None for uuid in devices}
-    nvml, _missing = _load(nvml)
+    nvml, _missing = load_nvml(nvml)
     if nvml is None or not devices:
         return result
     try:
@@ -67,7 +67,7 @@ def process_utilization(
                 result[uuid] = None
         return result
     finally:
-        _shutdown(nvml)
+        shutdown(nvml)
 
 
 def _processes(nvml: Any, uuid: str, since: int) -> ProcessReport:
@@ -75,9 +75,7 @@ def _processes(nvml: Any, uuid: str, since: int) -> ProcessReport:
     memory: dict[int, int | None] = {}
     for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
         running = (
-            _optional(nvml, lambda n=name: getattr(nvml, n)(handle))
-            if hasattr(nvml, name)
-            else None
+            optional(nvml, lambda n=name: getattr(nvml, n)(handle)) if hasattr(nvml, name) else None
         )
         for p in running or ():
             memory.setdefault(int(p.pid), p.usedGpuMemory)
@@ -119,7 +117,7 @@ class GpmActivity:
     """
 
     def __init__(self, nvml: Any = None):
-        self._nvml, _missing = _load(nvml)
+        self._nvml, _missing = load_nvml(nvml)
         self._open = False
         self._supported: dict[str, bool] = {}
         self._gi: dict[str, int] = {}
@@ -150,7 +148,7 @@ class GpmActivity:
         try:
             parent = nvml.nvmlDeviceGetHandleByUUID(gpu)
             if gpu not in self._supported:
-                support = _optional(nvml, lambda: nvml.nvmlGpmQueryDeviceSupport(parent))
+                support = optional(nvml, lambda: nvml.nvmlGpmQueryDeviceSupport(parent))
                 self._supported[gpu] = bool(support is not None and support.isSupportedDevice)
                 if not self._supported[gpu]:
                     return None
@@ -209,5 +207,5 @@ class GpmActivity:
         for key in list(self._previous):
             self._drop(key)
         if self._open:
-            _shutdown(self._nvml)
+            shutdown(self._nvml)
             self._open = False

@@ -21,10 +21,12 @@ from ..units import counted, format_bytes
 from .model import Device, Inventory, SharedSettings, Slice, SliceKind
 
 __all__ = [
+    "CUDA_CONTEXT_BYTES",
     "DEFAULT_MIG_COMPUTE_SLICES",
     "MIG_MEMORY_SLICES",
     "MIG_PROFILE_PATTERN",
     "assemble",
+    "footprint_problem",
     "mig_memory_eighths",
     "mig_profile_memory_bytes",
     "mig_profile_name",
@@ -33,6 +35,7 @@ __all__ = [
     "parse_mig_profile",
     "seat_problem",
     "seat_slices",
+    "tensor_memory",
     "vgpu_type_from_name",
     "whole_slice",
 ]
@@ -46,6 +49,15 @@ MIG_MEMORY_SLICES = 8
 
 _GIB = 2**30
 _MIB = 2**20
+
+#: GPU memory each CUDA process holds *outside* any framework's cap, in bytes: its CUDA context
+#: (driver state plus the kernels of the libraries it loaded). 300 MiB rounds up what PyTorch
+#: measured with lazy module loading: pytorch/pytorch PR #86509 (torch >= 1.13 sets
+#: ``CUDA_MODULE_LOADING=LAZY`` when unset) reports 287,047,680 B (~274 MiB) after one small
+#: tensor, against 666,632,192 B (~636 MiB) with eager loading. The CUDA C Programming Guide's
+#: "Lazy Loading" section: introduced in CUDA 11.7, on by default on Linux since CUDA 12.2; an
+#: image that turns it off (``CUDA_MODULE_LOADING=EAGER``) needs about twice this per process.
+CUDA_CONTEXT_BYTES = 300 * _MIB
 _G_PREFIX = re.compile(r"^(\d+)g\.")
 # A vGPU guest names itself "GRID P40-1Q" (older) or "NVIDIA A40-48Q" (newer drivers); a
 # MIG-backed vGPU adds the slice count ("GRID A100-1-5C"). The type is <board>-[<g>-]<GB><series>
@@ -208,6 +220,58 @@ def seat_problem(device: Device, settings: SharedSettings) -> str | None:
     return None
 
 
+def footprint_problem(
+    device: Device, settings: SharedSettings, context_bytes: int = CUDA_CONTEXT_BYTES
+) -> str | None:
+    """Why ``device``'s seats overcommit it once each seat's CUDA context is counted, as one
+    sentence with both fixes (fewer seats, or smaller ones), or ``None`` when they fit.
+
+    A seat's footprint is its cap (``settings.memory_bytes``, what the frameworks may hold for
+    tensors) plus ``context_bytes`` (one CUDA process's context, :data:`CUDA_CONTEXT_BYTES`),
+    which no framework cap includes; a seat running several CUDA processes needs one context
+    each. Assumes :func:`seat_problem` found nothing (seats >= 1, memory > 0). The fixes: the most
+    seats of this cap that fit, and the largest cap (whole MiB) for this many seats.
+    """
+    footprint = settings.memory_bytes + context_bytes
+    need = settings.seats * footprint
+    if need <= device.memory_bytes:
+        return None
+    fitting = device.memory_bytes // footprint
+    per_seat = (device.memory_bytes // settings.seats - context_bytes) // _MIB * _MIB
+    cap = format_bytes(settings.memory_bytes)
+    fixes = [f"at most {counted(fitting, 'seat')} of {cap}"] if fitting else []
+    if per_seat > 0:
+        fixes.append(f"{settings.seats} of {format_bytes(per_seat)}")
+    fix = " or ".join(fixes) if len(fixes) < 2 else f"{fixes[0]}, or {fixes[1]}"
+    return (
+        f"{counted(settings.seats, 'seat')} of {cap} on a {format_bytes(device.memory_bytes)} "
+        f"{device.name} {'needs' if settings.seats == 1 else 'need'} ~{format_bytes(need)} once each seat's CUDA context "
+        f"(~{format_bytes(context_bytes)}) is counted; "
+        + (fix or f"not even one seat fits beside its context, share {device.name} whole")
+    )
+
+
+def tensor_memory(kind: SliceKind | str, memory_bytes: int | None) -> str:
+    """What a slice's memory holds for tensors, the one sentence the pages and the status bar
+    show: a shared seat's cap is all for tensors and each CUDA process's context
+    (:data:`CUDA_CONTEXT_BYTES`) is outside it; a whole GPU or MIG instance holds the contexts
+    within its memory. ``"1 GiB for tensors; each CUDA process's context (~300 MiB) is
+    outside it"``. Raises ``ValueError`` for an unknown kind."""
+    kind = SliceKind(kind)
+    if not memory_bytes:
+        return "unknown"
+    context = format_bytes(CUDA_CONTEXT_BYTES)
+    if kind is SliceKind.SHARED:
+        return (
+            f"{format_bytes(memory_bytes)} for tensors; each CUDA process's context "
+            f"(~{context}) is outside it"
+        )
+    return (
+        f"{format_bytes(memory_bytes)}, of which each CUDA process's context takes ~{context}; "
+        "the rest holds tensors"
+    )
+
+
 def seat_slices(device: Device, settings: SharedSettings) -> list[Slice]:
     """The ``shared`` slices ``<uuid>/seat-0`` … for ``device`` split as ``settings`` say.
 
@@ -244,7 +308,9 @@ def offered_slices(
     """The slices a device is offered as, and warnings: its MIG devices (``mig_slices``) when it is
     in MIG mode (shared-seat ``settings`` are then ignored, with a warning), else its seats when
     ``settings`` split it (a split that does not fit: a warning and the whole device), else the
-    whole device. The one rule for NVML (:mod:`.nvml`) and node agents' reports (:mod:`.wire`)."""
+    whole device. Seats that overcommit the device once their CUDA contexts are counted
+    (:func:`footprint_problem`) are offered with a warning. The one rule for NVML (:mod:`.nvml`)
+    and node agents' reports (:mod:`.wire`)."""
     where = f"{device.describe()} ({device.uuid})"
     warnings: list[str] = []
     if device.mig_enabled:
@@ -257,6 +323,9 @@ def offered_slices(
     if settings is not None:
         problem = seat_problem(device, settings)
         if problem is None:
+            overcommit = footprint_problem(device, settings)
+            if overcommit:
+                warnings.append(f"{where} overcommits its memory: {overcommit}")
             return seat_slices(device, settings), warnings
         warnings.append(f"{where} cannot be shared as configured: {problem}; offered whole")
     return [whole_slice(device)], warnings

@@ -19,7 +19,7 @@ from datetime import date, timezone, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from traitlets import Bool, Dict, List, Unicode, default
+from traitlets import Bool, Dict, Enum, List, Unicode, default
 from traitlets.config import Config, LoggingConfigurable, PyFileConfigLoader
 
 from ..clock import midnight_utc
@@ -131,6 +131,20 @@ class GPULab(LoggingConfigurable):
         """,
     )
 
+    seat_overcommit = Enum(
+        ["warn", "refuse"],
+        "warn",
+        config=True,
+        help="""What to do with a GPU shared in seats that do not fit once each seat's CUDA context
+        (~300 MiB per process, outside every framework's cap) is counted, e.g. 24 seats of 1 GiB
+        on a 24 GiB Tesla P40 (~31 GiB): ``"warn"`` keeps the seats and ``gpulab check-config``
+        warns with the most seats that fit and the largest cap for this many; ``"refuse"`` makes
+        such a declared inventory (``c.GPULab.inventory``) an error. NVML-discovered and node
+        agents' GPUs (``shared_devices``) always warn, so a hub never fails to start on them.
+        ``c.GPULab.seat_overcommit = "refuse"``
+        """,
+    )
+
     profiles = List(
         Dict(),
         config=True,
@@ -223,7 +237,12 @@ class GPULab(LoggingConfigurable):
         try:
             shared = load_shared(self.shared_devices) if self.shared_devices else None
             return load_inventory(
-                self.inventory_source, self.inventory, node=self.node_name, nvml=nvml, shared=shared
+                self.inventory_source,
+                self.inventory,
+                node=self.node_name,
+                nvml=nvml,
+                shared=shared,
+                overcommit=self.seat_overcommit,
             )
         except InventoryError as e:
             raise ConfigError([f"c.GPULab.{m}" for m in e.errors]) from None

@@ -1,7 +1,7 @@
 """What a single-user image needs of the GPU it lands on: its labels, read and written here.
 
-Pure logic, no I/O. ``images/build-image.sh`` writes the labels (``python -m
-jupyterhub_gpulab.lab.images labels …``, from the image's lock file and the facts below); the
+Pure logic, no I/O. ``images/build-image.sh`` writes the labels (:mod:`.imagelabels`, from the
+image's lock file, what the installed framework says of its build, and the CUDA facts); the
 spawner's claim, the spawn form and ``gpulab check-config`` read them back
 (:func:`requirements_from_labels`) and narrow a profile's slice request to the devices the image
 can use (:meth:`ImageRequirements.restrict`, then :meth:`~..inventory.model.SliceRequest.matches`
@@ -11,7 +11,7 @@ build) requires nothing: every slice may serve it.
 Labels (all strings):
 
 - ``org.jupyter.gpulab.image``: ``base``, ``pytorch``, ``tensorflow``;
-  ``org.jupyter.gpulab.variant``: ``cpu`` or ``cuda``;
+  ``org.jupyter.gpulab.variant``: ``cpu``, ``cuda`` or ``cuda12-legacy`` (CUDA 12.6, from sm_50);
 - ``org.jupyter.gpulab.framework.<name>``: the version of each framework in the image (``torch``,
   ``torchvision``, ``tensorflow``, ``keras``, ``jupyterlab``, ``jupyterhub``);
 - ``org.jupyter.gpulab.cuda``: the CUDA major version its libraries need (absent: none);
@@ -23,7 +23,6 @@ Labels (all strings):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -41,56 +40,6 @@ LABEL_SEAT_CAP = PREFIX + "seat-cap"
 
 #: Packages whose version an image's labels state, when its lock file pins them.
 FRAMEWORKS = ("torch", "torchvision", "tensorflow", "tensorflow-cpu", "keras", "jax", "jupyterlab", "jupyterhub")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class CudaFacts:
-    """What the CUDA libraries of one major version need of the host: the lowest driver
-    (Linux x86_64) and the lowest compute capability, with where that is written."""
-
-    min_driver: str
-    min_compute_capability: tuple[int, int]
-    source: str
-
-
-#: By CUDA major version. The images' CUDA libraries are pip wheels (``nvidia-*``), which run on
-#: any driver of their major's minimum (CUDA minor version compatibility).
-CUDA_FACTS = {
-    12: CudaFacts(
-        "525.60.13",
-        (5, 0),
-        # CUDA 12.0 release notes, "CUDA Driver" Table 2 (minor version compatibility: CUDA 12.x
-        # needs >= 525.60.13 on Linux); CUDA 12 removed Kepler (sm_35/37), keeping sm_50 and up.
-        "CUDA 12.x minor version compatibility (CUDA Toolkit 12.0 release notes, Table 2): "
-        "driver >= 525.60.13; CUDA 12 supports compute capability 5.0 and newer",
-    ),
-    13: CudaFacts(
-        "580.65.06",
-        (7, 5),
-        # CUDA 13.0 release notes: Table 3 "CUDA Toolkit and Corresponding Driver Versions"
-        # (13.0 GA, Linux x86_64 >= 580.65.06); "offline compilation and library support for
-        # the Maxwell, Pascal and Volta architectures (compute capability < 7.5) removed",
-        # announced in the CUDA 12.9 release notes.
-        "CUDA Toolkit 13.0 release notes, Table 3: driver >= 580.65.06; Maxwell, Pascal and "
-        "Volta (compute capability < 7.5) no longer supported",
-    ),
-}
-
-#: The lowest architecture a framework's CUDA wheels are compiled for, where it is higher than
-#: its CUDA major's (the build also reads the installed framework's own list and takes the
-#: higher: ``torch._C._cuda_getArchFlags()``, TensorFlow's ``build_info``).
-FRAMEWORK_MIN_CC = {
-    # PyTorch 2.8 release notes: the CUDA 12.8+ wheels dropped Maxwell, Pascal and Volta
-    # (sm_50-sm_70); its CUDA 13.0 wheels start at sm_75 as well.
-    ("torch", 12): ((7, 5), "PyTorch 2.8 release notes: CUDA 12.8+ wheels start at sm_75"),
-    ("torch", 13): ((7, 5), "PyTorch CUDA 13.0 wheels: TORCH_CUDA_ARCH_LIST starts at 7.5"),
-    # tensorflow.org/install/pip: ">= 525.60.13"; TensorFlow's hermetic CUDA builds compile
-    # sm_60 and newer (.bazelrc HERMETIC_CUDA_COMPUTE_CAPABILITIES).
-    ("tensorflow", 12): ((6, 0), "TensorFlow pip wheels: sm_60 and newer"),
-}
-
-_CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?==(\d+)\.")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 
 
 @dataclass(frozen=True)
@@ -271,119 +220,3 @@ def check_profiles(
                 "the others are skipped: " + "; ".join(problems)
             )
     return errors, warnings
-
-
-# -- writing the labels (images/build-image.sh) -----------------------------------------------
-
-
-def pins(lock_lines: Iterable[str]) -> dict[str, str]:
-    """``{normalised name: version}`` of a hash-pinned lock file's ``name==version`` lines."""
-    out = {}
-    for line in lock_lines:
-        m = _PIN.match(line.strip())
-        if m:
-            out[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
-    return out
-
-
-def cuda_major_of(lock_lines: Iterable[str]) -> int | None:
-    """The CUDA major version of a lock's ``nvidia-cuda-runtime`` wheel (``-cu12`` or the
-    CUDA 13 name without a suffix), or ``None`` without one (a CPU lock)."""
-    for line in lock_lines:
-        m = _CUDA_RUNTIME.match(line.strip())
-        if m:
-            return int(m.group(1) or m.group(2))
-    return None
-
-
-def labels_for(
-    image: str,
-    variant: str,
-    lock_lines: Iterable[str],
-    arch_min: tuple[int, int] | None = None,
-    seat_cap: bool = True,
-) -> dict[str, str]:
-    """The labels of an image built from ``lock_lines`` (see the module docstring).
-    ``arch_min`` is the lowest compute capability the installed framework was compiled for,
-    when the build could read it; the label takes the highest of it and the facts. Raises
-    ``ValueError`` for a CUDA variant whose CUDA major has no facts here."""
-    lines = list(lock_lines)
-    pinned = pins(lines)
-    out = {LABEL_IMAGE: image, LABEL_VARIANT: variant}
-    for name in FRAMEWORKS:
-        if name in pinned:
-            key = "tensorflow" if name == "tensorflow-cpu" else name
-            out[LABEL_FRAMEWORK + key] = pinned[name]
-    if seat_cap:
-        out[LABEL_SEAT_CAP] = "framework"
-    major = cuda_major_of(lines)
-    if variant == "cpu" or major is None:
-        return out
-    facts = CUDA_FACTS.get(major)
-    if facts is None:
-        raise ValueError(f"no driver facts for CUDA {major}: add them to CUDA_FACTS ({__name__})")
-    floor = [facts.min_compute_capability]
-    for (framework, cuda), (cc, _source) in FRAMEWORK_MIN_CC.items():
-        if cuda == major and framework in pinned:
-            floor.append(cc)
-    if arch_min:
-        floor.append(arch_min)
-    out[LABEL_CUDA] = str(major)
-    out[LABEL_MIN_DRIVER] = facts.min_driver
-    out[LABEL_MIN_CC] = format_version(max(floor))
-    return out
-
-
-def lowest_arch(arch_flags: Iterable[str]) -> tuple[int, int] | None:
-    """The lowest compute capability in a framework's architecture list (``"sm_75"``,
-    ``"compute_90"``, ``"sm_120a"``): ``(7, 5)``; ``None`` for an empty list."""
-    found = []
-    for flag in arch_flags:
-        m = re.match(r"^(?:sm|compute)_(\d+)(\d)[a-z]?$", flag.strip())
-        if m:
-            found.append((int(m.group(1)), int(m.group(2))))
-    return min(found) if found else None
-
-
-def facts_labels(framework: str, cuda_major: int) -> dict[str, str]:
-    """The CUDA labels of an image whose ``framework`` (``torch``, ``tensorflow``) uses CUDA
-    ``cuda_major``, from the facts alone (images built on another base, e.g. docker-stacks).
-    Raises ``ValueError`` for a CUDA major without facts."""
-    facts = CUDA_FACTS.get(cuda_major)
-    if facts is None:
-        raise ValueError(
-            f"no driver facts for CUDA {cuda_major}: add them to CUDA_FACTS ({__name__})"
-        )
-    cc = max([facts.min_compute_capability] + [
-        c for (f, m), (c, _s) in FRAMEWORK_MIN_CC.items() if f == framework and m == cuda_major
-    ])  # fmt: skip
-    return {
-        LABEL_CUDA: str(cuda_major),
-        LABEL_MIN_DRIVER: facts.min_driver,
-        LABEL_MIN_CC: format_version(cc),
-    }
-
-
-def _main(argv: list[str]) -> int:
-    """``python -m jupyterhub_gpulab.lab.images labels IMAGE VARIANT LOCK [ARCH_FLAG…]`` or
-    ``… facts FRAMEWORK CUDA_MAJOR``: print ``key=value`` lines, one label each (for ``docker
-    import --change`` / ``docker build --label``)."""
-    if len(argv) == 3 and argv[0] == "facts":
-        for key, value in sorted(facts_labels(argv[1], int(argv[2])).items()):
-            print(f"{key}={value}")
-        return 0
-    if len(argv) < 4 or argv[0] != "labels":
-        print(_main.__doc__)
-        return 2
-    image, variant, lock = argv[1], argv[2], argv[3]
-    with open(lock, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    for key, value in sorted(labels_for(image, variant, lines, lowest_arch(argv[4:])).items()):
-        print(f"{key}={value}")
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    raise SystemExit(_main(sys.argv[1:]))

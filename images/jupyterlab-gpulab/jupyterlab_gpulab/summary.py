@@ -44,10 +44,14 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
             }.get(sl.get("kind"), sl.get("kind") or "GPU")
         )
         iso = _isolation(env, sl.get("isolation"))
-        gpu = f"{kind}, {_gib(sl.get('memory_bytes'))}, {LEVELS.get(iso, iso)}"
+        # a seat's cap is all for tensors: each CUDA process's context is outside it
+        tensors = " for tensors" if sl.get("kind") == "shared" else ""
+        gpu = f"{kind}, {_gib(sl.get('memory_bytes'))}{tensors}, {LEVELS.get(iso, iso)}"
         title = sl.get("description") or gpu
         if sl.get("isolation_detail"):
             title += f" — {sl['isolation_detail']}"
+        if sl.get("tensor_memory"):
+            title += f"\nMemory: {sl['tensor_memory']}"
     else:
         gpu, title = "no GPU", "This server holds no GPU slice (a CPU-only profile)."
     hours = me.get("gpu_hours") or {}

@@ -263,6 +263,7 @@ MY_SLICE = obj(
         "kind": {"type": ["string", "null"], "enum": ["gpu", "mig", "shared", None]},
         "gpu_model": STR,
         "memory_bytes": INT,
+        "tensor_memory": _described(STRING, "what the slice holds for tensors, contexts apart"),
         "mig_profile": STR,
         "isolation": {"type": "string", "enum": ["hard", "soft", "unknown"]},
         "isolation_detail": STRING,

@@ -16,6 +16,7 @@ from ...hubapi.servers import HubServer
 from ...inventory import Utilization
 from ...inventory.model import describe_slice as describe
 from ...inventory.model import isolation
+from ...inventory.slices import tensor_memory
 from ...lab.policy import GroupPolicy, PolicyContext
 from ...lab.profile import Profile
 from ...ledger import Allocation, Node
@@ -313,6 +314,7 @@ def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utiliza
         "kind": kind,
         "gpu_model": s["device_name"] if s else None,
         "memory_bytes": s["memory_bytes"] if s else None,
+        "tensor_memory": tensor_memory(kind, s["memory_bytes"]) if s else "unknown",
         "mig_profile": s["mig_profile"] if s else None,
         "isolation": level,
         "isolation_detail": explained,
