@@ -36,12 +36,12 @@ log = logging.getLogger("term")
 
 
 class _Engine:
-    """The engine the service reads image labels from: every image carries ``IMAGE_LABELS``."""
+    """The lab's backend as the service's image-label reader asks it (``image_labels``, the
+    backends' vocabulary): every image carries ``IMAGE_LABELS``."""
 
-    class api:  # noqa: N801 - docker-py's ``client.api``
-        @staticmethod
-        def inspect_image(image: str) -> dict:
-            return {"Config": {"Labels": dict(IMAGE_LABELS)}}
+    @staticmethod
+    def image_labels(image: str) -> dict:
+        return dict(IMAGE_LABELS)
 
 
 class SimState:
@@ -53,7 +53,7 @@ class SimState:
         self.ledger = runtime.ledger
         self.lab = runtime.lab
         self.history = history
-        self.image_needs = ImageNeeds(client=_Engine)
+        self.image_needs = ImageNeeds(backend=_Engine)
 
 
 class SimHub:
