@@ -12,6 +12,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from jupyterhub_gpulab import cli
+from jupyterhub_gpulab.cli import checkconfig
 from jupyterhub_gpulab.errors import ConfigError
 from jupyterhub_gpulab.lab.hardening import (
     ADDABLE_CAPABILITIES,
@@ -249,7 +250,7 @@ def test_check_config_refuses_a_lab_wide_pid_limit_that_limits_nothing(capsys, t
 
 
 def test_check_config_warns_about_limits_larger_than_the_host(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "host_resources", lambda: (16, 24 * GiB))
+    monkeypatch.setattr(checkconfig, "host_resources", lambda: (16, 24 * GiB))
     profiles = [
         {**CPU, "mem_limit": "4G"},
         {"slug": "a40", "display_name": "A40", "image": IMG, "mem_limit": "64G", "cpu_limit": 8},

@@ -190,7 +190,7 @@ def cli_page() -> str:
     out = [
         intro,
         "\n## Every command's options\n",
-        "Generated from `gpulab`'s parser (`jupyterhub_gpulab/cli.py`: `build_parser`).\n",
+        "Generated from `gpulab`'s parser (`jupyterhub_gpulab/cli/__init__.py`: `build_parser`).\n",
     ]
     out += ["```text", parser.format_help().rstrip(), "```\n"]
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -23,8 +23,8 @@ def names_of(config: Config, user: str, courses: list[str]) -> dict[str, str]:
     """``{what: name}`` for ``user`` (and each course slug of ``courses``) under ``config``:
     the container prefix is ``c.DockerSpawner.prefix`` (default ``jupyter``), the volumes
     ``c.GPULabCourses``' templates."""
-    from .courses.config import GPULabCourses
-    from .lab.names import container_name, folder_name
+    from ..courses.config import GPULabCourses
+    from ..lab.names import container_name, folder_name
 
     settings = GPULabCourses(config=config)
     prefix = config.DockerSpawner.get("prefix", "jupyter")
@@ -42,7 +42,7 @@ def names_of(config: Config, user: str, courses: list[str]) -> dict[str, str]:
 
 
 def add_names_command(add, load_config) -> None:
-    """Register ``names`` with the ``gpulab`` parser's ``add`` (:func:`.cli.build_parser`);
+    """Register ``names`` with the ``gpulab`` parser's ``add`` (:func:`~jupyterhub_gpulab.cli.build_parser`);
     ``load_config(path)`` reads the configuration."""
 
     def cmd_names(args) -> int:

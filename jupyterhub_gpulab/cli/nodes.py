@@ -17,9 +17,9 @@ from collections import Counter
 
 
 def _ledger(args):
-    from .cli import _config
-    from .lab.config import GPULab
-    from .ledger import Ledger
+    from ..lab.config import GPULab
+    from ..ledger import Ledger
+    from .common import _config
 
     return Ledger(GPULab(config=_config(args.config)).db_url, auto_upgrade=False)
 
@@ -35,7 +35,7 @@ def cmd_nodes(args) -> int:
     finally:
         ledger.close()
     if args.json:
-        from .service.web.views import node_view
+        from ..service.web.views import node_view
 
         print(
             json.dumps(
@@ -69,7 +69,7 @@ def cmd_nodes(args) -> int:
 
 
 def cmd_node_token(args) -> int:
-    from .service.web.inputs import NODE_NAME_CHARS
+    from ..service.web.inputs import NODE_NAME_CHARS
 
     node = args.node
     if not node or set(node) - NODE_NAME_CHARS or not node[0].isalnum() or len(node) > 255:
@@ -96,7 +96,7 @@ def cmd_node_token(args) -> int:
 
 
 def add_node_commands(add) -> None:
-    """Register the subcommands with :func:`~.cli.build_parser`'s ``add``."""
+    """Register the subcommands with :func:`~jupyterhub_gpulab.cli.build_parser`'s ``add``."""
     add("nodes", cmd_nodes, "list the lab's nodes: state, agent, Swarm engine, slices", True)
     p = add(
         "node-token",

@@ -1,102 +1,27 @@
-"""The ``gpulab`` command: look at the inventory, check a config, list allocations, upgrade the db.
-
-    gpulab inventory [--json] [-f jupyterhub_config.py]
-    gpulab check-config -f jupyterhub_config.py   (with GPUDockerSpawner: also looks at the engine)
-    gpulab allocations [--json] [-f jupyterhub_config.py]
-    gpulab upgrade-db [-f jupyterhub_config.py]
-    gpulab check-auth -f jupyterhub_config.py [--json] CLAIMS   (a JSON file, a JWT, or - for stdin)
-    gpulab check-auth -f jupyterhub_config.py --hub-user NAME   (claims of NAME's last login)
-    gpulab nodes [--json] [-f jupyterhub_config.py]            (the lab's nodes; clinodes.py)
-    gpulab node-token NODE [--revoke] [-f jupyterhub_config.py]
-    gpulab node-agent --url … --node … --token-file …          (on each GPU node; agent/app.py)
-
-Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
-usage.
-"""
+"""``gpulab check-config``: every error of a configuration at once (the spawner's refused settings,
+the service's and courses' settings, the ledger URL, sign-on, the inventory, images), then its
+warnings and, with gpulab's spawner, what the engine says."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
 from traitlets import TraitError
 from traitlets.config import Config
 
-from .auth.check import auth_errors, auth_warnings
-from .clinames import add_names_command
-from .clinodes import add_node_commands
-from .errors import ConfigError
-from .lab.config import GPULab, Lab, load_config_file
-from .units import format_bytes
-
-DEFAULT_CONFIG = "jupyterhub_config.py"
-
-
-def _config(path: str | None) -> Config:
-    if path is None:
-        return load_config_file(DEFAULT_CONFIG) if Path(DEFAULT_CONFIG).is_file() else Config()
-    return load_config_file(path)
-
-
-def _lab(args) -> Lab:
-    return GPULab(config=_config(args.config)).load()
-
-
-def cmd_inventory(args) -> int:
-    gl = GPULab(config=_config(args.config))
-    inv = gl.read_inventory()
-    node = gl.node_name
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "source": inv.source,
-                    "node": node,
-                    "warnings": list(inv.warnings),
-                    "devices": [asdict(d) for d in inv.devices],
-                    "slices": [
-                        {**asdict(s), "kind": s.kind.value, "isolation": s.isolation}
-                        for s in inv.slices
-                    ],
-                },
-                indent=2,
-            )
-        )
-        return 0
-    print(f"source: {inv.source}   node: {node}")
-    for w in inv.warnings:
-        print(f"warning: {w}")
-    if inv.source == "agents":
-        print("every node's GPUs come from its node agent: `gpulab nodes` lists them")
-    elif not inv.devices:
-        print("no GPUs: only CPU-only profiles can be spawned")
-    by_device: dict[str, list] = {}
-    for s in inv.slices:
-        by_device.setdefault(s.device_uuid, []).append(s)
-    for d in inv.devices:
-        extra = " (MIG mode)" if d.mig_enabled else ""
-        if d.vgpu_type:
-            extra += f" (vGPU {d.vgpu_type})"
-        cc = (
-            f" cc {d.compute_capability[0]}.{d.compute_capability[1]}"
-            if d.compute_capability
-            else ""
-        )
-        print(f"GPU {d.index}: {d.name}{extra}, {format_bytes(d.memory_bytes)}{cc}  {d.uuid}")
-        for s in by_device.get(d.uuid, []):
-            print(f"    {s.kind.value:<6} {s.id}  {s.describe()}")
-    return 0
+from ..auth.check import auth_errors, auth_warnings
+from ..errors import ConfigError
+from ..lab.config import GPULab, Lab
+from .common import DEFAULT_CONFIG, _config
 
 
 def _service_errors(config: Config) -> list[str]:
     """Problems in ``c.GPULabService`` (the culler's durations, unknown_utilization …)."""
 
-    from .service.app import GPULabService
+    from ..service.app import GPULabService
 
     try:
         GPULabService(config=config)
@@ -108,10 +33,10 @@ def _service_errors(config: Config) -> list[str]:
 def _course_errors(config: Config) -> list[str]:
     """Problems in ``c.GPULabCourses.courses`` (each course's record, checked against the
     profiles' slugs)."""
-    from .courses.config import GPULabCourses
-    from .courses.model import CourseError
-    from .courses.reserve import fit_problems
-    from .lab.profiles import load_profiles
+    from ..courses.config import GPULabCourses
+    from ..courses.model import CourseError
+    from ..courses.reserve import fit_problems
+    from ..lab.profiles import load_profiles
 
     slugs = {p.get("slug") for p in GPULab(config=config).profiles if isinstance(p, dict)}
     try:
@@ -150,9 +75,9 @@ def _spawner_setting(config: Config, name: str, default):
 def _image_report(config: Config, lab: Lab) -> tuple[list[str], list[str]]:
     """``(errors, warnings)``: GPU profiles whose image no (or not every) slice can run, their
     labels read through the lab's backend (:func:`.backends.backend_for`)."""
-    from .backends import EngineError, backend_for
-    from .backends.dockerengine import ENGINE_ERRORS
-    from .lab.images import check_profiles
+    from ..backends import EngineError, backend_for
+    from ..backends.dockerengine import ENGINE_ERRORS
+    from ..lab.images import check_profiles
 
     backend = backend_for(config)
 
@@ -173,10 +98,10 @@ def _image_report(config: Config, lab: Lab) -> tuple[list[str], list[str]]:
 def _engine_report(config: Config, gl: GPULab, lab: Lab) -> list[str]:
     """Lines about the Docker engine the spawner uses: other labs' containers holding GPUs of
     this inventory, and other labs using this lab's container prefix."""
-    from .backends import EngineError, backend_for
-    from .backends.dockerengine import ENGINE_ERRORS
-    from .ledger import Ledger, SchemaOutOfDate, peek_identity
-    from .spawner.engine import EngineSurvey
+    from ..backends import EngineError, backend_for
+    from ..backends.dockerengine import ENGINE_ERRORS
+    from ..ledger import Ledger, SchemaOutOfDate, peek_identity
+    from ..spawner.engine import EngineSurvey
 
     identity = peek_identity(gl.db_url)
     ledger = None
@@ -227,8 +152,8 @@ def _spawner(config: Config):
     config names it, else GPUDockerSpawner, built without the refused settings (``None`` when
     it cannot be built even so); every refused setting of the spawner's sections is listed, as
     the hub refuses them (:mod:`.spawner.configcheck`)."""
-    from .spawner import GPUDockerSpawner, GPUSwarmSpawner
-    from .spawner.configcheck import refused_settings
+    from ..spawner import GPUDockerSpawner, GPUSwarmSpawner
+    from ..spawner.configcheck import refused_settings
 
     spawner_class = GPUSwarmSpawner if _uses_swarm_spawner(config) else GPUDockerSpawner
     good, refused = refused_settings(spawner_class, config)
@@ -281,7 +206,7 @@ def host_resources() -> tuple[int, int]:
 
 def _limit_warnings(lab: Lab, spawner) -> list[str]:
     """Profiles whose CPU or memory limit (their own, else the spawner's) exceeds this host."""
-    from .lab.hardening import limit_warnings
+    from ..lab.hardening import limit_warnings
 
     cpus, memory = host_resources()
     base_cpu = spawner.cpu_limit if spawner is not None else None
@@ -346,156 +271,3 @@ def cmd_check_config(args) -> int:
         for line in _engine_report(config, gl, lab):
             print(line)
     return 0
-
-
-def _ledger(args):
-    from .ledger import Ledger
-
-    gl = GPULab(config=_config(args.config))
-    return Ledger(gl.db_url, auto_upgrade=False)
-
-
-def cmd_allocations(args) -> int:
-    ledger = _ledger(args)
-    rows = ledger.open_allocations()
-    slices = {s["id"]: s for s in ledger.slices()}
-    ledger.close()
-    if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        **asdict(a),
-                        "started_at": a.started_at.isoformat(),
-                        "ended_at": None,
-                        "device_name": slices.get(a.slice_id, {}).get("device_name"),
-                        "kind": slices.get(a.slice_id, {}).get("kind"),
-                    }
-                    for a in rows
-                ],
-                indent=2,
-            )
-        )
-        return 0
-    if not rows:
-        print("no open allocations")
-        return 0
-    print(
-        f"{'id':>5}  {'user':<16} {'server':<10} {'profile':<16} {'node':<16} "
-        f"{'since (UTC)':<20} slice"
-    )
-    for a in rows:
-        s = slices.get(a.slice_id, {})
-        print(
-            f"{a.id:>5}  {a.user:<16} {a.server_name or 'default':<10} {a.profile:<16} "
-            f"{a.node:<16} {a.started_at:%Y-%m-%d %H:%M:%S}  {a.slice_id} "
-            f"({s.get('device_name', '?')})"
-        )
-    return 0
-
-
-def cmd_upgrade_db(args) -> int:
-    from .ledger import db
-
-    gl = GPULab(config=_config(args.config))
-    engine = db.make_engine(gl.db_url)
-    before = db.current_revision(engine)
-    db.upgrade(engine)
-    print(f"ledger schema: {before or 'empty'} -> {db.head_revision()}")
-    engine.dispose()
-    return 0
-
-
-def cmd_check_auth(args) -> int:
-    from .auth.check import check_auth_command
-
-    return check_auth_command(args, _config(args.config))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gpulab", description="jupyterhub-gpulab administration")
-    sub = ap.add_subparsers(dest="command", required=True)
-
-    def add(name, func, help, json_flag=False, config_required=False):
-        p = sub.add_parser(name, help=help, description=help)
-        p.add_argument(
-            "-f",
-            "--config",
-            required=config_required,
-            default=None,
-            help=f"a jupyterhub_config.py (default: ./{DEFAULT_CONFIG} if present)",
-        )
-        if json_flag:
-            p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.set_defaults(func=func)
-        return p
-
-    add(
-        "inventory",
-        cmd_inventory,
-        "show the GPUs and slices NVML or the configuration provides",
-        True,
-    )
-    add(
-        "check-config",
-        cmd_check_config,
-        "validate inventory, profiles and policies; exit 1 listing every error",
-        config_required=True,
-    )
-    add("allocations", cmd_allocations, "list open allocations", True)
-    add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
-    add_node_commands(add)
-    add_names_command(add, _config)
-    sub.add_parser(
-        "node-agent",
-        help="run the node agent on a GPU node (`gpulab node-agent --help-all` for its settings)",
-        add_help=False,
-    )
-    p = add(
-        "check-auth",
-        cmd_check_auth,
-        "show the groups, policies and profiles a login with these token claims gets; exit 1 "
-        "when that login would be refused",
-        True,
-        config_required=True,
-    )
-    p.add_argument(
-        "claims", nargs="?", help="a JSON file of the claims, a JWT (not verified), or - (stdin)"
-    )
-    p.add_argument(
-        "--hub-user",
-        metavar="NAME",
-        help="read NAME's claims from their last login (the hub's auth_state; the token in "
-        "JUPYTERHUB_API_TOKEN needs admin:auth_state)",
-    )
-    p.add_argument(
-        "--hub-url",
-        default=os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8000/hub/api"),
-        help="the hub's API (default: $JUPYTERHUB_API_URL or http://127.0.0.1:8000/hub/api)",
-    )
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["node-agent"]:
-        # a traitlets Application of its own: its flags, --help-all, config file
-        from .agent.app import main as agent_main
-
-        agent_main(argv[1:])
-        return 0
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except FileNotFoundError as e:
-        print(f"gpulab: {e}", file=sys.stderr)
-        return 2
-    except ConfigError as e:
-        print(f"gpulab: configuration has {len(e.errors)} error(s):", file=sys.stderr)
-        for m in e.errors:
-            print(f"  - {m}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
