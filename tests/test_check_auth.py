@@ -157,7 +157,7 @@ def test_check_config_warns_about_policy_groups_no_login_can_be_in(tmp_path, cap
 
 
 def test_groups_owner_says_who_owns_rosters(tmp_path):
-    from jupyterhub_gpulab.auth.roster import groups_owner
+    from jupyterhub_gpulab.auth.groupsowner import groups_owner
     from jupyterhub_gpulab.lab.config import load_config_file
 
     sso = groups_owner(load_config_file(write(tmp_path)))

@@ -221,7 +221,7 @@ def test_staff_cannot_edit_a_roster_the_identity_provider_owns(tmp_path):
     anything is asked of the hub or written."""
     import asyncio
 
-    from jupyterhub_gpulab.auth.roster import GroupsOwner
+    from jupyterhub_gpulab.auth.groupsowner import GroupsOwner
     from jupyterhub_gpulab.courses.manager import CourseManager, RosterLocked
     from jupyterhub_gpulab.courses.store import CourseStore
     from jupyterhub_gpulab.ledger import Ledger

@@ -22,7 +22,9 @@ from traitlets.config import Config
 from ..lab.config import GPULab, Lab
 from ..lab.policy import PolicyContext
 from ..lab.profiles import entitled_in
+from .configured import authenticator
 from .groupmap import ClaimError
+from .groupsowner import groups_owner
 
 __all__ = [
     "auth_errors",
@@ -32,32 +34,6 @@ __all__ = [
     "explain_claims",
     "read_claims",
 ]
-
-_NAMES = {
-    "gpulab-oidc": "jupyterhub_gpulab.auth.oidc.GPULabOAuthenticator",
-    "gpulab-lti13": "jupyterhub_gpulab.auth.lti.GPULabLTI13Authenticator",
-}
-
-
-def _configured_class(config: Config):
-    """The gpulab authenticator class named by ``c.JupyterHub.authenticator_class``, or None."""
-    name = config.JupyterHub.get("authenticator_class") if "JupyterHub" in config else None
-    if not isinstance(name, str):
-        return name if getattr(name, "group_mapping", None) is not None else None
-    name = _NAMES.get(name, name)
-    if name not in _NAMES.values():
-        return None
-    module, _, cls = name.rpartition(".")
-    from importlib import import_module
-
-    return getattr(import_module(module), cls)
-
-
-def authenticator(config: Config):
-    """An instance of the configured gpulab authenticator (``None`` when the hub uses another);
-    :class:`TraitError` for a bad setting."""
-    cls = _configured_class(config)
-    return None if cls is None else cls(config=config)
 
 
 def auth_errors(config: Config) -> list[str]:
@@ -84,8 +60,6 @@ def auth_warnings(config: Config, lab: Lab) -> list[str]:
     """Group policies and profiles naming a group that no login can be in under the
     configured mapping (e.g. an Entra ID rename that lacks it); SSO without the
     ``JUPYTERHUB_CRYPT_KEY`` the hub needs to start."""
-    from .roster import groups_owner
-
     try:
         owner = groups_owner(config)
     except (TraitError, ImportError):

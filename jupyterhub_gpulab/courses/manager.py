@@ -13,7 +13,7 @@ import logging
 from tornado.escape import url_escape
 
 from .. import clock
-from ..auth.roster import GroupsOwner
+from ..auth.groupsowner import GroupsOwner
 from ..backends import backend_for
 from ..hubapi.client import HubClient, HubError
 from ..ledger import aio
@@ -60,7 +60,7 @@ class CourseManager(ContentActions):
     ):
         """``ledger``: the lab's :class:`~..ledger.Ledger` (reservations); ``lab_profiles``:
         ``{slug: Profile}`` of the lab; ``groups_owner``: who owns the hub's groups
-        (:class:`~..auth.roster.GroupsOwner`; default: the hub): under SSO or LTI the rosters
+        (:class:`~..auth.groupsowner.GroupsOwner`; default: the hub): under SSO or LTI the rosters
         are read from the identity provider's groups and not edited here; ``lab``: the loaded
         :class:`~..lab.config.Lab`, whose policies say which profiles a roster may use
         (``None``: not checked); ``backend``: the engine seam (default: the backend of
@@ -97,7 +97,7 @@ class CourseManager(ContentActions):
 
     def roster_source(self, course) -> dict:
         """Where ``course``'s roster comes from: ``{"owner": kind, "editable": bool,
-        "description": one sentence}`` (:class:`~jupyterhub_gpulab.auth.roster.GroupsOwner`)."""
+        "description": one sentence}`` (:class:`~jupyterhub_gpulab.auth.groupsowner.GroupsOwner`)."""
         owner = self.groups_owner
         return {
             "owner": owner.kind,

@@ -1,7 +1,7 @@
 """A course's roster: the members of its JupyterHub group, read and changed through the hub API.
 
 :func:`roster_of` reads a roster: the members of the course's roster group, whoever fills it.
-Who may change them is :func:`jupyterhub_gpulab.auth.roster.groups_owner`'s answer: with an
+Who may change them is :func:`jupyterhub_gpulab.auth.groupsowner.groups_owner`'s answer: with an
 authenticator that manages groups (campus SSO, LTI) the identity provider or LMS fills them, and
 the course pages and API say so and edit nothing (:func:`set_members` is for hub-owned groups).
 :func:`csv_preview` compares an uploaded CSV of usernames with the roster: added, removed, unknown;

@@ -40,7 +40,7 @@ from .waitlist import WaitlistKeeper, WaitlistTraits
 from .web.api import api_handlers
 from .web.base import OAuthCallback
 from .web.courseapi import course_handlers
-from .web.coursepages import course_pages
+from .web.courseroutes import course_pages
 from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
@@ -200,7 +200,7 @@ def make_course_manager(gpulab: GPULab, ledger: Ledger, hub: HubClient, lab, sec
     """The courses of this lab (:mod:`jupyterhub_gpulab.courses`), on the service's hub client;
     ``secret``: the service's cookie secret, from which each course's pre-start token is derived
     (:func:`jupyterhub_gpulab.courses.hubhook.prestart_token`)."""
-    from ..auth.roster import groups_owner
+    from ..auth.groupsowner import groups_owner
     from ..courses.config import GPULabCourses
     from ..courses.manager import CourseManager
     from ..courses.store import CourseStore

@@ -139,14 +139,3 @@ class CoursePage(CoursePageBase):
             tz_name=str(self.state.lab.tz),
             flash=self.pop_flash(),
         )
-
-
-def course_pages(prefix: str) -> list[tuple]:
-    from .courseactions import CourseActionPage
-
-    slug = r"(?P<slug>[a-z][a-z0-9-]{1,39})"
-    return [
-        (prefix + "courses", CoursesPage),
-        (prefix + "courses/" + slug, CoursePage),
-        (prefix + "courses/" + slug + r"/actions/(?P<action>[a-z-]+)", CourseActionPage),
-    ]

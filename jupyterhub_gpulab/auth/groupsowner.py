@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from traitlets.config import Config
 
-from .check import authenticator
+from .configured import authenticator
 from .groupmap import GroupMapping
 
 __all__ = ["GroupsOwner", "groups_owner"]
