@@ -1,7 +1,7 @@
 """One node agent report: the node's hardware as NVML reads it, its utilisation, and the host.
 
 The body of ``POST /services/gpulab/api/nodes/<node>/report`` (schema ``NodeReport`` in the
-service's OpenAPI document, :mod:`jupyterhub_gpulab.service.web.apischemas`)::
+service's OpenAPI document, :mod:`jupyterhub_gpulab.service.web.nodeschemas`)::
 
     {"agent": "0.1.0", "hostname": "gpu2", "interval_s": 10, "cpus": 64,
      "memory_bytes": 540000000000, "source": "nvml", "warnings": [],

@@ -5,7 +5,7 @@ sends its devices and MIG devices (:func:`hardware`); the service rebuilds that 
 with the lab's own settings (``c.GPULab.shared_devices``) through the same rule NVML's inventory
 uses (:func:`~.slices.offered_slices`), so a GPU split in seats is split the same way whichever
 host it is on. The body's shape is checked against its JSON Schema first (the service's
-``NODE_REPORT`` in :mod:`jupyterhub_gpulab.service.web.apischemas`); :func:`inventory_from_report`
+``NODE_REPORT`` in :mod:`jupyterhub_gpulab.service.web.nodeschemas`); :func:`inventory_from_report`
 checks what a schema cannot (every MIG device on a reported device in MIG mode, no UUID twice).
 Pure: no I/O.
 """

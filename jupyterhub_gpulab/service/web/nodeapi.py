@@ -10,7 +10,7 @@
 A report is authenticated by the node's own token (``Authorization: token gpulabnode_…``,
 :mod:`jupyterhub_gpulab.ledger.nodes`), never by a hub token, and only for the node the token
 was made for; the hub is not asked about it. Its body must match the ``NodeReport`` schema
-(:data:`~.apischemas.NODE_REPORT`, also in the OpenAPI document: every count bounded, every UUID
+(:data:`~.nodeschemas.NODE_REPORT`, also in the OpenAPI document: every count bounded, every UUID
 in NVML's exact form, :mod:`.inputs`); anything else is a 400 naming the first problem, and
 nothing is recorded.
 """
@@ -23,8 +23,8 @@ from ...ledger import NODE_TOKEN_PREFIX, aio
 from .. import actions
 from ..nodes import InventoryError
 from . import inputs
-from .apischemas import NODE_REPORT
 from .base import APIHandler, refuse
+from .nodeschemas import NODE_REPORT
 from .views import node_view
 
 _REPORT = Draft202012Validator(NODE_REPORT)

@@ -11,6 +11,7 @@ from .apischemas import SCHEMAS
 from .apischemas import ref as _ref
 from .courseopenapi import course_paths, course_schemas
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
+from .nodeschemas import node_schemas
 from .queueapi import queue_paths, queue_schemas
 
 
@@ -336,6 +337,6 @@ def _document(prefix: str) -> dict:
                 ),
                 "TooLarge": _json(_ref("Error"), f"the body is over {MAX_BODY} bytes"),
             },
-            "schemas": {**SCHEMAS, **queue_schemas(), **course_schemas()},
+            "schemas": {**SCHEMAS, **node_schemas(), **queue_schemas(), **course_schemas()},
         },
     }
