@@ -69,6 +69,7 @@ from ..fairuse.quota import period_window
 from ..hubapi.client import HubClient
 from ..ledger.census import census, gpu_seconds_by_group
 from .state import LabState
+from .usermetrics import UserCollector
 
 SLICE_STATES = ("free", "held", "reserved", "drained", "vanished")
 DEVICE_STATES = ("in_service", "drained", "vanished")
@@ -304,42 +305,6 @@ class LedgerCollector:
         for n_node, n in sorted(stale_by_node.items()):
             stale.add_metric([n_node], n)
         yield stale
-
-
-class UserCollector:
-    """Per-user series, only with ``c.GPULabService.metrics_user_labels`` (user names become
-    label values: one series per open allocation and per user active this week):
-
-    - ``gpulab_slice_holder_info{node, slice, user, server, profile}`` 1 for each held slice
-      (join it with ``gpulab_slice_utilization_percent`` ``on (slice)`` for a holder's
-      utilisation);
-    - ``gpulab_user_used_gpu_seconds{user, period="week"}``: weighted GPU-seconds this week.
-    """
-
-    def __init__(self, state: LabState):
-        self.state = state
-
-    def collect(self) -> Iterator[Metric]:
-        state, now = self.state, clock.utcnow()
-        info = GaugeMetricFamily(
-            "gpulab_slice_holder_info",
-            "1 for each held slice, naming its holder (metrics_user_labels)",
-            labels=["node", "slice", "user", "server", "profile"],
-        )
-        for a in state.ledger.open_allocations():
-            info.add_metric([a.node, a.slice_id, a.user, a.server_name or "", a.profile or ""], 1)
-        yield info
-        start, end = period_window("week", now, tz=state.lab.tz)
-        used = GaugeMetricFamily(
-            "gpulab_user_used_gpu_seconds",
-            "Weighted GPU-seconds each user used in this period (metrics_user_labels)",
-            labels=["user", "period"],
-        )
-        for user, s in sorted(
-            gpu_seconds_by_group(state.ledger, start, end, now, by="user").items()
-        ):
-            used.add_metric([user, "week"], s)
-        yield used
 
 
 class _Families:
