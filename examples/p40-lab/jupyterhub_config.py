@@ -1,0 +1,78 @@
+"""The lab gpulab was first described for: one Tesla P40 (24 GB, Pascal, compute capability 6.1)
+shared by 24 students, one capped seat each, PyTorch from the cuda12-legacy image (CUDA 12.6
+wheels that still carry sm_60 code; see the admin guide's "Framework images").
+
+On the P40 host:  ``gpulab check-config -f examples/p40-lab/jupyterhub_config.py`` then
+``jupyterhub -f examples/p40-lab/jupyterhub_config.py``. Set ``P40_UUID`` to the card's GPU UUID
+(``nvidia-smi -L``). Without a P40 (to read the layout, or in the tests),
+``GPULAB_P40_DECLARED=1`` declares the card instead of reading it from NVML.
+
+Why 700 MiB seats and not 1 GiB: each seat's process also holds a CUDA context outside the
+framework's cap (~300 MiB with CUDA lazy loading; ``inventory/slices.py`` says where the figure
+comes from), so 24 seats of 1 GiB need ~31 GiB of a 24 GiB card; ``check-config`` says so and
+names the largest seat that fits (24 of 724 MiB). 700 MiB of tensors each is what 24 can hold.
+"""
+
+import os
+
+import jupyterhub
+
+import jupyterhub_gpulab
+
+c = get_config()  # noqa: F821 (provided by JupyterHub's config loader)
+here = os.path.dirname(os.path.abspath(__file__))
+state = os.environ.get("GPULAB_STATE_DIR", os.path.join(here, ".state"))
+os.makedirs(state, mode=0o700, exist_ok=True)  # ledger and secrets: the hub's user only
+
+# 1. The card and its 24 seats.
+P40_UUID = os.environ.get("P40_UUID", "GPU-5a1d0c40-0000-4000-8000-000000000040")
+SEATS = {"seats": 24, "memory_per_seat": "700MiB", "compute_share": 1 / 24}
+if os.environ.get("GPULAB_P40_DECLARED"):
+    c.GPULab.inventory_source = "declared"
+    c.GPULab.inventory = [
+        {
+            "uuid": P40_UUID,
+            "index": 0,
+            "name": "Tesla P40",
+            "memory": "24GiB",
+            "compute_capability": "6.1",
+            "driver_version": "580.95.05",  # R580: Pascal's last driver branch
+            "shared": SEATS,
+        }
+    ]
+else:
+    c.GPULab.inventory_source = "nvml"
+    c.GPULab.shared_devices = {P40_UUID: SEATS}
+c.GPULab.seat_overcommit = "refuse"  # a layout that does not fit stops the hub, not a lecture
+c.GPULab.db_url = f"sqlite:///{state}/gpulab.sqlite"
+
+# 2. What a student may pick: a PyTorch seat, or CPU only.
+hub = jupyterhub.__version__  # the images are tagged with it (images/build-image.sh)
+c.GPULab.profiles = [
+    {
+        "slug": "pytorch-seat",
+        "display_name": "PyTorch (P40 seat, 700 MiB for tensors)",
+        "image": f"gpulab/pytorch:{hub}-cuda12-legacy",
+        "slice": {"kind": "shared"},
+        "default": True,
+    },
+    {"slug": "cpu", "display_name": "CPU only", "image": f"gpulab/base:{hub}"},
+]
+c.GPULab.group_policies = {
+    "students": {"profiles": ["pytorch-seat", "cpu"], "max_slices_per_user": 1},
+}
+c.GPULab.default_policy = {"profiles": ["cpu"], "max_slices_per_user": 1}
+
+# 3. The hub: campus sign-on would go here (configure(sso=...)); the demo's dummy login otherwise.
+c.JupyterHub.spawner_class = "gpulab"
+c.GPUDockerSpawner.attach_mode = os.environ.get("GPULAB_ATTACH_MODE", "device_request")
+c.DockerSpawner.volumes = {"gpulab-home-{username}": "/home/jovyan"}
+c.JupyterHub.db_url = f"sqlite:///{state}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = f"{state}/jupyterhub_cookie_secret"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.JupyterHub.load_groups = {"students": {"users": [f"student{i}" for i in range(1, 25)]}}
+c.Authenticator.admin_users = {"admin"}
+
+# 4. Everything else in one call: the gpulab service (pages, API, culler), metrics, courses.
+jupyterhub_gpulab.configure(c, config_file=__file__)
