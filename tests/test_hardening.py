@@ -314,3 +314,24 @@ def test_check_config_says_what_is_wrong_with_the_database_url(capsys, tmp_path,
     assert rc == 1, out
     assert says in err and "Traceback" not in err
     assert "OK" not in out
+
+
+def test_check_config_names_a_setting_that_does_nothing_and_the_one_meant(capsys, tmp_path):
+    """A typo in gpulab's own settings is ignored by traitlets (the lab would run without its
+    policies): check-config says which line does nothing and what was meant."""
+    rc, out, _ = check(
+        capsys,
+        tmp_path,
+        f"c.GPULab.profiles = [{CPU!r}]\n"
+        "c.GPULab.policies = {'students': {'max_slices_per_user': 1}}\n"
+        "c.GPULabService.cull_evry = 60\n",
+    )
+    assert rc == 0
+    assert (
+        "warning: c.GPULab.policies is not a setting of GPULab: it does nothing; "
+        "did you mean c.GPULab.group_policies?" in out
+    )
+    assert "c.GPULabService.cull_evry is not a setting of GPULabService" in out
+    assert "did you mean c.GPULabService.cull_every?" in out
+    rc, out, _ = check(capsys, tmp_path, f"c.GPULab.profiles = [{CPU!r}]\n")
+    assert rc == 0 and "not a setting" not in out

@@ -4,6 +4,7 @@ warnings and, with gpulab's spawner, what the engine says."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,28 @@ from ..auth.check import auth_errors, auth_warnings
 from ..errors import ConfigError
 from ..lab.config import GPULab, Lab
 from .common import DEFAULT_CONFIG, _config
+
+
+def _unknown_settings(config: Config) -> list[str]:
+    """``c.<Class>.<name>`` lines of gpulab's own classes that set no setting: traitlets ignores
+    them (the hub logs one line at start), so a typo such as ``c.GPULab.policies`` would leave
+    a lab without its group policies while check-config said OK. Each is named with the closest
+    real setting."""
+    from ..courses.config import GPULabCourses
+    from ..service.app import GPULabService
+    from ..spawner import GPUDockerSpawner, GPUSwarmSpawner
+
+    out = []
+    for cls in (GPULab, GPULabService, GPULabCourses, GPUDockerSpawner, GPUSwarmSpawner):
+        name = cls.__name__
+        if name not in config:
+            continue
+        known = set(cls.class_trait_names())
+        for key in sorted(k for k in config[name] if k not in known):
+            near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean c.{name}.{near[0]}?" if near else ""
+            out.append(f"c.{name}.{key} is not a setting of {name}: it does nothing{hint}")
+    return out
 
 
 def _service_errors(config: Config) -> list[str]:
@@ -252,7 +275,12 @@ def cmd_check_config(args) -> int:
         errors += image_errors
     if errors:
         return _print_errors(args, errors)
-    warnings = [*lab.warnings, *_limit_warnings(lab, spawner), *auth_warnings(config, lab)]
+    warnings = [
+        *_unknown_settings(config),
+        *lab.warnings,
+        *_limit_warnings(lab, spawner),
+        *auth_warnings(config, lab),
+    ]
     for w in warnings + image_warnings:
         print(f"warning: {w}")
     kinds: dict[str, int] = {}
