@@ -314,7 +314,12 @@ def test_who_sees_which_course(hub, admin_api, ta_api, student_api):
 
 def test_admins_create_courses_and_staff_edit_only_their_fields(hub, admin_api, ta_api, ledger):
     new = {"slug": "cv202", "profiles": ["cpu"]}
+    assert hub.api("GET", "/groups/cv202").status_code == 404
     assert api(hub, "POST", "courses", admin_api, json=new).status_code == 201
+    # the hub owns the groups here: the course's roster and staff groups exist, empty
+    for group in ("cv202", "cv202-staff"):
+        r = hub.api("GET", f"/groups/{group}")
+        assert r.status_code == 200 and r.json()["users"] == [], (group, r.text)
     assert api(hub, "POST", "courses", admin_api, json=new).status_code == 409
     assert api(hub, "POST", "courses", ta_api, json={"slug": "cv203"}).status_code == 403
     r = api(hub, "POST", "courses", admin_api, json={"slug": "Bad"})

@@ -28,6 +28,7 @@ __all__ = [
     "csv_preview",
     "parse_csv",
     "roster_of",
+    "create_groups",
     "set_members",
     "known_users",
 ]
@@ -89,6 +90,15 @@ async def set_members(hub: HubClient, group: str, add: set[str], remove: set[str
         await hub.call("POST", _group(group) + "/users", {"users": sorted(add)})
     if remove:
         await hub.call("DELETE", _group(group) + "/users", {"users": sorted(remove)})
+
+
+async def create_groups(hub: HubClient, course, owner) -> None:
+    """A new course's roster and staff groups, empty, in the hub; nothing when ``owner`` (the
+    :class:`~jupyterhub_gpulab.auth.groupsowner.GroupsOwner`) says the identity provider or the
+    LMS owns the groups (it creates them at logins)."""
+    if owner.may_edit:
+        await set_members(hub, course.roster_group, set(), set())
+        await set_members(hub, course.staff_group, set(), set())
 
 
 def parse_csv(text: str) -> list[str]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from ...courses.collect import ASSIGNMENT
 from ...courses.model import CourseError
 from ...courses.parse import KEYS
-from ...courses.roster import csv_preview, known_users, parse_csv, roster_of, set_members
+from ...courses.roster import create_groups, csv_preview, known_users, parse_csv, roster_of
 from ...ledger import BookingConflict, aio
 from ...units import counted
 from . import inputs
@@ -144,9 +144,7 @@ class CoursesAPI(CourseHandler):
                 409, f"Course {course.slug} exists; PUT courses/{course.slug} to change it."
             )
         await save_course(self.courses, course, self.who)
-        if self.courses.groups_owner.may_edit:  # else the provider creates them at logins
-            await set_members(self.hub, course.roster_group, set(), set())
-            await set_members(self.hub, course.staff_group, set(), set())
+        await create_groups(self.hub, course, self.courses.groups_owner)
         self.write_json(
             {
                 "status": 201,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tornado import web
 
 from ...courses.model import CourseError
-from ...courses.roster import set_members
+from ...courses.roster import create_groups
 from ...ledger import BookingConflict, aio
 from . import inputs
 from .base import refuse
@@ -113,9 +113,7 @@ class CoursesPage(CoursePageBase):
             self.flash("danger", f"Course not created: {why}")
             self.redirect(self.prefix + "courses")
             return
-        if self.courses.groups_owner.may_edit:  # else the provider creates them at logins
-            await set_members(self.hub, course.roster_group, set(), set())
-            await set_members(self.hub, course.staff_group, set(), set())
+        await create_groups(self.hub, course, self.courses.groups_owner)
         self.back(course.slug, "success", f"Course {course.slug} created.")
 
 
