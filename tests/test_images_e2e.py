@@ -316,7 +316,7 @@ async def test_tensorflow_trains_and_its_seat_is_capped_by_the_framework(lab):
     cap = json.loads(next(x for x in out.splitlines() if x.startswith("CAP "))[4:])
     assert cap == {"tensorflow": []}
     me = server_api(lab, user, "GET", "gpulab/me").json()
-    assert "shared seat, 4 GiB, shared, capped by the framework" in me["text"], me
+    assert "shared seat, 4 GiB for tensors, shared, capped by the framework" in me["text"], me
     lab.stop_server(user)
 
 
