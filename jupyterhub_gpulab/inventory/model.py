@@ -318,8 +318,12 @@ class Utilization:
     processes' share) and ``memory_used_bytes`` (bytes), each ``None`` where NVML cannot tell
     (MIG devices report no utilisation rate; a vanished device reports nothing); ``at`` (aware
     UTC) when it was taken, ``None`` for a bare NVML read. The monitor keeps a history of them
-    for the culler; the pages show the latest."""
+    for the culler; the pages show the latest. ``host_checked`` (shared seats): ``True`` where
+    NVML listed the device's processes with their memory, so the host checks the seat's cap
+    (:mod:`jupyterhub_gpulab.fairuse.seatguard`); ``False`` where it cannot (a "soft" seat);
+    ``None`` for other slices and for figures from elsewhere (node agents)."""
 
     gpu_percent: float | None = None
     memory_used_bytes: int | None = None
     at: datetime | None = None
+    host_checked: bool | None = None
