@@ -14,7 +14,7 @@ its inputs and carries out its verdicts:
   container is checked again (a pid reused by another process is never ended), its pid inside
   the container read from ``/proc/<pid>/status`` (``NSpid``, innermost last), and ``kill -KILL
   <pid>`` run in the container through the engine seam (:meth:`~..backends.Backend.exec_run`,
-  as root); the student gets an ``ended:seat-memory`` notice that says which process and why.
+  as root, with the shell's ``kill``: images need not ship ``/bin/kill``); the student gets an ``ended:seat-memory`` notice that says which process and why.
 - **stop** (``"stop-server"``): the server is stopped through the hub API; its allocations end
   ``culled:seat-memory`` and the student gets a notice, as the culler's stops do.
 
@@ -47,6 +47,8 @@ log = logging.getLogger("gpulab.seatguard")
 
 #: how long reads are kept beyond the grace (seconds)
 KEEP_S = 300.0
+#: the shell's own ``kill`` (images need not ship procps' ``/bin/kill``; every one has ``sh``)
+KILL = ["sh", "-c", 'kill -KILL "$1"', "kill"]
 _NSPID = re.compile(r"^NSpid:\s*(.+)$", re.MULTILINE)
 
 
@@ -173,7 +175,7 @@ class SeatGuard:
             if inner is None:
                 continue
             server = Server(seat.container, seat.user)
-            cmd = ["kill", "-KILL", str(inner)]
+            cmd = KILL + [str(inner)]
             code, out = await aio.call(lambda: self._backend_now().exec_run(server, cmd, user="0"))  # noqa: B023
             if code != 0:
                 log.warning(
