@@ -179,3 +179,38 @@ def test_pages_word_host_checked_seats_with_their_use():
     }
     assert seat_view("mig", GiB, u) == {"seat_check": None, "seat_memory": None}
     assert seat_view("shared", GiB, None)["seat_check"] == SOFT
+
+
+# -- the JupyterLab status bar ---------------------------------------------------------------------
+
+
+def _summary():
+    """The status bar's pure summariser (images/jupyterlab-gpulab), loaded from its file."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "images/jupyterlab-gpulab/jupyterlab_gpulab/summary.py"
+    spec = importlib.util.spec_from_file_location("gpulab_status_summary", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.summarise
+
+
+def test_the_status_bar_shows_the_hosts_view_of_the_seat_and_its_warning():
+    seat = {
+        "kind": "shared", "memory_bytes": GiB, "isolation": "soft",
+        "seat_check": HOST_ENFORCED, "seat_memory": "GPU memory 0.8 of 1 GiB",
+    }  # fmt: skip
+    me = {"servers": [{"name": "", "slice": seat}], "gpu_hours": {"used_hours": 1.0}}
+    out = _summary()(me, "", {})
+    assert "GPU memory 0.8 of 1 GiB" in out["text"] and out["level"] == "ok"
+    assert f"Seat cap: {HOST_ENFORCED}" in out["title"]
+    warned = {
+        **me,
+        "warnings": [
+            {"rule": "seat-memory", "server_name": "", "message": "Free GPU memory within 5 s"}
+        ],
+    }
+    out = _summary()(warned, "", {})
+    assert out["level"] == "low" and "OVER its GPU memory cap" in out["text"]
+    assert out["title"].startswith("Free GPU memory within 5 s")

@@ -192,6 +192,27 @@ async def test_where_the_host_reads_seats_the_pages_show_use_against_the_cap(lab
     assert mine["seat_memory"] == "GPU memory 0.8 of 1 GiB"
 
 
+async def test_metrics_export_each_seats_use_cap_and_whether_the_host_enforces_it(lab, at):
+    from metrics_support import samples, value
+
+    from jupyterhub_gpulab.service.metrics import Exposition
+
+    fake, state, guard, _, _ = lab
+    fake.set_processes(P40_UUID, [FakeProcess(4242, int(0.8 * GiB), 50)])
+    await step(state, guard, at, 0)
+    seat = next(a.slice_id for a in state.ledger.open_allocations("alice"))
+    labels = {"node": "node-a", "slice": seat, "kind": "shared", "device_index": "0"}
+    m = samples(Exposition(state).render().decode())
+    assert value(m, "gpulab_slice_memory_used_bytes", **labels) == int(0.8 * GiB)
+    assert value(m, "gpulab_seat_memory_cap_bytes", **labels) == GiB
+    assert value(m, "gpulab_seat_host_enforced", **labels) == 1
+    fake.gpus[0].running_processes_error = pynvml.NVML_ERROR_NOT_SUPPORTED
+    await step(state, guard, at, 10)
+    m = samples(Exposition(state).render().decode())
+    assert value(m, "gpulab_seat_host_enforced", **labels) == 0
+    assert value(m, "gpulab_slice_memory_used_bytes", **labels) is None
+
+
 def test_container_pid_reads_the_innermost_namespace(tmp_path):
     lay_proc(tmp_path, 4242, A, 17)
     assert container_pid(4242, tmp_path) == 17
