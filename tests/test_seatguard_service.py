@@ -168,6 +168,18 @@ async def test_a_pid_reused_by_another_container_before_the_kill_is_spared(lab, 
     assert got["alice"].action == "kill" and engine.ran == []
 
 
+async def test_a_containers_pid_1_over_its_seat_stops_the_server_instead(lab, at, caplog):
+    # no signal sent from inside its pid namespace ends a container's init
+    fake, state, guard, engine, proc = lab
+    lay_proc(proc, 4242, A, 1)
+    fake.set_processes(P40_UUID, [FakeProcess(4242, 2 * GiB, 50)])
+    await step(state, guard, at, 0)
+    await step(state, guard, at, 11)
+    assert engine.ran == []
+    assert "pid 1; stopping the server instead" in caplog.text
+    assert "cannot kill alice/''" in caplog.text  # the hub (unreachable here) was asked
+
+
 async def test_on_a_vgpu_guest_seats_are_soft_and_the_pages_say_so(lab, at):
     fake, state, guard, engine, _ = lab
     fake.gpus[0].running_processes_error = pynvml.NVML_ERROR_NOT_SUPPORTED

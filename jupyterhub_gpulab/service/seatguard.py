@@ -14,7 +14,8 @@ its inputs and carries out its verdicts:
   container is checked again (a pid reused by another process is never ended), its pid inside
   the container read from ``/proc/<pid>/status`` (``NSpid``, innermost last), and ``kill -KILL
   <pid>`` run in the container through the engine seam (:meth:`~..backends.Backend.exec_run`,
-  as root, with the shell's ``kill``: images need not ship ``/bin/kill``); the student gets an ``ended:seat-memory`` notice that says which process and why.
+  as root, with the shell's ``kill``: images need not ship ``/bin/kill``; a process that is its
+  container's pid 1, which no signal from inside ends, stops the server instead); the student gets an ``ended:seat-memory`` notice that says which process and why.
 - **stop** (``"stop-server"``): the server is stopped through the hub API; its allocations end
   ``culled:seat-memory`` and the student gets a notice, as the culler's stops do.
 
@@ -174,6 +175,15 @@ class SeatGuard:
             inner = container_pid(pid, self.proc_root)
             if inner is None:
                 continue
+            if inner == 1:  # its container's init: no signal from inside ends it
+                log.warning(
+                    "seat guard: %s/%r: the process over the seat is the container's "
+                    "pid 1; stopping the server instead",
+                    seat.user,
+                    seat.server_name,
+                )
+                await self._stop(v)
+                return
             server = Server(seat.container, seat.user)
             cmd = KILL + [str(inner)]
             code, out = await aio.call(lambda: self._backend_now().exec_run(server, cmd, user="0"))  # noqa: B023
