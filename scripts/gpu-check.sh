@@ -95,7 +95,7 @@ def host_check(image, pick):
     from jupyterhub_gpulab.fairuse.seatguard import DeviceRead, HeldSeat, HostProcess, judge
     from jupyterhub_gpulab.inventory.nvml_sampling import process_utilization
     from jupyterhub_gpulab.service.monitor import container_of_pid
-    from jupyterhub_gpulab.service.seatguard import KILL, container_pid
+    from jupyterhub_gpulab.service.seatguard import KILL, container_pid, process_uid
 
     grace = float(os.environ.get("GPU_CHECK_GRACE", "5"))
     out = {"grace_s": grace, "direct_alloc_rc": None, "seen_in_container": False,
@@ -138,7 +138,8 @@ def host_check(image, pick):
             for pid in verdict.pids:
                 inner = container_pid(pid)
                 if inner is not None:
-                    subprocess.run(["docker", "exec", "-u", "0", cid, *KILL, str(inner)],
+                    uid = str(process_uid(pid) or 0)  # as the service does
+                    subprocess.run(["docker", "exec", "-u", uid, cid, *KILL, str(inner)],
                                    capture_output=True)
             time.sleep(2)
             out["ended"] = all(container_of_pid(pid) != cid for pid in verdict.pids)

@@ -14,7 +14,8 @@ its inputs and carries out its verdicts:
   container is checked again (a pid reused by another process is never ended), its pid inside
   the container read from ``/proc/<pid>/status`` (``NSpid``, innermost last), and ``kill -KILL
   <pid>`` run in the container through the engine seam (:meth:`~..backends.Backend.exec_run`,
-  as root, with the shell's ``kill``: images need not ship ``/bin/kill``; a process that is its
+  as the process's own uid, since a server's container holds no capability that lets its root
+  signal another user's process; with the shell's ``kill``: images need not ship ``/bin/kill``; a process that is its
   container's pid 1, which no signal from inside ends, stops the server instead); the student gets an ``ended:seat-memory`` notice that says which process and why.
 - **stop** (``"stop-server"``): the server is stopped through the hub API; its allocations end
   ``culled:seat-memory`` and the student gets a notice, as the culler's stops do.
@@ -42,7 +43,7 @@ from ..ledger.notices import ENDED_PREFIX, NOTICE_PREFIX
 from .monitor import container_of_pid
 from .state import LabState
 
-__all__ = ["SeatGuard", "container_pid"]
+__all__ = ["KILL", "SeatGuard", "container_pid", "process_uid"]
 
 log = logging.getLogger("gpulab.seatguard")
 
@@ -51,17 +52,27 @@ KEEP_S = 300.0
 #: the shell's own ``kill`` (images need not ship procps' ``/bin/kill``; every one has ``sh``)
 KILL = ["sh", "-c", 'kill -KILL "$1"', "kill"]
 _NSPID = re.compile(r"^NSpid:\s*(.+)$", re.MULTILINE)
+_UID = re.compile(r"^Uid:\s*(\d+)", re.MULTILINE)
+
+
+def _status(pid: int, proc_root: str | Path) -> str:
+    try:
+        return (Path(proc_root) / str(int(pid)) / "status").read_text()
+    except (OSError, ValueError):
+        return ""
 
 
 def container_pid(pid: int, proc_root: str | Path = "/proc") -> int | None:
     """Host process ``pid`` as its own (innermost) pid namespace numbers it, from ``NSpid`` in
     ``<proc_root>/<pid>/status`` (Linux 4.1+); ``None`` for a process that is gone."""
-    try:
-        text = (Path(proc_root) / str(int(pid)) / "status").read_text()
-    except (OSError, ValueError):
-        return None
-    found = _NSPID.search(text)
+    found = _NSPID.search(_status(pid, proc_root))
     return int(found.group(1).split()[-1]) if found else None
+
+
+def process_uid(pid: int, proc_root: str | Path = "/proc") -> int | None:
+    """The real uid of host process ``pid`` (``Uid:`` in its ``status``); ``None`` if gone."""
+    found = _UID.search(_status(pid, proc_root))
+    return int(found.group(1)) if found else None
 
 
 class SeatGuard:
@@ -97,7 +108,7 @@ class SeatGuard:
         oldest = now - timedelta(seconds=self.grace_s + KEEP_S)
         for device, read in reads.items():
             kept = self._reads.setdefault(device, deque(maxlen=1000))
-            if not kept or kept[-1].at < read.at:
+            if not kept or kept[-1] is not read:  # a new read (two may share a time)
                 kept.append(read)
             while kept and kept[0].at < oldest:
                 kept.popleft()
@@ -186,7 +197,10 @@ class SeatGuard:
                 return
             server = Server(seat.container, seat.user)
             cmd = KILL + [str(inner)]
-            code, out = await aio.call(lambda: self._backend_now().exec_run(server, cmd, user="0"))  # noqa: B023
+            # as the process's own user: a server's container drops every capability, so even
+            # its root may not signal another user's process (EPERM)
+            uid = str(process_uid(pid, self.proc_root) or 0)
+            code, out = await aio.call(lambda: self._backend_now().exec_run(server, cmd, user=uid))  # noqa: B023
             if code != 0:
                 log.warning(
                     "seat guard: kill of pid %d (host %d) in %s/%r failed (%d): %s",
