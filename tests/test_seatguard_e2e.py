@@ -98,7 +98,7 @@ def svc(hub, token, fake, at, ledger):
     svc = InProcessService(hub, token, nvml=fake).start()
     yield svc
     svc.stop()
-    for name in list((hub.api("GET", "/users/sam").json().get("servers") or {})):
+    for name in list(hub.api("GET", "/users/sam").json().get("servers") or {}):
         hub.stop_server("sam", name)
     for a in ledger.open_allocations():
         ledger.release(a.id, "test-cleanup")
