@@ -39,8 +39,9 @@ _SEAT_CAPS = {
 
 #: A seat without MPS in an image whose frameworks cap memory (images/site/gpulab_seatcap.py).
 _FRAMEWORK_CAP = (
-    "memory capped by the framework (PyTorch, TensorFlow, JAX: a process that bypasses them is "
-    "not capped), compute shared"
+    "memory capped by the framework (PyTorch, TensorFlow, JAX) and, where the host's NVML "
+    "reports each process's memory, checked from the host: a process that bypasses the "
+    "framework and holds more than the seat is ended after a short grace; compute shared"
 )
 
 
