@@ -214,3 +214,34 @@ def test_the_status_bar_shows_the_hosts_view_of_the_seat_and_its_warning():
     out = _summary()(warned, "", {})
     assert out["level"] == "low" and "OVER its GPU memory cap" in out["text"]
     assert out["title"].startswith("Free GPU memory within 5 s")
+
+
+# -- the settings -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("seat_overuse_action", "reboot", "c.GPULab.seat_overuse_action 'reboot' is unknown; "
+         "use one of 'kill-process', 'stop-server'"),
+        ("seat_overuse_grace", "-5s", "c.GPULab.seat_overuse_grace '-5s' is not a duration"),
+    ],
+)  # fmt: skip
+def test_a_bad_setting_is_refused_naming_what_it_takes(setting, value, says):
+    from traitlets import TraitError
+    from traitlets.config import Config
+
+    from jupyterhub_gpulab.lab.config import GPULab
+
+    c = Config()
+    setattr(c.GPULab, setting, value)
+    with pytest.raises(TraitError) as e:
+        GPULab(config=c)
+    assert says in str(e.value)
+
+
+def test_the_settings_default_to_a_short_grace_and_ending_the_process():
+    from jupyterhub_gpulab.lab.config import GPULab
+
+    lab = GPULab()
+    assert (lab.seat_overuse_grace, lab.seat_overuse_action) == (10.0, "kill-process")

@@ -30,7 +30,7 @@ from .policyload import load_policies, load_policy
 from .profile import Profile
 from .profiles import load_profiles
 from .term import Term
-from .traits import Duration
+from .traits import ChoiceEnum, Duration
 
 #: ``c.GPULab.seat_overuse_action``'s values (what :mod:`..fairuse.seatguard` decides).
 SEAT_ACTIONS = ("kill-process", "stop-server")
@@ -163,7 +163,7 @@ class GPULab(LoggingConfigurable):
         """,
     )
 
-    seat_overuse_action = Enum(
+    seat_overuse_action = ChoiceEnum(
         list(SEAT_ACTIONS),
         "kill-process",
         config=True,
