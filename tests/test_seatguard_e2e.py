@@ -18,8 +18,9 @@ import pytest
 from culling_support import eventually, home_announcement, running
 from e2e_support import IMAGE, remove_node_containers, require_docker
 from fake_nvml import P40_UUID, FakeNVML, FakeProcess, GiB
+from html_support import parse_html
 from leakcheck import unique
-from service_support import InProcessService, ledger_for, login, make_hub, start_hub
+from service_support import PREFIX, InProcessService, ledger_for, login, make_hub, start_hub
 
 pytestmark = pytest.mark.docker
 
@@ -150,6 +151,16 @@ def test_a_process_over_its_seat_is_warned_then_ended_and_the_server_keeps_runni
     svc.call(svc.service.sample)
     session = login(hub, "sam")
     assert "Your GPU seat uses 2 GiB of its 1 GiB cap" in home_announcement(session, hub)
+    # My GPU and the admin page say what holds the seat's cap, and its use as the host sees it
+    mine = parse_html(session.get(hub.url + PREFIX + "me", timeout=30).text)
+    check = mine.find("dd", cls="seat-check")
+    assert check.attrs["data-check"] == "framework-capped, host-enforced"
+    assert "GPU memory 2 of 1 GiB" in check.text()
+    admin = parse_html(login(hub, "admin").get(hub.url + PREFIX, timeout=30).text)
+    chips = [c.attrs["data-check"] for c in admin.find_all("span", cls="seat-check")]
+    assert chips == ["framework-capped, host-enforced"] * 4  # the P40's four seats
+    row = admin.find("small", cls="seat-check")
+    assert "GPU memory 2 of 1 GiB" in row.text()
     at.move(5)
     svc.call(svc.service.sample)
     assert alive(pid)  # within the grace
