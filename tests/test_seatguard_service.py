@@ -205,6 +205,13 @@ async def test_where_the_host_reads_seats_the_pages_show_use_against_the_cap(lab
     [mine] = me["slices"]
     assert mine["seat_check"] == "framework-capped, host-enforced"
     assert mine["seat_memory"] == "GPU memory 0.8 of 1 GiB"
+    data = await admin_data(state, guard.hub, parts=("inventory", "allocations"))
+    chips = {s["holder"]: s for d in data["inventory"]["nodes"][0]["devices"] for s in d["slices"]}
+    assert chips["alice"]["seat_check"] == "framework-capped, host-enforced"
+    assert chips["alice"]["seat_memory"] == "GPU memory 0.8 of 1 GiB"
+    rows = {a["user"]: a for a in data["allocations"]}
+    assert rows["alice"]["seat_memory"] == "GPU memory 0.8 of 1 GiB"
+    assert rows["bob"]["seat_memory"] == "GPU memory 0 of 1 GiB"
 
 
 async def test_metrics_export_each_seats_use_cap_and_whether_the_host_enforces_it(lab, at):
