@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from ..lab.config import SEAT_ACTIONS as ACTIONS
 from ..units import format_bytes
@@ -75,6 +76,21 @@ class DeviceRead:
     readable: bool
     processes: tuple[HostProcess, ...] = ()
 
+    @cached_property
+    def _by_prefix(self) -> dict[str, list[HostProcess]]:
+        """Processes by the first 12 hex digits of their container (Docker's short id): a seat
+        looks up its own instead of scanning the device's (a 24-seat GPU, read every pass)."""
+        found: dict[str, list[HostProcess]] = {}
+        for p in self.processes:
+            if p.container:
+                found.setdefault(p.container[:12], []).append(p)
+        return found
+
+    def of(self, container: str) -> list[HostProcess]:
+        """The processes of ``container`` (a full or short id, compared by prefix)."""
+        near = self._by_prefix.get(container[:12], ()) if container else ()
+        return [p for p in near if same_container(p.container, container)]
+
 
 @dataclass(frozen=True)
 class HeldSeat:
@@ -111,7 +127,7 @@ class Verdict:
 def seat_memory(read: DeviceRead, container: str) -> tuple[int, list[HostProcess], list[int]]:
     """``(known bytes, processes with a known figure, pids with no figure)`` of ``container``'s
     processes in ``read`` (rule 1; rule 3's unknowns apart)."""
-    mine = [p for p in read.processes if same_container(p.container, container)]
+    mine = read.of(container)
     known = [p for p in mine if p.memory_bytes is not None]
     return sum(p.memory_bytes or 0 for p in known), known, [p.pid for p in mine if p not in known]
 

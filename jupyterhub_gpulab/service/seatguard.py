@@ -156,6 +156,8 @@ class SeatGuard:
             key = (v.seat.user, v.seat.server_name)
             try:
                 if v.action == "warn":
+                    if key in warned:  # written once, when the seat first went over
+                        continue
                     due = now + timedelta(seconds=max(0.0, self.grace_s - v.over_s))
                     await aio.call(self.state.ledger.set_warning, *key, RULE, v.message, due)
                 elif v.action == "kill":
