@@ -140,6 +140,17 @@ async def test_after_a_kill_a_seat_still_over_gets_a_new_grace_not_a_second_kill
     assert (await step(state, guard, at, 11))["alice"].action == "kill"
 
 
+async def test_a_dry_run_logs_what_it_would_do_and_changes_nothing(lab, at, caplog):
+    fake, state, guard, engine, _ = lab
+    guard.dry_run = True
+    fake.set_processes(P40_UUID, [FakeProcess(4242, 2 * GiB, 50)])
+    caplog.set_level("INFO", logger="gpulab.seatguard")
+    await step(state, guard, at, 0)
+    assert (await step(state, guard, at, 11))["alice"].action == "kill"
+    assert engine.ran == [] and rules(state, "alice") == {}
+    assert "[dry-run]: would kill alice/''" in caplog.text
+
+
 async def test_a_warning_clears_when_the_seat_is_back_under_its_cap(lab, at):
     fake, state, guard, engine, _ = lab
     fake.set_processes(P40_UUID, [FakeProcess(4242, 2 * GiB, 50)])

@@ -269,6 +269,7 @@ class Service:
         self.seatguard = SeatGuard(
             self.state, self.hub, grace_s=gpulab.seat_overuse_grace,
             action=gpulab.seat_overuse_action, proc_root=settings.proc_root,
+            dry_run=settings.cull_dry_run,
         )  # fmt: skip
         self.nodes = NodeReports(self.state, timeout_s=settings.node_timeout)
         self.waitlist = WaitlistKeeper(self.state, self.hub, settings)

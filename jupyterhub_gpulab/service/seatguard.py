@@ -21,6 +21,7 @@ its inputs and carries out its verdicts:
   ``culled:seat-memory`` and the student gets a notice, as the culler's stops do.
 
 Every action is logged with its reason; a failure on one seat is logged and the pass goes on.
+With ``c.GPULabService.cull_dry_run`` the guard only logs what it would do (``[dry-run]``).
 Seats of node agents' reports are not checked here (their agent reads them: soft for now).
 """
 
@@ -89,10 +90,13 @@ class SeatGuard:
         action: str,
         proc_root: str | Path = "/proc",
         backend: Callable[[], Backend] | None = None,
+        dry_run: bool = False,
     ):
         self.state, self.hub = state, hub
         self.grace_s, self.action = grace_s, action
         self.proc_root = proc_root
+        #: ``c.GPULabService.cull_dry_run``: log what would be done, change nothing
+        self.dry_run = dry_run
         self._backend_factory = backend or (lambda: backend_for(state.gpulab.config))
         self._backend: Backend | None = None
         self._reads: dict[str, deque[DeviceRead]] = {}
@@ -154,6 +158,9 @@ class SeatGuard:
         now, verdicts, warned = await aio.call(self._judge)
         for v in verdicts:
             key = (v.seat.user, v.seat.server_name)
+            if self.dry_run and v.action in ("warn", "kill", "stop"):
+                log.info("seat guard [dry-run]: would %s %s/%r: %s", v.action, *key, v.reason)
+                continue
             try:
                 if v.action == "warn":
                     if key in warned:  # written once, when the seat first went over
