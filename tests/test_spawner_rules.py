@@ -186,6 +186,34 @@ async def test_a_profile_the_user_is_not_entitled_to_is_refused_before_anything_
     assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"not-entitled": 1}
 
 
+async def test_a_full_lab_refuses_with_one_database_write_and_records_what_the_user_saw(lab):
+    # issue 21 item 6: the refusal's record was a second write transaction after the claim's,
+    # queued behind every other spawn of a burst for SQLite's one writer
+    make = lab()
+    winner = make("rita", ["researchers"])
+    winner.user_options = {"profile": "a40"}  # the lab's one A40
+    await winner.start()
+    sp = make("rolf", ["researchers"])
+    sp.user_options = {"profile": "a40"}
+    writes = []
+
+    @sa.event.listens_for(make.ledger.engine, "begin")
+    def _begin(conn):
+        if not conn.get_execution_options().get("gpulab_read"):
+            writes.append(conn)
+
+    with pytest.raises(SpawnRefused) as e:
+        await sp.start()
+    sa.event.remove(make.ledger.engine, "begin", _begin)
+    assert e.value.status_code == 503 and "No free whole GPU slice (0 of 1 free)" in e.value.message
+    assert len(writes) == 1
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert make.ledger.last_refusals(["rolf"], since) == {
+        "rolf": ("no-free-slice", e.value.message)
+    }
+    assert sp.engine_calls == [] and sp.allocation_id is None
+
+
 # -- the default profile: one rule for the form and a start with no choice ---------------------
 
 
