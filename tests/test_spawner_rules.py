@@ -10,6 +10,7 @@ engine and a real hub: test_spawner_e2e.py and test_spawner_lifecycle.py.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sys
 from datetime import timedelta
@@ -32,6 +33,7 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger.schema import allocations
 from jupyterhub_gpulab.spawner import GPUDockerSpawner
+from jupyterhub_gpulab.spawner.backendbase import EngineBackend
 from jupyterhub_gpulab.spawner.runtime import forget_runtimes, get_runtime
 
 IMAGE = "gpulab/singleuser:engine-free"
@@ -212,6 +214,22 @@ async def test_a_full_lab_refuses_with_one_database_write_and_records_what_the_u
         "rolf": ("no-free-slice", e.value.message)
     }
     assert sp.engine_calls == [] and sp.allocation_id is None
+
+
+async def test_a_burst_of_starts_reads_the_images_labels_once(lab):
+    # DockerSpawner runs every engine call on one thread: 40 starts at once each inspected the
+    # image there, and a refusal waited behind all of them and the winners' creates
+    make = lab()
+    spawners = [make(f"s{i}", ["students"]) for i in range(8)]
+    EngineBackend._label_cache.clear()
+    profile = spawners[0].runtime().lab.profile("mig")
+    needs = await asyncio.gather(*(sp.image_requirements(profile) for sp in spawners))
+    assert len({n for n in needs}) == 1
+    assert sum(len(sp.calls("inspect_image")) for sp in spawners) == 1
+    # the next read after the cache's 30 s is a new one
+    EngineBackend._label_cache.clear()
+    await spawners[0].image_requirements(profile)
+    assert sum(len(sp.calls("inspect_image")) for sp in spawners) == 2
 
 
 # -- the default profile: one rule for the form and a start with no choice ---------------------
