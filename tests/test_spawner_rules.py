@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -214,6 +215,29 @@ async def test_a_full_lab_refuses_with_one_database_write_and_records_what_the_u
         "rolf": ("no-free-slice", e.value.message)
     }
     assert sp.engine_calls == [] and sp.allocation_id is None
+
+
+async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):
+    # the refusal built inside the claim's transaction tells the image gate's reason, not "no
+    # free slice", and the refusal log holds exactly what the user saw
+    from test_images_gate import P40_LAB, cuda13_labels
+
+    profile = {"slug": "torch", "display_name": "PyTorch", "image": IMAGE, "slice": {"kind": "gpu"}}
+    make = lab(inventory=P40_LAB[:1], profiles=[profile], group_policies={})
+    EngineBackend._label_cache[IMAGE] = (time.monotonic(), cuda13_labels())
+    sp = make("ann")
+    sp.user_options = {"profile": "torch"}
+    try:
+        with pytest.raises(SpawnRefused) as e:
+            await sp.start()
+    finally:
+        EngineBackend._label_cache.clear()
+    assert e.value.reason == "misconfigured"
+    assert "No GPU this profile may use can run its image" in e.value.message
+    assert "compute capability 6.1" in e.value.message
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert make.ledger.last_refusals(["ann"], since) == {"ann": ("misconfigured", e.value.message)}
+    assert rows(make.ledger) == [] and sp.engine_calls == []
 
 
 async def test_a_burst_of_starts_reads_the_images_labels_once(lab):
