@@ -146,9 +146,12 @@ def measure(n_slices: int, fill: float, rounds: int, workdir: Path) -> dict[str,
     ledgers = {side: prepare(n_slices, fill, workdir / f"ledger-{tag}-{side}.sqlite")
                for side in ("ours", "naive")}  # fmt: skip
     times: dict[str, list[float]] = {"ours": [], "naive": []}
+    firsts: list[str] = []
     for i in range(rounds):
         req = MIG if i % 2 else SEAT
-        for side in ("ours", "naive") if i % 4 in (0, 3) else ("naive", "ours"):
+        order = ("ours", "naive") if i % 4 in (0, 3) else ("naive", "ours")
+        firsts.append(order[0])
+        for side in order:
             t0 = time.perf_counter()
             if side == "naive":
                 naive_claim_release(ledgers[side], req)
@@ -162,8 +165,10 @@ def measure(n_slices: int, fill: float, rounds: int, workdir: Path) -> dict[str,
             "p50_ms": round(statistics.median(times[side]), 3),
             "p99_ms": round(pct(times[side], 99), 3),
             "double_allocations": len(ledger.double_allocations()),
+            "rounds": len(times[side]),
         }
         ledger.close()
+    out["first_side"] = firsts
     return out
 
 
@@ -191,6 +196,8 @@ def main(argv=None) -> int:
                     )
                 out[(n, fill)] = r["ours"]
                 out[(n, "naive", fill)] = r["naive"]
+                timed = {side: r[side]["rounds"] for side in ("ours", "naive")}
+                firsts = r["first_side"]
     summary = {}
     for n in sizes:
         summary[f"p50_ms_{n}"] = max(out[(n, 0.5)]["p50_ms"], out[(n, 0.99)]["p50_ms"])
@@ -208,6 +215,10 @@ def main(argv=None) -> int:
     summary["double_allocations"] = doubles
     summary["backend"] = "sqlite-wal"
     summary["rounds"] = args.rounds
+    # what each side was given in the last case (every case runs the same loop): the rounds
+    # timed, and which side went first in each of its first rounds (ABBA: ours, naive, naive, ours)
+    summary["rounds_timed"] = timed
+    summary["first_side_by_round"] = firsts[:8]
     print(json.dumps(summary))
     return 0
 

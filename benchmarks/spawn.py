@@ -21,6 +21,13 @@ with ``dockerspawner.DockerSpawner``, both with the same CPU and memory limits.
   same work: the floor no spawner can go below. ``refusal_p95_over_floor`` is the ratio of the
   two (ours / the bare hub's, bursts of the same run, alternating).
 
+``--profile DIR`` samples both hubs' processes (every thread, their waits included) with py-spy
+during each burst (``pip install py-spy``; ``DIR/{ours,floor}-burst<N>.txt``, py-spy's ``raw``
+collapsed stacks, one ``thread;frame;frame;… count`` per line) and adds each side's busy time to the
+JSON (``profile``, :func:`busy_profile`: seconds busy per thread and the event loop's hottest
+frames); sampling slows both hubs alike, so a profiled run's timings are not the benchmark's
+figures.
+
 Usage: ``python benchmarks/spawn.py [--rounds 20] [--storm 30] [--burst 40] [--bursts 3]`` (needs
 dockerd and the image; ``scripts/test-setup.sh`` provides both). About 5 minutes on the 2-core
 development machine; ``--small`` (the test suite's run: 2 rounds, storms of 2, one burst of 6)
@@ -30,12 +37,16 @@ checks that it runs, its figures say nothing. The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -303,6 +314,68 @@ def burst(
     return refused, started, {u: w for u, code, _, w in answers if code == 503}
 
 
+#: py-spy's samples per second in ``--profile`` runs
+SPY_RATE = 200
+
+
+@contextlib.contextmanager
+def sampled(hub: Hub, out: Path | None):
+    """Sample ``hub``'s process with py-spy into ``out`` (raw collapsed stacks of every thread
+    while it runs, idle waits left out; the hub is never paused) while the block runs; nothing
+    when ``out`` is ``None``."""
+    if out is None:
+        yield
+        return
+    exe = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if exe is None:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    spy = subprocess.Popen(
+        [exe, "record", "--pid", str(hub.proc.pid), "--format", "raw", "--threads",
+         "--nonblocking", "--rate", str(SPY_RATE), "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(1.0)  # attached before the first request
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        spy.wait(60)
+
+
+def _frame(f: str) -> str:
+    """``"Handler.get (jupyterhub/handlers/base.py:554)"`` -> ``"Handler.get (base.py)"``."""
+    name, _, where = f.partition(" (")
+    return f"{name} ({where.rstrip(')').rsplit('/', 1)[-1].rsplit(':', 1)[0]})"
+
+
+def busy_profile(paths: list[Path], n: int = 30) -> dict:
+    """Where a hub's threads were busy in py-spy raw files ``paths`` (:func:`sampled`), in
+    seconds of samples: ``threads_s`` per thread kind (``MainThread``: the event loop;
+    ``ThreadPoolExecutor``: DockerSpawner's one engine thread; ``asyncio``: the loop's default
+    executor, where gpulab's ledger calls run), and ``event_loop_s``, the ``n`` frames the event
+    loop spent most time in (inclusive), leaving out the frames on nearly every stack."""
+    threads: Counter[str] = Counter()
+    loop: Counter[str] = Counter()
+    loop_total = 0
+    for path in paths:
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            head, *frames = stack.split(";")
+            kind = head.split(": ", 1)[-1].rstrip("_0123456789-")
+            threads[kind] += int(count)
+            if kind == "MainThread":
+                loop_total += int(count)
+                for f in {_frame(f) for f in frames}:
+                    loop[f] += int(count)
+    hot = {f: c for f, c in loop.most_common() if c < 0.95 * loop_total}
+    return {
+        "threads_s": {k: round(c / SPY_RATE, 2) for k, c in threads.most_common()},
+        "event_loop_s": {f: round(c / SPY_RATE, 2) for f, c in list(hot.items())[:n]},
+    }
+
+
 def p95(xs: list[float]) -> float:
     return statistics.quantiles(xs, n=20, method="inclusive")[-1]
 
@@ -330,6 +403,12 @@ def main(argv=None) -> int:
         "GPUDockerSpawner that records them)",
     )
     ap.add_argument("--bursts-only", action="store_true", help="skip the spawns and storms")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample both hubs with py-spy during each burst into DIR (module docstring)",
+    )
     args = ap.parse_args(argv)
     if args.small:
         args.rounds, args.storm, args.storm_pairs, args.burst, args.bursts = 2, 2, 1, 6, 1
@@ -391,7 +470,11 @@ def main(argv=None) -> int:
         for b in range(args.bursts):
             if args.steps:
                 steps_file.write_text("")
-            refused, started, answers = burst(ours, crowd, {"profile": "a40"})
+            prof = args.profile
+            if prof is not None:
+                prof.mkdir(parents=True, exist_ok=True)
+            with sampled(ours, prof and prof / f"ours-burst{b + 1}.txt"):
+                refused, started, answers = burst(ours, crowd, {"profile": "a40"})
             if args.steps:
                 for k, v in step_breakdown(steps_file, answers).items():
                     steps.setdefault(k, []).extend(v)
@@ -400,7 +483,8 @@ def main(argv=None) -> int:
             refusals["ours"] += refused
             with ThreadPoolExecutor(BURST_SLICES) as pool:
                 list(pool.map(lambda u: settle_and_stop(ours, u), started))
-            refused, started, _ = burst(floor, crowd, {})
+            with sampled(floor, prof and prof / f"floor-burst{b + 1}.txt"):
+                refused, started, _ = burst(floor, crowd, {})
             refusals["floor"] += refused
             with ThreadPoolExecutor(BURST_SLICES) as pool:
                 list(pool.map(lambda u: settle_and_stop(floor, u), started))
@@ -434,6 +518,11 @@ def main(argv=None) -> int:
                 k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)}
                 for k, v in steps.items()
                 if len(v) > 1
+            }
+        if args.profile is not None:
+            result["profile"] = {
+                side: busy_profile(sorted(args.profile.glob(f"{side}-burst*.txt")))
+                for side in ("ours", "floor")
             }
     finally:
         for h in hubs:

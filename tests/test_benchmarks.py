@@ -49,6 +49,9 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
              "naive_p99_ms_300_99pct_held", "scaling_300_over_100", "naive_scaling")  # fmt: skip
     assert r["double_allocations"] == 0
     assert r["rounds"] == 40
+    # both sides timed every round, and the order alternates ABBA (issue 21 item 9)
+    assert r["rounds_timed"] == {"ours": 40, "naive": 40}
+    assert r["first_side_by_round"] == ["ours", "naive", "naive", "ours"] * 2
 
 
 def test_semester_benchmark_runs_a_small_term():

@@ -200,6 +200,72 @@ def test_refusals_are_counted_by_reason(ledger, monkeypatch):
     assert ledger.refusals_since(since) == {"quota": 2, "no-free-slice": 1}
 
 
+class Told(Exception):
+    """What a spawner's refusal callback builds: ``reason`` and ``message``, as SpawnRefused."""
+
+    def __init__(self, reason, message):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+def write_transactions(ledger):
+    """A list that gets one entry per write transaction ``ledger`` begins from now on."""
+    seen = []
+
+    @sa.event.listens_for(ledger.engine, "begin")
+    def _begin(conn):
+        if not conn.get_execution_options().get("gpulab_read"):
+            seen.append(conn)
+
+    return seen
+
+
+@pytest.mark.parametrize("refused_by", ["quota", "no-free-slice"])
+def test_a_refused_claim_records_what_the_user_is_told_in_its_own_transaction(ledger, refused_by):
+    # issue 21 item 6: a refused spawn was one write for the claim, then a second for its record
+    claim(ledger, mig("3g.20gb"), user="ann")  # the only 3g.20gb slice
+    kw = {"user_limit": 1} if refused_by == "quota" else {}
+    writes = write_transactions(ledger)
+    heard = []
+    with pytest.raises(QuotaExceeded if refused_by == "quota" else NoFreeSlice) as e:
+        claim(
+            ledger,
+            mig("3g.20gb"),
+            user="ann" if refused_by == "quota" else "bob",
+            profile="mig-big",
+            refusal=lambda err: heard.append(err) or Told("told-" + err.reason, "Told: " + err.message),
+            **kw,
+        )  # fmt: skip
+    assert len(writes) == 1  # the claim's own, nothing after it
+    assert heard == [e.value] and e.value.refusal.message == "Told: " + e.value.message
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert ledger.refusals_since(since) == {f"told-{refused_by}": 1}
+    who = "ann" if refused_by == "quota" else "bob"
+    assert ledger.last_refusals([who], since) == {
+        who: (f"told-{refused_by}", e.value.refusal.message)
+    }
+    assert len(ledger.open_allocations()) == 1  # only ann's first claim holds anything
+
+
+def test_a_refusal_callback_that_fails_records_nothing_and_holds_nothing(ledger):
+    claim(ledger, mig("3g.20gb"), user="ann")
+
+    def broken(err):
+        raise RuntimeError("the message could not be built")
+
+    with pytest.raises(RuntimeError):
+        claim(ledger, mig("3g.20gb"), user="bob", refusal=broken)
+    assert ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {}
+    assert [a.user for a in ledger.open_allocations()] == ["ann"]
+
+
+def test_a_granted_claim_never_calls_the_refusal_callback(ledger):
+    called = []
+    got = claim(ledger, mig("3g.20gb"), refusal=called.append)
+    assert got.slice.mig_profile == "3g.20gb" and called == []
+    assert ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {}
+
+
 def test_cpu_requests_hold_nothing(ledger):
     with pytest.raises(ValueError):
         ledger.claim(SliceRequest(kind=None), user="a", profile="cpu")

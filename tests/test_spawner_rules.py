@@ -10,8 +10,10 @@ engine and a real hub: test_spawner_e2e.py and test_spawner_lifecycle.py.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -32,6 +34,7 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger.schema import allocations
 from jupyterhub_gpulab.spawner import GPUDockerSpawner
+from jupyterhub_gpulab.spawner.backendbase import EngineBackend
 from jupyterhub_gpulab.spawner.runtime import forget_runtimes, get_runtime
 
 IMAGE = "gpulab/singleuser:engine-free"
@@ -184,6 +187,73 @@ async def test_a_profile_the_user_is_not_entitled_to_is_refused_before_anything_
     assert "'mig'" in e.value.message  # says what she may pick
     assert sp.engine_calls == [] and rows(make.ledger) == []
     assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"not-entitled": 1}
+
+
+async def test_a_full_lab_refuses_with_one_database_write_and_records_what_the_user_saw(lab):
+    # issue 21 item 6: the refusal's record was a second write transaction after the claim's,
+    # queued behind every other spawn of a burst for SQLite's one writer
+    make = lab()
+    winner = make("rita", ["researchers"])
+    winner.user_options = {"profile": "a40"}  # the lab's one A40
+    await winner.start()
+    sp = make("rolf", ["researchers"])
+    sp.user_options = {"profile": "a40"}
+    writes = []
+
+    @sa.event.listens_for(make.ledger.engine, "begin")
+    def _begin(conn):
+        if not conn.get_execution_options().get("gpulab_read"):
+            writes.append(conn)
+
+    with pytest.raises(SpawnRefused) as e:
+        await sp.start()
+    sa.event.remove(make.ledger.engine, "begin", _begin)
+    assert e.value.status_code == 503 and "No free whole GPU slice (0 of 1 free)" in e.value.message
+    assert len(writes) == 1
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert make.ledger.last_refusals(["rolf"], since) == {
+        "rolf": ("no-free-slice", e.value.message)
+    }
+    assert sp.engine_calls == [] and sp.allocation_id is None
+
+
+async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):
+    # the refusal built inside the claim's transaction tells the image gate's reason, not "no
+    # free slice", and the refusal log holds exactly what the user saw
+    from test_images_gate import P40_LAB, cuda13_labels
+
+    profile = {"slug": "torch", "display_name": "PyTorch", "image": IMAGE, "slice": {"kind": "gpu"}}
+    make = lab(inventory=P40_LAB[:1], profiles=[profile], group_policies={})
+    EngineBackend._label_cache[IMAGE] = (time.monotonic(), cuda13_labels())
+    sp = make("ann")
+    sp.user_options = {"profile": "torch"}
+    try:
+        with pytest.raises(SpawnRefused) as e:
+            await sp.start()
+    finally:
+        EngineBackend._label_cache.clear()
+    assert e.value.reason == "misconfigured"
+    assert "No GPU this profile may use can run its image" in e.value.message
+    assert "compute capability 6.1" in e.value.message
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert make.ledger.last_refusals(["ann"], since) == {"ann": ("misconfigured", e.value.message)}
+    assert rows(make.ledger) == [] and sp.engine_calls == []
+
+
+async def test_a_burst_of_starts_reads_the_images_labels_once(lab):
+    # DockerSpawner runs every engine call on one thread: 40 starts at once each inspected the
+    # image there, and a refusal waited behind all of them and the winners' creates
+    make = lab()
+    spawners = [make(f"s{i}", ["students"]) for i in range(8)]
+    EngineBackend._label_cache.clear()
+    profile = spawners[0].runtime().lab.profile("mig")
+    needs = await asyncio.gather(*(sp.image_requirements(profile) for sp in spawners))
+    assert len({n for n in needs}) == 1
+    assert sum(len(sp.calls("inspect_image")) for sp in spawners) == 1
+    # the next read after the cache's 30 s is a new one
+    EngineBackend._label_cache.clear()
+    await spawners[0].image_requirements(profile)
+    assert sum(len(sp.calls("inspect_image")) for sp in spawners) == 2
 
 
 # -- the default profile: one rule for the form and a start with no choice ---------------------

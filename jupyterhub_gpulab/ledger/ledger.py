@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -25,7 +26,7 @@ from .labs import LabRecords
 from .models import (
     Allocation,
     Claim,
-    NoFreeSlice,
+    LedgerRefusal,
     QuotaExceeded,
     slice_from_row,
 )
@@ -150,6 +151,7 @@ class Ledger(
         groups: Collection[str] = (),
         hold_until: datetime | None = None,
         queue_entry: int | None = None,
+        refusal: Callable[[LedgerRefusal], Refusal] | None = None,
     ) -> Claim:
         """Hold a free slice satisfying ``request`` for ``user``'s server, atomically.
 
@@ -168,111 +170,106 @@ class Ledger(
         entry ``queue_entry`` (a hold with no server, see
         :meth:`~.queueoffers.QueueOffers.offer_next`).
 
+        ``refusal``: called with the :class:`LedgerRefusal` inside this transaction, returns what
+        the user is told (a :class:`Refusal`: a spawner's ``SpawnRefused``), written to the
+        refusal log on this connection: a refused spawn is one transaction, and the refusal
+        raised carries it as ``refusal``. A refused claim wrote nothing else to commit.
+
         Raises :class:`QuotaExceeded` or :class:`NoFreeSlice` (with a user-facing message).
         """
         if request.kind is None:
             raise ValueError("a CPU-only request holds no slice; do not claim one")
         with self._write() as conn:
-            self._lock(conn, [f"user:{user}"] + [f"group:{g}" for g, _ in charge_groups])
-            if hold_until is None and only_slice is None:
-                taken = self._take_hold(conn, user, profile, server_name, clock.utcnow())
-                if taken is not None:
-                    row = conn.execute(sa.select(slices).where(slices.c.id == taken.slice_id))
-                    return Claim(taken, slice_from_row(row.one()))
-            if user_limit is not None:
-                held = self._count_open(conn, allocations.c.user, user)
-                if held >= user_limit:
-                    raise QuotaExceeded(
-                        f"You already hold {counted(held, 'GPU slice')}, the most "
-                        f"your groups allow at once ({user_limit}). Stop one of your servers to "
-                        "start this one."
-                    )
-            charge_group = None
-            if charge_groups:
-                full = []
-                for group, cap in charge_groups:
-                    if cap is None:
-                        charge_group = group
-                        break
-                    used = self._count_open(conn, allocations.c.charge_group, group)
-                    if used < cap:
-                        charge_group = group
-                        break
-                    full.append(f"{group} ({used} of {cap})")
-                else:
-                    raise QuotaExceeded(
-                        "Your group's GPU slices are all in use: "
-                        + ", ".join(full)
-                        + ". Try again when a classmate stops a server, or pick a CPU profile."
-                    )
-            # PostgreSQL: lock one candidate at a time (FOR UPDATE SKIP LOCKED, LIMIT 1), so a
-            # claim in flight hides only the row it is taking from concurrent claims, never the
-            # whole pool. SQLite: BEGIN IMMEDIATE made us the only writer; read a few at once.
-            batch = 1 if self.dialect == "postgresql" else CANDIDATES
-            tried: set[str] = set()
-            # Re-adopting a running container (only_slice) is not a new placement: no booking
-            # keeps a user off the slice their server already runs on.
-            guard = entry = None
-            if only_slice is None:
-                guard = self._guard(conn, request, profile, groups, clock.utcnow(), server_name)
-                # a member taking a seat kept for their session waits behind nobody: the users
-                # queued for the profile could not take that seat anyway
-                kept = guard is not None and guard.seat_kept
-                entry = self._queue_gate(conn, request, user, profile, queue_entry, kept)
-            booking_id = guard.charged.id if guard is not None and guard.charged else None
-            kept = False
-            while not kept:
-                q = self._free_query(request, batch)
-                if tried:
-                    q = q.where(slices.c.id.not_in(tried))
-                if only_slice is not None:
-                    q = q.where(slices.c.id == only_slice)
-                rows = list(conn.execute(q))
-                if not rows:
+            try:
+                return self._claim_in(
+                    conn, request, user, profile, server_name, node, user_limit, charge_groups,
+                    only_slice, groups, hold_until, queue_entry,
+                )  # fmt: skip
+            except LedgerRefusal as e:
+                refused = e
+                if refusal is not None:
+                    refused.refusal = told = refusal(e)
+                    self._insert_refusal(conn, user, profile, told.reason, told.message)
+        raise refused
+
+    def _claim_in(
+        self, conn, request, user, profile, server_name, node, user_limit, charge_groups,
+        only_slice, groups, hold_until, queue_entry,
+    ) -> Claim:  # fmt: skip
+        """:meth:`claim`'s work on its transaction ``conn``; raises its refusals."""
+        self._lock(conn, [f"user:{user}"] + [f"group:{g}" for g, _ in charge_groups])
+        if hold_until is None and only_slice is None:
+            taken = self._take_hold(conn, user, profile, server_name, clock.utcnow())
+            if taken is not None:
+                row = conn.execute(sa.select(slices).where(slices.c.id == taken.slice_id))
+                return Claim(taken, slice_from_row(row.one()))
+        if user_limit is not None:
+            held = self._count_open(conn, allocations.c.user, user)
+            if held >= user_limit:
+                raise QuotaExceeded(
+                    f"You already hold {counted(held, 'GPU slice')}, the most "
+                    f"your groups allow at once ({user_limit}). Stop one of your servers to "
+                    "start this one."
+                )
+        charge_group = None
+        if charge_groups:
+            full = []
+            for group, cap in charge_groups:
+                if cap is None:
+                    charge_group = group
                     break
-                for row in rows:
-                    tried.add(row.id)
-                    if guard is not None and not guard.allows(row):
-                        kept = guard.blocks_everything()
-                        if kept:
-                            break
-                        continue
-                    got = self._try_hold(
-                        conn, row, user, server_name, profile, node, charge_group, booking_id,
-                        hold_until,
-                    )  # fmt: skip
-                    if got is not None:
-                        if entry is not None:
-                            self._mark_offered(conn, entry, got.id, hold_until, got.started_at)
-                        return Claim(got, slice_from_row(row))
-        free, total = self.capacity(request)
-        notes = guard.notes() if guard is not None else []
-        if notes:
-            raise NoFreeSlice(
-                f"No free {request.describe()} slice for you: "
-                + "; ".join(n.describe() for n in notes)
-                + " (for that course's roster and staff). Try again after that time, join the "
-                "waitlist, or pick another profile.",
-                free=free,
-                total=total,
-                reserved=notes,
-            )
-        if total:
-            advice = (
-                "Join the waitlist to be offered the next free slice, try again later, or pick "
-                "another profile."
-            )
-        elif self.out_of_service(request):
-            advice = (
-                "Those GPUs are out of service for maintenance; try later or pick another profile."
-            )
-        else:
-            advice = "This lab has no slice of that kind; ask an admin or pick another profile."
-        raise NoFreeSlice(
-            f"No free {request.describe()} slice ({free} of {total} free). " + advice,
-            free=free,
-            total=total,
-        )
+                used = self._count_open(conn, allocations.c.charge_group, group)
+                if used < cap:
+                    charge_group = group
+                    break
+                full.append(f"{group} ({used} of {cap})")
+            else:
+                raise QuotaExceeded(
+                    "Your group's GPU slices are all in use: "
+                    + ", ".join(full)
+                    + ". Try again when a classmate stops a server, or pick a CPU profile."
+                )
+        # PostgreSQL: lock one candidate at a time (FOR UPDATE SKIP LOCKED, LIMIT 1), so a
+        # claim in flight hides only the row it is taking from concurrent claims, never the
+        # whole pool. SQLite: BEGIN IMMEDIATE made us the only writer; read a few at once.
+        batch = 1 if self.dialect == "postgresql" else CANDIDATES
+        tried: set[str] = set()
+        # Re-adopting a running container (only_slice) is not a new placement: no booking
+        # keeps a user off the slice their server already runs on.
+        guard = entry = None
+        if only_slice is None:
+            guard = self._guard(conn, request, profile, groups, clock.utcnow(), server_name)
+            # a member taking a seat kept for their session waits behind nobody: the users
+            # queued for the profile could not take that seat anyway
+            kept = guard is not None and guard.seat_kept
+            entry = self._queue_gate(conn, request, user, profile, queue_entry, kept)
+        booking_id = guard.charged.id if guard is not None and guard.charged else None
+        kept = False
+        while not kept:
+            q = self._free_query(request, batch)
+            if tried:
+                q = q.where(slices.c.id.not_in(tried))
+            if only_slice is not None:
+                q = q.where(slices.c.id == only_slice)
+            rows = list(conn.execute(q))
+            if not rows:
+                break
+            for row in rows:
+                tried.add(row.id)
+                if guard is not None and not guard.allows(row):
+                    kept = guard.blocks_everything()
+                    if kept:
+                        break
+                    continue
+                got = self._try_hold(
+                    conn, row, user, server_name, profile, node, charge_group, booking_id,
+                    hold_until,
+                )  # fmt: skip
+                if got is not None:
+                    if entry is not None:
+                        self._mark_offered(conn, entry, got.id, hold_until, got.started_at)
+                    return Claim(got, slice_from_row(row))
+        raise self._no_free_slice(conn, request, guard.notes() if guard is not None else [])
 
     def _try_hold(
         self, conn, row, user, server_name, profile, node, charge_group, booking_id=None,
@@ -367,6 +364,14 @@ class Ledger(
                 .where(allocations.c.id == allocation_id)
                 .values(container_id=container_id, container_name=container_name)
             )
+
+
+class Refusal(Protocol):
+    """What a claim's ``refusal`` callback returns: the refusal log's ``reason`` (a stable word,
+    at most 64 characters kept) and the ``message`` the user is told."""
+
+    reason: str
+    message: str
 
 
 class _Taken(Exception):

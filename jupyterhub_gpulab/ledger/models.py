@@ -191,13 +191,16 @@ class ForeignContainer:
 
 class LedgerRefusal(Exception):
     """A claim the ledger cannot grant. ``reason`` is a stable machine word; ``message`` is
-    written for the user (what happened and what to do)."""
+    written for the user (what happened and what to do). ``refusal``: what the claim's
+    ``refusal`` callback built from it inside the claim's transaction and the refusal log holds
+    (:meth:`~.ledger.Ledger.claim`); ``None`` when the claim was given no callback."""
 
     reason = "refused"
 
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+        self.refusal = None
 
 
 class NoFreeSlice(LedgerRefusal):

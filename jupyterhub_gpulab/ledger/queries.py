@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
 from .. import clock
 from ..inventory.model import SliceRequest, cc_key, driver_key
-from .models import Allocation, CullWarning, as_utc
+from .models import Allocation, CullWarning, NoFreeSlice, as_utc
 from .schema import allocations, devices, idle_clocks, refusals, slices, warnings
 
 
@@ -96,23 +97,60 @@ class LedgerQueries:
         """``SELECT count(*)`` over the slices that satisfy ``request`` (any state)."""
         return sa.select(sa.func.count()).select_from(slices).where(*slice_filter(request))
 
-    def capacity(self, request: SliceRequest) -> tuple[int, int]:
+    def capacity(self, request: SliceRequest, conn=None) -> tuple[int, int]:
         """``(free, total)`` slices matching ``request`` that are in service (not drained or
-        vanished). ``free`` excludes held slices."""
+        vanished). ``free`` excludes held slices. ``conn``: read on that connection (a claim's
+        transaction) instead of a new one."""
         base = self._matching(request).where(slices.c.available == sa.true())
-        with self._read() as conn:
+        with self._on(conn) as conn:
             total = conn.execute(base).scalar_one()
             free = conn.execute(base.where(slices.c.held_by.is_(None))).scalar_one()
         return free, total
 
-    def out_of_service(self, request: SliceRequest) -> int:
+    def out_of_service(self, request: SliceRequest, conn=None) -> int:
         """Slices matching ``request`` that exist but are drained (an admin took their device
-        out of service); vanished slices are not counted."""
+        out of service); vanished slices are not counted. ``conn`` as in :meth:`capacity`."""
         q = self._matching(request).where(
             slices.c.present == sa.true(), slices.c.available == sa.false()
         )
-        with self._read() as conn:
+        with self._on(conn) as conn:
             return conn.execute(q).scalar_one()
+
+    def _on(self, conn):
+        """A context giving ``conn`` itself (left open) or, for ``None``, a new read connection."""
+        return nullcontext(conn) if conn is not None else self._read()
+
+    def _no_free_slice(self, conn, request: SliceRequest, notes) -> NoFreeSlice:
+        """The claim's refusal when no slice was free for it, its counts read on the claim's
+        transaction ``conn``: the bookings that keep the free ones (``notes``, ``Reserved``),
+        else free of total with advice (wait, maintenance, or no such slice in this lab)."""
+        free, total = self.capacity(request, conn)
+        if notes:
+            return NoFreeSlice(
+                f"No free {request.describe()} slice for you: "
+                + "; ".join(n.describe() for n in notes)
+                + " (for that course's roster and staff). Try again after that time, join the "
+                "waitlist, or pick another profile.",
+                free=free,
+                total=total,
+                reserved=notes,
+            )
+        if total:
+            advice = (
+                "Join the waitlist to be offered the next free slice, try again later, or pick "
+                "another profile."
+            )
+        elif self.out_of_service(request, conn):
+            advice = (
+                "Those GPUs are out of service for maintenance; try later or pick another profile."
+            )
+        else:
+            advice = "This lab has no slice of that kind; ask an admin or pick another profile."
+        return NoFreeSlice(
+            f"No free {request.describe()} slice ({free} of {total} free). " + advice,
+            free=free,
+            total=total,
+        )
 
     def count_open(self, *, user: str | None = None, group: str | None = None) -> int:
         """Open allocations held by ``user`` or charged to ``group``."""
@@ -146,15 +184,23 @@ class LedgerQueries:
     # -- refusals ---------------------------------------------------------------------------
 
     def record_refusal(self, user: str, profile: str | None, reason: str, message: str) -> None:
-        """Log a refused spawn for the admin page (kept 30 days)."""
-        now = clock.utcnow()
+        """Log a spawn refused before any claim (a bad choice, a spent budget) for the admin
+        page (kept 30 days). A refused claim is recorded inside the claim's own transaction
+        (:meth:`~.ledger.Ledger.claim`'s ``refusal``), never by a second write."""
         with self._write() as conn:
-            conn.execute(
-                refusals.insert().values(
-                    at=now, user=user, profile=profile, reason=reason[:64], message=message
-                )
+            self._insert_refusal(conn, user, profile, reason, message)
+
+    @staticmethod
+    def _insert_refusal(conn, user: str, profile: str | None, reason: str, message: str) -> None:
+        """Write one refusal row on ``conn`` (the caller's transaction) and drop those older
+        than 30 days: the one home of the refusal log's writes."""
+        now = clock.utcnow()
+        conn.execute(
+            refusals.insert().values(
+                at=now, user=user, profile=profile, reason=reason[:64], message=message
             )
-            conn.execute(refusals.delete().where(refusals.c.at < now - timedelta(days=30)))
+        )
+        conn.execute(refusals.delete().where(refusals.c.at < now - timedelta(days=30)))
 
     def last_refusals(self, users: Iterable[str], since: datetime) -> dict[str, tuple[str, str]]:
         """``{user: (reason, message)}``: each of ``users``' latest refused spawn since

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from docker.errors import ImageNotFound
@@ -28,15 +29,29 @@ class EngineBackend:
     #: asks for every profile's at each render.
     _label_cache: dict[str, tuple[float, dict | None]] = {}
     LABEL_CACHE_S = 30
+    #: ``{image: the read in flight}`` (an ``asyncio.Task`` of :meth:`_read_labels`)
+    _label_reads: dict[str, asyncio.Task] = {}
     #: the engine seam of this spawner class's configuration (one per hub process)
     _lab_backends: dict[int, Backend] = {}
 
     async def _image_labels(self, image: str) -> dict | None:
         """The image's labels from the engine (``docker image inspect``), cached 30 s; ``None``
-        for an image not on the host (it may be pulled at create: needs nothing then)."""
+        for an image not on the host (it may be pulled at create: needs nothing then).
+
+        Starts that miss the cache together share one read: DockerSpawner runs every engine
+        call on one thread, so a burst of 40 spawns made 40 inspects queue there (ahead of and
+        behind the winners' creates), and each refusal waited for all of them."""
         hit = self._label_cache.get(image)
         if hit and time.monotonic() - hit[0] < self.LABEL_CACHE_S:
             return hit[1]
+        loop = asyncio.get_running_loop()
+        reading = self._label_reads.get(image)
+        if reading is None or reading.done() or reading.get_loop() is not loop:
+            reading = self._label_reads[image] = loop.create_task(self._read_labels(image))
+        # shielded: a start cancelled while waiting leaves the others' read running
+        return await asyncio.shield(reading)
+
+    async def _read_labels(self, image: str) -> dict | None:
         try:
             info = await self.docker("inspect_image", image)
             labels = dict((info.get("Config") or {}).get("Labels") or {})

@@ -8,11 +8,13 @@ database session.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import SpawnRefused
 from ..fairuse.offers import budget_refusal
 from ..hub import metrics
+from ..inventory.model import Slice
 from ..lab.images import ImageRequirements, unservable
 from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
@@ -47,11 +49,9 @@ class ReservationMixin:
             bool(self.user.admin),
         )
 
-    def _record_refusal(
-        self, rt: LabRuntime, who: _Asker, profile: str | None, err: SpawnRefused
-    ) -> None:
-        """Log a refusal, count it (:mod:`~jupyterhub_gpulab.hub.metrics`) and record it for
-        the admin page (blocks: writes the ledger)."""
+    def _note_refusal(self, who: _Asker, err: SpawnRefused) -> None:
+        """Log a refusal and count it (:mod:`~jupyterhub_gpulab.hub.metrics`); the refusal log's
+        row is the caller's (:meth:`_record_refusal`, or the claim's own transaction)."""
         metrics.spawn_refused(err.reason)
         self.log.info(
             "Refused spawn of %s (%s): %s",
@@ -59,6 +59,13 @@ class ReservationMixin:
             err.reason,
             err.log_message or err.message,
         )
+
+    def _record_refusal(
+        self, rt: LabRuntime, who: _Asker, profile: str | None, err: SpawnRefused
+    ) -> None:
+        """Log a refusal made without a claim, count it and record it for the admin page
+        (blocks: writes the ledger)."""
+        self._note_refusal(who, err)
         try:
             rt.ledger.record_refusal(who.user, profile, err.reason, err.message)
         except Exception:
@@ -81,7 +88,9 @@ class ReservationMixin:
 
         A refusal is recorded before it is raised: :class:`SpawnRefused` with reason ``quota``
         (budget spent, or the user's or group's slice limit), ``no-free-slice``, or
-        ``misconfigured`` when no slice of the profile can run its image (naming both).
+        ``misconfigured`` when no slice of the profile can run its image (naming both). A
+        refused claim's message is built and recorded inside the claim's transaction
+        (:func:`claim_refusal`): one database write per refused spawn.
         """
         request = need.restrict(profile.slice) if need is not None else profile.slice
         budget = self._budget_refusal(rt, profile, ctx, who)
@@ -99,20 +108,11 @@ class ReservationMixin:
                 user_limit=ent.user_limit,
                 charge_groups=ent.charge_groups,
                 groups=who.groups,
+                refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices),
             )
         except LedgerRefusal as e:
-            reason = "quota" if e.reason == "quota" else "no-free-slice"
-            why = None
-            if reason != "quota" and need is not None and need.needs_gpu_facts:
-                why = unservable(need, profile.slice, rt.lab.inventory.slices)
-            if why:
-                err = SpawnRefused(
-                    why, reason="misconfigured", log_message=f"{profile.slug}: {why}"
-                )
-            else:
-                err = SpawnRefused(e.message, reason=reason)
-            self._record_refusal(rt, who, profile.slug, err)
-            raise err from None
+            self._note_refusal(who, e.refusal)
+            raise e.refusal from None
 
     def _budget_refusal(
         self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
@@ -132,3 +132,23 @@ class ReservationMixin:
             groups=self._groups(),
             **limits,
         )
+
+
+def claim_refusal(
+    e: LedgerRefusal,
+    profile: Profile,
+    need: ImageRequirements | None,
+    lab_slices: Sequence[Slice],
+) -> SpawnRefused:
+    """The :class:`SpawnRefused` a refused claim for ``profile`` tells the user (pure; runs in
+    the claim's transaction): reason ``quota`` for a user's or group's limit; ``misconfigured``
+    when no slice of the profile in ``lab_slices`` can run its image (``need``: the image's
+    label requirements), naming both; else ``no-free-slice`` with the ledger's message."""
+    if e.reason == "quota":
+        return SpawnRefused(e.message, reason="quota")
+    why = None
+    if need is not None and need.needs_gpu_facts:
+        why = unservable(need, profile.slice, lab_slices)
+    if why:
+        return SpawnRefused(why, reason="misconfigured", log_message=f"{profile.slug}: {why}")
+    return SpawnRefused(e.message, reason="no-free-slice")
