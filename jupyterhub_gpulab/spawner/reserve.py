@@ -35,6 +35,11 @@ class ReservationMixin:
     """Part of :class:`~.core.SliceSpawnerCore`; needs the Spawner's ``user``, ``name``,
     ``log`` and ``_log_name``."""
 
+    def _only_node(self) -> str | None:
+        """The one node whose slices this start may claim (``None``: any): a Swarm course
+        server's, beside its course volumes (:mod:`jupyterhub_gpulab.courses.coursenode`)."""
+        return None
+
     def _groups(self) -> set[str]:
         return {g.name for g in self.user.groups}
 
@@ -89,6 +94,7 @@ class ReservationMixin:
             err = SpawnRefused(budget, reason="quota")
             self._record_refusal(rt, who, profile.slug, err)
             raise err
+        only = self._only_node()
         try:
             return rt.ledger.claim(
                 request,
@@ -96,6 +102,7 @@ class ReservationMixin:
                 profile=profile.slug,
                 server_name=who.server_name,
                 node=self._claim_node(rt),
+                only_node=only,
                 user_limit=ent.user_limit,
                 charge_groups=ent.charge_groups,
                 groups=who.groups,
@@ -110,7 +117,12 @@ class ReservationMixin:
                     why, reason="misconfigured", log_message=f"{profile.slug}: {why}"
                 )
             else:
-                err = SpawnRefused(e.message, reason=reason)
+                where = (
+                    f" This server keeps its files on {only}, so it runs there only."
+                    if only and reason != "quota"
+                    else ""
+                )
+                err = SpawnRefused(e.message + where, reason=reason)
             self._record_refusal(rt, who, profile.slug, err)
             raise err from None
 
