@@ -11,7 +11,7 @@ import pytest
 
 from jupyterhub_gpulab.backends.volumes import NodeVolumes
 from jupyterhub_gpulab.courses.config import GPULabCourses
-from jupyterhub_gpulab.courses.coursenode import course_node
+from jupyterhub_gpulab.courses.coursenode import course_node, first_node
 from jupyterhub_gpulab.courses.hubhook import _prepare_storage
 from jupyterhub_gpulab.courses.parse import parse_course
 from jupyterhub_gpulab.courses.storage import Entry, LocalFolders
@@ -82,12 +82,27 @@ def test_a_staff_server_runs_where_the_staff_folder_is_made(roots):
     sp = swarm_spawner("ta1", roots)
     _prepare_storage(sp, course, settings, None, staff=True)
     assert sp.course_node == "n2"
-    # a first staff start with no folder anywhere: the folder is made, and the server goes there
+    # a first staff start with no course volume anywhere: nothing is made on a node chosen
+    # blindly (the first node engine may run no servers); the server's mount makes it
     other = parse_course({"slug": "cv200"})
     sp = swarm_spawner("ta2", roots)
     _prepare_storage(sp, other, settings, None, staff=True)
-    [made] = [n for n in NODES if roots[n].exists(settings.staff_of("cv200"))]
-    assert sp.course_node == made
+    assert sp.course_node is None
+    assert not any(roots[n].exists(settings.staff_of("cv200")) for n in NODES)
+    # with the TA's own course work on n3, the staff folder is made beside it
+    put(roots, "n3", settings.work_of("cv200", "ta2"))
+    _prepare_storage(sp, other, settings, None, staff=True)
+    assert sp.course_node == "n3" and roots["n3"].exists(settings.staff_of("cv200"))
+    assert [n for n in NODES if roots[n].exists(settings.staff_of("cv200"))] == ["n3"]
+
+
+def test_collect_makes_a_staff_folder_beside_the_first_students_course_work(roots):
+    files = NodeVolumes(roots)
+    assert first_node(files, ["w-ann", "w-bob"]) is None
+    put(roots, "n3", "w-bob")
+    put(roots, "n2", "w-cyd")
+    assert first_node(NodeVolumes(roots), ["w-ann", "w-bob", "w-cyd"]) == "n3"
+    assert first_node(roots["n1"], ["w-bob"]) is None  # one host: no node
 
 
 def test_nothing_to_find_leaves_the_placement_to_swarm_and_a_shared_driver_pins_nothing(roots):

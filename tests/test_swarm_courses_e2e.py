@@ -28,12 +28,14 @@ from swarm_course_support import (
     swarm_course_hub,
     write_on_node,
 )
-from swarm_support import HOST_IP, NODES, require_swarm
+from swarm_support import HOST_IP, require_swarm
 
 pytestmark = [pytest.mark.docker, pytest.mark.swarm, pytest.mark.usefixtures("api_contract")]
 
 SLUG = "ml101"
 STUDENTS = ["s1", "s2", "s3"]
+WORKERS = ["gpulab-swn2", "gpulab-swn3"]
+WORKERS_ONLY = 'c.GPUSwarmSpawner.extra_placement_spec = {"constraints": ["node.role==worker"]}\n'
 #: s1 did course work in a personal home on gpulab-swn2 before course storage existed
 S1_HOME_NODE = "gpulab-swn2"
 #: s2's personal home, on gpulab-swn3, holds a private file no course server may show
@@ -55,7 +57,8 @@ def lab(tmp_path_factory):
         "profiles": ["course-lab"],
         "content": [{"repo": repo.url, "branch": "main", "dir": SLUG}],
     }
-    hub = swarm_course_hub(tmp, course)
+    # as a lab would: user servers on the workers, none on the manager
+    hub = swarm_course_hub(tmp, course, extra=WORKERS_ONLY)
     v = Volumes(hub.prefix)
     write_on_node(S1_HOME_NODE, v.home("s1"), "assignments/hw0/old.py", "mine\n")
     write_on_node(S2_HOME_NODE, v.home("s2"), "secret.txt", "my own diary\n")
@@ -113,7 +116,7 @@ def test_start_all_runs_each_course_server_as_a_service_beside_its_course_volume
     assert sorted(services) == STUDENTS
     for u, name in services.items():
         node = hub.task(name)["node"]
-        assert node in NODES
+        assert node in WORKERS
         # the course-work volume is on the node the server runs on, and only there
         assert one_node(v.work(u)) == node, u
         assert read_on_node(node, v.work(u), f"{SLUG}/intro.py") == "print('week 1')\n", u
@@ -205,7 +208,7 @@ def test_a_restarted_course_server_runs_where_its_work_is(lab):
         hub.wait_ready("s3", SLUG, timeout=180)
         name = course_services(hub, SLUG)["s3"]
         spec = hub.service(name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"]
-        assert hub.task(name)["node"] == node and len(spec) == 1 and spec[0].startswith("node.id==")
+        assert hub.task(name)["node"] == node and spec[0].startswith("node.id=="), spec
         assert exec_in(hub, name, "cat ~/notes.txt").stdout == "kept\n"
     assert one_node(v.work("s3")) == node  # no second, empty copy on another node
 

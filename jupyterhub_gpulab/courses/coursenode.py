@@ -17,7 +17,12 @@ order:
    volume is made beside it, so the copy stays on one node; the home itself is never mounted).
 
 ``None``: no node holds any of them (a first start with nothing to carry over): Swarm places the
-server, and its first mount makes the volume on that node, where the next start finds it.
+server, and its first mount makes the volume on that node, where the next start finds it (a staff
+folder made so is root's until Collect gives it to the images' user).
+
+A staff folder that Collect makes is made beside the course work of the first roster member
+who has some (:func:`first_node`), so it lands on a node that runs course servers, not on the
+first node of ``c.GPUSwarmSpawner.node_engines`` (often a manager that runs none).
 
 A GPU course server's slice must then be on that node too: its claim is for that node's slices
 only (:meth:`~jupyterhub_gpulab.spawner.gpuswarm.SwarmObjects._only_node`). A multi-host volume
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["course_node"]
+__all__ = ["course_node", "first_node"]
 
 log = logging.getLogger("gpulab.courses")
 
@@ -55,3 +60,12 @@ def course_node(files, *, work: str, staff_folder: str | None, home: str | None)
             staff_folder, found[staff_folder], work, found[work],
         )  # fmt: skip
     return next((found[v] for v in (staff_folder, work, home) if v and found.get(v)), None)
+
+
+def first_node(files, volumes) -> str | None:
+    """The node holding the first of ``volumes`` that exists (``None``: none does, or ``files``
+    has no nodes). Blocking."""
+    node_of = getattr(files, "node_of", None)
+    if node_of is None:
+        return None
+    return next((n for n in map(node_of, volumes) if n), None)

@@ -159,7 +159,8 @@ def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool
     if pinned:
         near = course_node(backend.storage(image), work=work, staff_folder=folder, home=home_volume)
     files = backend.storage(image, near=near)
-    if folder:
+    if folder and (near is not None or not pinned):
+        # (pinned, nowhere yet: the server's mount makes it where Swarm places it)
         files.prepare(folder, tuple(settings.staff_owner))
     done = {}
     if home_volume is not None:
