@@ -54,7 +54,7 @@ def lab(tmp_path_factory):
         "title": "Machine learning 101",
         "roster_group": SLUG,
         "staff_group": f"{SLUG}-staff",
-        "profiles": ["course-lab"],
+        "profiles": ["course-lab", "course-seat"],
         "content": [{"repo": repo.url, "branch": "main", "dir": SLUG}],
     }
     # as a lab would: user servers on the workers, none on the manager
@@ -196,11 +196,17 @@ def test_the_ta_writes_feedback_beside_the_staff_folder_and_return_delivers_it(l
 
 
 def test_a_restarted_course_server_runs_where_its_work_is(lab):
+    """s3 had no volume anywhere: Swarm placed its first server, whose mount made the course
+    volume there. Its restarts go back to that node, though the other worker is emptier (Swarm
+    would spread an unpinned task there), and find its files."""
     hub, repo, tokens, v = lab
     node = one_node(v.work("s3"))
-    # s3's work lives on the node its first server ran on; a restart goes back there
     write = exec_in(hub, course_services(hub, SLUG)["s3"], "echo kept > ~/notes.txt")
     assert write.returncode == 0, write.stderr
+    services = course_services(hub, SLUG)
+    away = [u for u in ("s1", "s2") if hub.task(services[u])["node"] != node]
+    for u in away:  # the other worker runs none of this lab's servers now
+        hub.stop_server(u, SLUG)
     for _ in range(2):
         hub.stop_server("s3", SLUG)
         r = hub.spawn("s3", name=SLUG)
@@ -211,6 +217,38 @@ def test_a_restarted_course_server_runs_where_its_work_is(lab):
         assert hub.task(name)["node"] == node and spec[0].startswith("node.id=="), spec
         assert exec_in(hub, name, "cat ~/notes.txt").stdout == "kept\n"
     assert one_node(v.work("s3")) == node  # no second, empty copy on another node
+    for u in away:
+        assert hub.spawn(u, name=SLUG).status_code in (201, 202)
+        hub.wait_ready(u, SLUG, timeout=180)
+
+
+def test_a_gpu_course_server_takes_its_slice_on_the_node_of_its_work_or_is_told_why(lab):
+    """``course-seat`` is a T4 seat, on gpulab-swn3 only. s2's work is on gpulab-swn3: the seat
+    is claimed there. s1's work is on gpulab-swn2 (an A100 in MIG instances, no seats): refused,
+    saying why, rather than a seat on gpulab-swn3 beside a new, empty course volume."""
+    hub, repo, tokens, v = lab
+    assert one_node(v.work("s2")) == S2_HOME_NODE == "gpulab-swn3"
+    hub.stop_server("s2", SLUG)
+    r = hub.spawn("s2", {"profile": "course-seat"}, name=SLUG)
+    assert r.status_code in (201, 202), r.text
+    state = hub.wait_ready("s2", SLUG, timeout=180)["state"]
+    name = course_services(hub, SLUG)["s2"]
+    assert hub.task(name)["node"] == "gpulab-swn3"
+    assert hub.env_of(name)["NVIDIA_VISIBLE_DEVICES"] != "void" and state["gpulab_slice"]
+    assert exec_in(hub, name, f"cat ~/{SLUG}/week2.py").stdout == "print('week 2')\n"
+    assert one_node(v.work("s2")) == "gpulab-swn3"
+    hub.stop_server("s1", SLUG)
+    r = hub.spawn("s1", {"profile": "course-seat"}, name=SLUG)
+    assert r.status_code == 503, r.text
+    assert "keeps its files on gpulab-swn2, so it runs there only" in r.json()["message"], r.text
+    led = hub.ledger()
+    assert led.open_allocations(user="s1") == []
+    led.close()
+    assert node_of_volume(v.work("s1")) == ["gpulab-swn2"]  # no copy made on gpulab-swn3
+    r = hub.spawn("s1", name=SLUG)  # the course's CPU profile: back beside its work
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("s1", SLUG, timeout=180)
+    assert hub.task(course_services(hub, SLUG)["s1"])["node"] == "gpulab-swn2"
 
 
 def test_no_course_server_mounts_the_personal_home(lab):
