@@ -262,5 +262,11 @@ def test_no_course_server_mounts_the_personal_home(lab):
     # s2's private file is in their personal home on gpulab-swn3, and nowhere in the course
     # server, wherever it runs
     assert read_on_node(S2_HOME_NODE, v.home("s2"), "secret.txt") == "my own diary\n"
-    look = exec_in(hub, services["s2"], "ls -a ~ ~/home 2>&1; cat ~/secret.txt 2>&1; true")
-    assert "my own diary" not in look.stdout and "secret.txt" not in look.stdout, look.stdout
+    look = exec_in(
+        hub,
+        services["s2"],
+        "ls -a ~; test -e ~/home && echo HOME-MOUNTED; test -e ~/secret.txt && echo SEEN; true",
+    )
+    assert look.returncode == 0 and SLUG in look.stdout.split(), look  # the course work
+    assert "secret.txt" not in look.stdout and "HOME-MOUNTED" not in look.stdout, look.stdout
+    assert "SEEN" not in look.stdout, look.stdout
