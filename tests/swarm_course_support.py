@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -137,15 +138,27 @@ def exec_in(hub: SwarmHub, service: str, script: str, user: str = "1000"):
     return sdocker("exec", "-u", user, cid, "sh", "-c", script, engine=ENGINES[node], check=False)
 
 
-def remove_node_volumes(prefix: str) -> None:
-    """Remove every volume whose name starts with ``prefix``, on every node."""
-    for url in ENGINES.values():
-        names = [
-            n for n in sdocker("volume", "ls", "-q", engine=url).stdout.split()
-            if n.startswith(prefix)
-        ]  # fmt: skip
-        if names:
-            sdocker("volume", "rm", "-f", *names, engine=url, check=False)
+def remove_node_volumes(prefix: str, timeout: float = 90) -> None:
+    """Remove every volume whose name starts with ``prefix``, on every node; a volume still in
+    use (Swarm removes a removed service's containers a little later) is tried again until
+    ``timeout`` seconds have passed, then reported."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {}
+        for node, url in ENGINES.items():
+            names = [
+                n for n in sdocker("volume", "ls", "-q", engine=url).stdout.split()
+                if n.startswith(prefix)
+            ]  # fmt: skip
+            if names:
+                sdocker("volume", "rm", "-f", *names, engine=url, check=False)
+                still = set(sdocker("volume", "ls", "-q", engine=url).stdout.split())
+                left[node] = sorted(still & set(names))
+        if not any(left.values()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"volumes left on the Swarm's nodes: {left}")
+        time.sleep(1)
 
 
 def service_json(hub: SwarmHub, name: str) -> str:
