@@ -428,6 +428,8 @@ def test_the_service_asks_the_docker_engine_the_hub_asks(tmp_path, monkeypatch):
     """A hub on a Swarm reaches the manager through DOCKER_HOST; the service (Distribute,
     Collect) must ask that engine too, not the local socket JupyterHub's bare environment means
     (``This node is not a swarm manager``: a 500 on Distribute)."""
+    for k in [k for k in os.environ if k.startswith("GPULAB_")]:
+        monkeypatch.delenv(k)
     monkeypatch.setenv("DOCKER_HOST", "unix:///var/run/gpulab-swarm/n1.sock")
     monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
     monkeypatch.setenv("DOCKER_CERT_PATH", "/etc/gpulab/docker-tls")
@@ -436,8 +438,7 @@ def test_the_service_asks_the_docker_engine_the_hub_asks(tmp_path, monkeypatch):
     c = Config()
     configure_service(c, config_file=tmp_path / "jupyterhub_config.py")
     [svc] = c.JupyterHub.services
-    passed = {k: v for k, v in svc["environment"].items() if k != "GPULAB_TEST_RUN"}
-    assert passed == {
+    assert svc["environment"] == {
         "DOCKER_HOST": "unix:///var/run/gpulab-swarm/n1.sock",
         "DOCKER_TLS_VERIFY": "1",
         "DOCKER_CERT_PATH": "/etc/gpulab/docker-tls",
