@@ -12,9 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import jupyterhub
+import requests
 from hubtools import DOCKER_GATEWAY, Hub, free_port
 from leakcheck import unique
-from service_support import PROFILES, service_config
+from service_support import PREFIX, PROFILES, service_config
 
 LAB_IMAGE = os.environ.get(
     "GPULAB_TEST_LAB_IMAGE", f"gpulab/singleuser:{jupyterhub.__version__}-lab"
@@ -104,38 +105,25 @@ class GitServer:
         self.proc.wait(10)
 
 
-def course_hub(tmp_path: Path, course: dict, *, extra: str = "", shared_root: str = "") -> Hub:
-    """A hub (not started) with the service, GPUDockerSpawner, per-user home volumes named
-    ``<node>-home-{username}``, course-work volumes ``<node>-work-{slug}--{username}``
-    (:func:`work_of`) and ``course`` declared; ``shared_root``: the course's
-    ``c.GPULabCourses.shared_folder_root`` (default: the product's)."""
-    node = unique("gpulabcrs")
-    port = free_port()
-    profiles = PROFILES + [
-        {"slug": "course-lab", "display_name": "Course (JupyterLab)", "image": LAB_IMAGE},
-        {
-            "slug": "course-seat",
-            "display_name": "Course (JupyterLab, T4 seat)",
-            "image": LAB_IMAGE,
-            "slice": {"kind": "shared"},
-        },
-    ]
-    workdir = tmp_path / node
-    workdir.mkdir(parents=True)
-    cfg = (
-        service_config(port, workdir, extra="")
-        + f"""
-c.JupyterHub.spawner_class = "gpulab"
-c.DockerSpawner.pull_policy = "never"
-c.DockerSpawner.image = {LAB_IMAGE!r}
-c.DockerSpawner.prefix = {node!r}
+#: the course profiles of a course hub: JupyterLab with nbgitpuller, on CPU or a T4 seat
+COURSE_PROFILES = [
+    {"slug": "course-lab", "display_name": "Course (JupyterLab)", "image": LAB_IMAGE},
+    {
+        "slug": "course-seat",
+        "display_name": "Course (JupyterLab, T4 seat)",
+        "image": LAB_IMAGE,
+        "slice": {"kind": "shared"},
+    },
+]
+
+
+def course_lines(node: str, course: dict, *, shared_root: str = "") -> str:
+    """The courses' part of a course hub's config (after ``configure_service``, either
+    backend's): home volumes ``<node>-home-{username}`` mounted in personal servers, course-work
+    volumes ``<node>-work-{slug}--{username}`` (:func:`work_of`), staff folders
+    ``<node>-course-{slug}``, ``course`` declared, the service looking every 2 s."""
+    return f"""
 c.DockerSpawner.volumes = {{"{node}-home-{{username}}": "/home/jovyan"}}
-c.Spawner.poll_interval = 2
-c.Spawner.start_timeout = 120
-c.Spawner.http_timeout = 90
-c.GPUDockerSpawner.attach_mode = "env"
-c.GPULab.node_name = {node!r}
-c.GPULab.profiles = {profiles!r}
 c.GPULabCourses.home_volume = "{node}-home-{{username}}"
 c.GPULabCourses.course_volume = "{node}-course-{{slug}}"
 c.GPULabCourses.work_volume = "{node}-work-{{slug}}--{{username}}"
@@ -145,13 +133,64 @@ c.GPULabCourses.check_interval = 2
 {f"c.GPULabCourses.shared_folder_root = {shared_root!r}" if shared_root else ""}
 from jupyterhub_gpulab.courses.hubhook import configure_courses
 configure_courses(c)
-{extra}
 """
+
+
+def course_hub(tmp_path: Path, course: dict, *, extra: str = "", shared_root: str = "") -> Hub:
+    """A hub (not started) with the service, GPUDockerSpawner, per-user home volumes named
+    ``<node>-home-{username}``, course-work volumes ``<node>-work-{slug}--{username}``
+    (:func:`work_of`) and ``course`` declared (:func:`course_lines`); ``shared_root``: the
+    course's ``c.GPULabCourses.shared_folder_root`` (default: the product's)."""
+    node = unique("gpulabcrs")
+    port = free_port()
+    profiles = PROFILES + COURSE_PROFILES
+    workdir = tmp_path / node
+    workdir.mkdir(parents=True)
+    cfg = (
+        service_config(port, workdir, extra="")
+        + f"""
+c.JupyterHub.spawner_class = "gpulab"
+c.DockerSpawner.pull_policy = "never"
+c.DockerSpawner.image = {LAB_IMAGE!r}
+c.DockerSpawner.prefix = {node!r}
+c.Spawner.poll_interval = 2
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 90
+c.GPUDockerSpawner.attach_mode = "env"
+c.GPULab.node_name = {node!r}
+c.GPULab.profiles = {profiles!r}
+"""
+        + course_lines(node, course, shared_root=shared_root)
+        + extra
     )
     hub = Hub(workdir, cfg)
     hub.service_port = port
     hub.node = node
     return hub
+
+
+def course_api(hub, token: str, method: str, path: str, **kw):
+    """A request to the gpulab service's JSON API (``api/<path>``) with ``token``."""
+    return requests.request(
+        method,
+        hub.url + PREFIX + "api/" + path,
+        headers={"Authorization": f"token {token}"},
+        **{"timeout": 60, **kw},
+    )
+
+
+def wait_prestart(hub, token: str, slug: str, timeout: float = 400) -> dict:
+    """The course's pre-start progress once it finished (``TimeoutError`` after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    p = None
+    while time.monotonic() < deadline:
+        r = course_api(hub, token, "GET", f"courses/{slug}/progress")
+        assert r.status_code == 200, r.text
+        p = r.json()["progress"]
+        if p and p["finished_at"]:
+            return p
+        time.sleep(2)
+    raise TimeoutError(f"pre-start did not finish: {p}\n{hub.log_tail()}")
 
 
 @contextmanager

@@ -150,3 +150,13 @@ def test_expiry_uses_the_ledgers_clock(ledger, at):
     assert ledger.node("gpu1").agent_seen_at == clock.utcnow()
     assert ledger.expire_agents(60, now=clock.utcnow() + timedelta(seconds=59)) == []
     assert ledger.expire_agents(60, now=clock.utcnow() + timedelta(seconds=61)) == ["gpu1"]
+
+
+def test_a_claim_for_one_node_takes_that_nodes_slice_or_none(ledger):
+    """A Swarm course server's claim (``only_node``: the node holding its course volumes) never
+    takes another node's slice, even where best fit would."""
+    got = ledger.claim(GPU, user="ann", profile="p", only_node="gpu2")
+    assert got.slice.node == "gpu2" and got.allocation.node == "gpu2"
+    with pytest.raises(NoFreeSlice):  # gpu1's A40 is free, but not on gpu2
+        ledger.claim(GPU, user="bob", profile="p", only_node="gpu2")
+    assert ledger.claim(GPU, user="bob", profile="p").slice.node == "gpu1"

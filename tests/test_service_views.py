@@ -422,3 +422,25 @@ def test_a_slice_reads_the_same_in_the_progress_the_form_and_the_pages():
             assert form_row.gives == f"{req.describe()} — {said}"
     assert "advisory" in isolation("shared", False)[1] and "MPS" in isolation("shared", True)[1]
     assert "advisory" not in isolation("shared", True)[1]
+
+
+def test_the_service_asks_the_docker_engine_the_hub_asks(tmp_path, monkeypatch):
+    """A hub on a Swarm reaches the manager through DOCKER_HOST; the service (Distribute,
+    Collect) must ask that engine too, not the local socket JupyterHub's bare environment means
+    (``This node is not a swarm manager``: a 500 on Distribute)."""
+    for k in [k for k in os.environ if k.startswith("GPULAB_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///var/run/gpulab-swarm/n1.sock")
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    monkeypatch.setenv("DOCKER_CERT_PATH", "/etc/gpulab/docker-tls")
+    monkeypatch.setenv("GPULAB_SITE", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "never passed on")
+    c = Config()
+    configure_service(c, config_file=tmp_path / "jupyterhub_config.py")
+    [svc] = c.JupyterHub.services
+    assert svc["environment"] == {
+        "DOCKER_HOST": "unix:///var/run/gpulab-swarm/n1.sock",
+        "DOCKER_TLS_VERIFY": "1",
+        "DOCKER_CERT_PATH": "/etc/gpulab/docker-tls",
+        "GPULAB_SITE": "x",
+    }

@@ -9,7 +9,8 @@ Where each course call runs (:mod:`jupyterhub_gpulab.courses`):
   course server (the task's ``NodeID``, named as the lab names nodes: :mod:`..spawner.swarmnodes`);
 - Collect, Return, the first-start copy, the staff folder: on the engine of the node that holds
   the volume (:class:`~.volumes.NodeVolumes`; a new one on the node named ``near``, else the first
-  of ``node_engines``);
+  of ``node_engines``); a course server runs on the node holding its course volumes
+  (:mod:`jupyterhub_gpulab.courses.coursenode`);
 - the repository check: a short-lived container on the first node engine (the lab's network
   there is the nodes' own bridge).
 

@@ -136,26 +136,46 @@ def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool
     staff member's staff folder exists, owned by the images' user (``staff_owner``), so they
     can write feedback in it; and, the upgrade path at a student's first start, the course
     folders of the personal home are copied into the new course-work volume
-    (:func:`.collect.carry_over`; returns what it did). Blocking. A container backend only: on
-    a Swarm the node that will hold the new volume is known only once the task is placed."""
-    if getattr(spawner, "object_type", "") != "container" or not hasattr(spawner, "lab_backend"):
+    (:func:`.collect.carry_over`; returns what it did). Blocking.
+
+    On a Swarm with the local volume driver, also the node the server must run on
+    (:mod:`.coursenode`): ``spawner.course_node`` is set to the node holding its course volumes
+    (the new ones are made there, or beside the personal home), ``None`` when none exists yet."""
+    if not hasattr(spawner, "lab_backend"):
+        return {}
+    kind = getattr(spawner, "object_type", "")
+    if kind not in ("container", "service"):
         return {}
     from .collect import COURSE_FOLDERS, carry_over
+    from .coursenode import course_node
 
-    files = spawner.lab_backend().storage(settings.helper_image or spawner.image)
-    if staff:
-        files.prepare(settings.staff_of(course.slug), tuple(settings.staff_owner))
-    if home is None:
-        return {}
-    folders = [*COURSE_FOLDERS, *(src.dir for src in course.content if src.dir)]
-    return carry_over(
-        files,
-        home=spawner.format_volume_name(home, spawner),
-        work=settings.work_of(course.slug, spawner.user.name),
-        folders=folders,
-        max_bytes=course.collect_max_bytes,
-        like=settings.home_path,
-    )
+    image = settings.helper_image or spawner.image
+    backend = spawner.lab_backend()
+    home_volume = spawner.format_volume_name(home, spawner) if home is not None else None
+    work = settings.work_of(course.slug, spawner.user.name)
+    folder = settings.staff_of(course.slug) if staff else None
+    pinned = kind == "service" and not getattr(spawner, "volume_driver", "")
+    near = None
+    if pinned:
+        near = course_node(backend.storage(image), work=work, staff_folder=folder, home=home_volume)
+    files = backend.storage(image, near=near)
+    if folder and (near is not None or not pinned):
+        # (pinned, nowhere yet: the server's mount makes it where Swarm places it)
+        files.prepare(folder, tuple(settings.staff_owner))
+    done = {}
+    if home_volume is not None:
+        folders = [*COURSE_FOLDERS, *(src.dir for src in course.content if src.dir)]
+        done = carry_over(
+            files,
+            home=home_volume,
+            work=work,
+            folders=folders,
+            max_bytes=course.collect_max_bytes,
+            like=settings.home_path,
+        )
+    if pinned:
+        spawner.course_node = near or course_node(files, work=work, staff_folder=folder, home=None)
+    return done
 
 
 def make_pre_spawn_hook(db_url: str, settings, before=None):
@@ -167,6 +187,8 @@ def make_pre_spawn_hook(db_url: str, settings, before=None):
     home_path, shared_root = settings.home_path, settings.shared_folder_root
 
     async def hook(spawner):
+        if hasattr(spawner, "course_node"):
+            spawner.course_node = None  # set again below for a course server (a Swarm's)
         if before is not None:
             r = before(spawner)
             if hasattr(r, "__await__"):

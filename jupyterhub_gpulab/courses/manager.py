@@ -358,13 +358,20 @@ class CourseManager(ContentActions):
 
     # -- files: collect, return, distribute (the backend, blocking: one thread per action) -----
 
-    def _files(self, course: Course):
+    def _files(self, course: Course, students=()):
+        """The lab's course storage (blocking); on a Swarm a staff folder made now is made beside
+        the course work of the first of ``students`` with some (:func:`.coursenode.first_node`)."""
+        from .coursenode import first_node
+
         image = (
             self.settings.helper_image
             or self.images.get(course.profile)
             or next(iter(self.images.values()), "")
         )
-        return self.backend.storage(image)
+        files = self.backend.storage(image)
+        works = [self.settings.work_of(course.slug, u) for u in sorted(students)]
+        near = first_node(files, works) if works else None
+        return self.backend.storage(image, near=near) if near else files
 
     async def collect(self, course: Course, assignment: str, *, by: str) -> dict:
         """Collect ``assignment`` from every roster member (:func:`.collect.collect`)."""
@@ -384,16 +391,19 @@ class CourseManager(ContentActions):
         students = await roster_of(self.hub, course)
         s = self.settings
         extra = {"owner": tuple(s.staff_owner)} if action == "collect" else {}
-        report = await aio.call(
-            copy,
-            self._files(course),
-            assignment=assignment,
-            students=students,
-            volume_of=lambda user: s.work_of(course.slug, user),
-            course_volume=s.staff_of(course.slug),
-            max_bytes=course.collect_max_bytes,
-            **extra,
-        )
+
+        def run():  # in a thread: finding a staff folder's node asks the engines
+            return copy(
+                self._files(course, students if action == "collect" else ()),
+                assignment=assignment,
+                students=students,
+                volume_of=lambda user: s.work_of(course.slug, user),
+                course_volume=s.staff_of(course.slug),
+                max_bytes=course.collect_max_bytes,
+                **extra,
+            )
+
+        report = await aio.call(run)
         detail = {"assignment": assignment, "report": report}
         await aio.call(self.store.record, course.slug, by, action, detail)
         return report

@@ -31,6 +31,10 @@ import os
 import sys
 from collections.abc import Iterable
 
+#: The environment naming the Docker engine (docker-py's ``kwargs_from_env``): the service asks
+#: the engine the hub's spawner asks.
+ENGINE_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+
 ADMIN_SCOPE = "custom:gpulab:admin"
 READ_SCOPE = "custom:gpulab:read"
 METRICS_SCOPE = "custom:gpulab:metrics"
@@ -155,10 +159,14 @@ def configure_service(
             str(os.getpid()),
         ]
         # The service evaluates the same config file, so it must see what the hub saw: the hub's
-        # working directory (relative paths, the default ledger location) and the GPULAB_*
-        # variables a config may read. JupyterHub passes managed services neither by default.
+        # working directory (relative paths, the default ledger location), the GPULAB_*
+        # variables a config may read, and the Docker engine the spawner asks (DOCKER_HOST and
+        # its TLS settings: on a Swarm, the manager; courses ask it where servers run). JupyterHub
+        # passes managed services none of these by default.
         service["cwd"] = os.getcwd()
-        service["environment"] = {k: v for k, v in os.environ.items() if k.startswith("GPULAB_")}
+        service["environment"] = {
+            k: v for k, v in os.environ.items() if k.startswith("GPULAB_") or k in ENGINE_ENV
+        }
     if api_token:
         service["api_token"] = api_token
     services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []

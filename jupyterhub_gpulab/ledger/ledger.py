@@ -148,6 +148,7 @@ class Ledger(
         user_limit: int | None = None,
         charge_groups: Sequence[tuple[str, int | None]] = (),
         only_slice: str | None = None,
+        only_node: str | None = None,
         groups: Collection[str] = (),
         hold_until: datetime | None = None,
         queue_entry: int | None = None,
@@ -160,7 +161,8 @@ class Ledger(
         ``user_limit`` caps the user's open allocations (all named servers); ``charge_groups`` are
         ``(group, cap)`` pairs tried in order, the allocation counting against the first with room
         (``cap=None`` means no cap). Limits are checked in the same transaction as the claim.
-        ``only_slice`` restricts the search to one slice id (re-adopting a running container).
+        ``only_slice`` restricts the search to one slice id (re-adopting a running container);
+        ``only_node`` to one node's slices (a Swarm course server beside its course volumes).
         ``groups`` are the user's groups: reservations (:mod:`.placement`) keep their unclaimed
         seats from users outside the booking's groups, checked in this transaction too.
 
@@ -183,7 +185,7 @@ class Ledger(
             try:
                 return self._claim_in(
                     conn, request, user, profile, server_name, node, user_limit, charge_groups,
-                    only_slice, groups, hold_until, queue_entry,
+                    only_slice, only_node, groups, hold_until, queue_entry,
                 )  # fmt: skip
             except LedgerRefusal as e:
                 refused = e
@@ -194,7 +196,7 @@ class Ledger(
 
     def _claim_in(
         self, conn, request, user, profile, server_name, node, user_limit, charge_groups,
-        only_slice, groups, hold_until, queue_entry,
+        only_slice, only_node, groups, hold_until, queue_entry,
     ) -> Claim:  # fmt: skip
         """:meth:`claim`'s work on its transaction ``conn``; raises its refusals."""
         self._lock(conn, [f"user:{user}"] + [f"group:{g}" for g, _ in charge_groups])
@@ -251,6 +253,8 @@ class Ledger(
                 q = q.where(slices.c.id.not_in(tried))
             if only_slice is not None:
                 q = q.where(slices.c.id == only_slice)
+            if only_node is not None:
+                q = q.where(slices.c.node == only_node)
             rows = list(conn.execute(q))
             if not rows:
                 break

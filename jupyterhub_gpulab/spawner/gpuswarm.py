@@ -52,8 +52,16 @@ from .swarmservice import SwarmService, SwarmTaskError
 class SwarmObjects:
     """The backend half the core calls (before the core in the MRO: :mod:`.core`)."""
 
+    #: the node holding this course server's course volumes (set by the courses' pre-spawn
+    #: hook at each start, :mod:`jupyterhub_gpulab.courses.coursenode`): its slice is claimed
+    #: there, and a CPU server is pinned there; ``None``: not a course server, or no volume yet
+    course_node: str | None = None
+
     def _claim_node(self, rt: LabRuntime) -> str | None:
         return None  # every node's slices; the allocation is on its slice's node
+
+    def _only_node(self) -> str | None:
+        return self.course_node
 
     def _lab_object(self, obj) -> LabObject:
         return LabObject.from_service(obj, "unknown")

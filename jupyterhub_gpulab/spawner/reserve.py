@@ -37,6 +37,11 @@ class ReservationMixin:
     """Part of :class:`~.core.SliceSpawnerCore`; needs the Spawner's ``user``, ``name``,
     ``log`` and ``_log_name``."""
 
+    def _only_node(self) -> str | None:
+        """The one node whose slices this start may claim (``None``: any): a Swarm course
+        server's, beside its course volumes (:mod:`jupyterhub_gpulab.courses.coursenode`)."""
+        return None
+
     def _groups(self) -> set[str]:
         return {g.name for g in self.user.groups}
 
@@ -98,6 +103,7 @@ class ReservationMixin:
             err = SpawnRefused(budget, reason="quota")
             self._record_refusal(rt, who, profile.slug, err)
             raise err
+        only = self._only_node()
         try:
             return rt.ledger.claim(
                 request,
@@ -105,10 +111,11 @@ class ReservationMixin:
                 profile=profile.slug,
                 server_name=who.server_name,
                 node=self._claim_node(rt),
+                only_node=only,
                 user_limit=ent.user_limit,
                 charge_groups=ent.charge_groups,
                 groups=who.groups,
-                refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices),
+                refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices, only),
             )
         except LedgerRefusal as e:
             self._note_refusal(who, e.refusal)
@@ -139,11 +146,13 @@ def claim_refusal(
     profile: Profile,
     need: ImageRequirements | None,
     lab_slices: Sequence[Slice],
+    only_node: str | None = None,
 ) -> SpawnRefused:
     """The :class:`SpawnRefused` a refused claim for ``profile`` tells the user (pure; runs in
     the claim's transaction): reason ``quota`` for a user's or group's limit; ``misconfigured``
     when no slice of the profile in ``lab_slices`` can run its image (``need``: the image's
-    label requirements), naming both; else ``no-free-slice`` with the ledger's message."""
+    label requirements), naming both; else ``no-free-slice`` with the ledger's message, which
+    names ``only_node`` when the start may claim that node's slices only."""
     if e.reason == "quota":
         return SpawnRefused(e.message, reason="quota")
     why = None
@@ -151,4 +160,7 @@ def claim_refusal(
         why = unservable(need, profile.slice, lab_slices)
     if why:
         return SpawnRefused(why, reason="misconfigured", log_message=f"{profile.slug}: {why}")
-    return SpawnRefused(e.message, reason="no-free-slice")
+    where = (
+        f" This server keeps its files on {only_node}, so it runs there only." if only_node else ""
+    )
+    return SpawnRefused(e.message + where, reason="no-free-slice")

@@ -68,25 +68,34 @@ class SwarmService(HasTraits):
         return rows
 
     async def _placement(self, s) -> None:
-        """The node id a server of slice ``s`` is pinned to, or (``s`` ``None``) the node ids
-        it must avoid; refuses a slice whose node Swarm does not list."""
+        """The node id a server of slice ``s`` is pinned to (a CPU course server: the node of
+        its course volumes, ``course_node``), or (neither) the node ids it must avoid; refuses
+        a node Swarm does not list, and a course server's node that is out of service."""
         await self._nodes()
-        seen = type(self)._nodes_read[2]
-        if s is not None:
-            node = seen.get(s.node)
+        course = getattr(self, "course_node", None)
+        want = s.node if s is not None else course
+        out = await aio.call(self.runtime().ledger.nodes)
+        if want is not None:
+            seen = type(self)._nodes_read[2]
+            node = seen.get(want)
             if node is None:
                 await self._nodes(max_age=0)
-                node = type(self)._nodes_read[2].get(s.node)
+                node = type(self)._nodes_read[2].get(want)
             if node is None:
                 raise SwarmTaskError(
                     "unplaceable",
-                    s.node,
+                    want,
                     "the Swarm lists no node of that name (its hostname or "
                     "its org.jupyter.gpulab.node label)",
                 )
+            if s is None and any(n.name == want and not n.available for n in out):
+                raise SwarmTaskError(
+                    "unplaceable",
+                    want,
+                    "the node holding this course server's files is out of service",
+                )
             self._pin, self._avoid = node.id, ()
             return
-        out = await aio.call(self.runtime().ledger.nodes)
         self._pin = None
         self._avoid = tuple(n.engine_id for n in out if not n.available and n.engine_id)
 
