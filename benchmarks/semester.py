@@ -1,15 +1,18 @@
 """A 14-week term on a 4-GPU lab, on real usage data, through gpulab's own decisions; beside it,
 on the same demand, the static lab and plain JupyterHub with the stock idle culler.
 
-Usage: ``python benchmarks/semester.py [--weeks 14] [--seed 7] [--load 1.0] [--labs …]``;
-``--small`` (the test suite's run): one week at a fifth of the load. Deterministic for a seed.
+Usage: ``python benchmarks/semester.py [--weeks 14] [--seed 7] [--load 1.0] [--labs …]
+[--jobs N]``; ``--small`` (the test suite's run): one week at a fifth of the load. Deterministic
+for a seed; the labs run ``--jobs`` at a time, each in its own process (default: one per CPU).
 The last line printed is one JSON object: the gpulab lab's ``class_served_within_1min_pct``,
 ``homework_intents_unserved_pct``, ``research_wait_p50_min``, ``research_wait_p90_min``,
 ``idle_held_pct``, ``culled_at_keyboard_pct``, ``budget_refusals``, ``preemptions``,
 ``students_per_gpu_ratio`` (student intents served, gpulab over static), ``double_allocations``
 (every lab); the same figures for ``static`` and ``plain_jupyterhub``; ``by_lab`` (every lab's
-figures), ``inputs`` (each input: ``"measured: …"`` or ``"assumed: …"``), ``settings`` (the
-service's defaults the culler and the waitlist ran with) and ``lab`` (what was simulated).
+figures), ``levers`` (issue 22 item 3b: for each lever, the research waits and the students'
+figures with it off, the ``gpulab`` lab, and on, in the same run), ``inputs`` (each input:
+``"measured: …"`` or ``"assumed: …"``), ``settings`` (the service's defaults the culler and the
+waitlist ran with), ``lab`` (what was simulated) and ``run`` (wall seconds, jobs, load average).
 
 The labs (``term/labs.py``), each on 4 × H100 80GB (``--mig-gpus`` in MIG mode, 7 × 1g.10gb each,
 for students; ``--research-gpus`` whole; default 2 + 2):
@@ -17,7 +20,11 @@ for students; ``--research-gpus`` whole; default 2 + 2):
 - ``static``: plain JupyterHub, a whole GPU per server, Zero to JupyterHub's idle culler (1 h);
 - ``plain``: plain JupyterHub on the same slices, ``jupyterhub-idle-culler``'s defaults (600 s);
 - ``today``: gpulab's rules without courses (entitlement, budget, image needs, claim, culler);
-- ``gpulab``: plus each section's reservation, the waitlist, priority and preemption.
+- ``gpulab``: plus each section's reservation, the waitlist, priority and preemption;
+- ``fairshare``: plus the waitlist's fair share (``c.GPULab.fairshare_half_life``,
+  ``--half-life-days`` 7: Slurm's default ``PriorityDecayHalfLife``);
+- ``session``: plus a maximum session on the research profile (its ``max_age``,
+  ``--research-max-hours`` 4; the culler warns ``cull_warn_before`` ahead, then stops it).
 
 What runs is the product's code, called as the product calls it (``term/sim.py``): the spawner
 core's reservation path (``ReservationMixin._reserve``: budget, image needs, the ledger's claim
@@ -36,7 +43,12 @@ Inputs (``term/data.py``'s ``INPUTS``, printed in the JSON):
   2026); the batch clusters' utilisation CDFs (AcmeTrace) as a check only;
 - **assumed**, each with why: the population, the homework rate and hours, the sections, how
   users leave, researchers' sessions, patience, how often a warning is seen where it is shown,
-  the hub's activity, the samples, the image's labels, the lab's configuration.
+  the hub's activity, the samples, the image's labels, the lab's configuration, the levers'
+  settings (half-life, longest research session).
+
+The levers' figures are *measured* by the product's own rules on that demand (the waitlist's
+order, ``ledger.fairshare``; the culler's ``max-age`` rule); what they would be on another lab
+rests on the *assumed* inputs above, the researchers' sessions and patience first of all.
 
 Figures and their reading: ``docs/pending/term.md``. Counting: ``term/figures.py``.
 """
@@ -46,17 +58,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import random
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from term.data import INPUTS, below_threshold_shares
 from term.demand import workload
-from term.labs import BOOKING, LABS
+from term.labs import BOOKING, FAIRSHARE_HALF_LIFE, LABS, LEVERS, RESEARCH_MAX_SESSION
 from term.sim import Simulation
 
+#: what ``levers`` compares off and on
+LEVER_FIGURES = (
+    "research_wait_p50_min", "research_wait_p90_min", "research_unserved",
+    "class_served_within_1min_pct", "homework_intents_unserved_pct", "culled_at_keyboard_pct",
+)  # fmt: skip
 #: the figures the last line gives for each lab (issue 22)
 HEADLINE = (
     "class_served_within_1min_pct", "homework_intents_unserved_pct", "research_wait_p50_min",
@@ -74,20 +94,54 @@ def settings_used(sim: Simulation) -> dict:
     }  # fmt: skip
 
 
-async def run_labs(args, specs) -> tuple[dict, dict]:
+def run_lab(key: str, args) -> tuple[dict, dict, float]:
+    """One lab's term (its own ledger in a temporary folder, its own clock): ``(figures, the
+    service's settings it ran with, seconds)``. Every lab draws the same demand (the seed)."""
+    spec = next(s for s in LABS if s.key == key)
     intents = workload(random.Random(args.seed), args.weeks, args.load)
-    results, settings = {}, {}
     layout = (args.mig_gpus, args.research_gpus)
-    with tempfile.TemporaryDirectory() as tmp:
-        for spec in specs:
-            t = time.perf_counter()
-            db = f"sqlite:///{Path(tmp) / spec.key}.sqlite"
-            sim = Simulation(spec, intents, args.seed, db, args.weeks, layout, args.warning_seen)
-            results[spec.key] = await sim.run()
-            settings = settings_used(sim)
+    t = time.perf_counter()
+
+    async def term(db: str) -> tuple[dict, dict]:
+        sim = Simulation(spec, intents, args.seed, db, args.weeks, layout, args.warning_seen)
+        try:
+            return await sim.run(), settings_used(sim)
+        finally:
             sim.ledger.close()
-            print(f"({spec.key}) {spec.name}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
-    return results, settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result, settings = asyncio.run(term(f"sqlite:///{Path(tmp) / spec.key}.sqlite"))
+    return result, settings, time.perf_counter() - t
+
+
+def run_labs(args, specs) -> tuple[dict, dict]:
+    """Every lab, ``--jobs`` at a time (each in its own process: the labs share nothing)."""
+    keys = [s.key for s in specs]
+    if args.jobs <= 1:
+        done = [run_lab(k, args) for k in keys]
+    else:  # fork: the children inherit BOOKING and the levers' settings as parsed
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(min(args.jobs, len(keys)), mp_context=ctx) as pool:
+            done = list(pool.map(run_lab, keys, [args] * len(keys)))
+    results = {}
+    for spec, (result, _, seconds) in zip(specs, done):
+        results[spec.key] = result
+        print(f"({spec.key}) {spec.name}: {seconds:.0f} s", file=sys.stderr)
+    return results, done[-1][1] if done else {}
+
+
+def levers(results: dict) -> dict:
+    """Each lever of issue 22 item 3b: the research waits with it off (``gpulab``) and on."""
+    off = results.get("gpulab")
+    found = {}
+    for lever, key in LEVERS.items():
+        if off is None or key not in results:
+            continue
+        found[lever] = {
+            side: {k: r[k] for k in LEVER_FIGURES}
+            for side, r in (("off", off), ("on", results[key]))
+        }
+    return found
 
 
 def main() -> None:
@@ -111,16 +165,38 @@ def main() -> None:
         help="comma-separated labs to run: " + ", ".join(s.key for s in LABS),
     )
     parser.add_argument("--small", action="store_true", help="one week at a fifth of the load")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="labs run at once, each in its own process (default: the CPUs)",
+    )
+    parser.add_argument(
+        "--half-life-days",
+        type=float,
+        default=7.0,
+        help="the fairshare lab's c.GPULab.fairshare_half_life, days",
+    )
+    parser.add_argument(
+        "--research-max-hours",
+        type=float,
+        default=4.0,
+        help="the session lab's research profile max_age, hours",
+    )
     args = parser.parse_args()  # fmt: skip
     if args.small:
         args.weeks, args.load = 1, 0.2
     BOOKING["lead"], BOOKING["seats"] = args.lead, args.seats
+    FAIRSHARE_HALF_LIFE["s"] = round(args.half_life_days * 86400)
+    RESEARCH_MAX_SESSION["s"] = round(args.research_max_hours * 3600)
     wanted = args.labs.split(",")
     unknown = [k for k in wanted if k not in {s.key for s in LABS}]
     if unknown or not 1 <= args.weeks <= 14:
         parser.error(f"--labs takes {', '.join(s.key for s in LABS)}; --weeks 1-14 ({unknown})")
     specs = [s for s in LABS if s.key in wanted]
-    results, settings = asyncio.run(run_labs(args, specs))
+    started = time.perf_counter()
+    results, settings = run_labs(args, specs)
+    wall = time.perf_counter() - started
     keys = list(results)
     print(f"{'':32s}" + "".join(f"{k:>12s}" for k in keys))
     for k, v in results[keys[0]].items():
@@ -140,6 +216,7 @@ def main() -> None:
     for key, name in (("static", "static"), ("plain", "plain_jupyterhub")):
         if key in results:
             summary[name] = {k: results[key][k] for k in HEADLINE}
+    summary["levers"] = levers(results)
     summary["by_lab"] = results
     summary["inputs"] = INPUTS
     summary["settings"] = settings
@@ -153,7 +230,11 @@ def main() -> None:
         "sections_per_week": 8, "researchers": 20, "booking_lead_min": args.lead,
         "booking_grace_min": BOOKING["grace"], "term_weeks": args.weeks, "load": args.load,
         "seed": args.seed, "warning_seen": args.warning_seen,
+        "fairshare_half_life_days": args.half_life_days,
+        "research_max_session_hours": args.research_max_hours,
     }  # fmt: skip
+    summary["run"] = {"wall_s": round(wall, 1), "jobs": args.jobs,
+                      "loadavg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip
     print(json.dumps(summary))
 
 

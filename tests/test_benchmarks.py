@@ -73,6 +73,13 @@ def test_semester_benchmark_runs_a_small_term():
     assert r["settings"] == pytest.approx({k: getattr(service, k) for k in r["settings"]})
     # the stock idle culler never warns and gpulab's culler did: the labs really differ
     assert r["by_lab"]["plain"]["warnings"] == 0 < r["by_lab"]["gpulab"]["warnings"]
+    # each lever of issue 22 item 3b, off (the gpulab lab) and on, from the same run
+    for lever in ("fairshare", "research_max_session"):
+        assert set(r["levers"][lever]) == {"off", "on"}
+        assert r["levers"][lever]["off"] == {
+            k: r["by_lab"]["gpulab"][k] for k in r["levers"][lever]["off"]
+        }
+        has_keys(r["levers"][lever]["on"], "research_wait_p50_min", "research_wait_p90_min")
 
 
 @pytest.mark.hub

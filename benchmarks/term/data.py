@@ -59,6 +59,10 @@ INPUTS = {
     "(9.0, driver 570.86.15)",
     "lab_config": "assumed: the example lab's c.GPULab (labs.py): students 1g.10gb, 4 GPU-hours "
     "a week, one slice; researchers a whole H100, priority 10 where priority is on",
+    "levers": "assumed: the fairshare lab's c.GPULab.fairshare_half_life is 7 days (Slurm's "
+    "default PriorityDecayHalfLife, slurm.conf(5); --half-life-days), the session lab's "
+    "research profile max_age 4 h (--research-max-hours); each is the gpulab lab plus that one "
+    "setting",
 }
 
 

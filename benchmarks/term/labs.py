@@ -13,7 +13,12 @@ The four labs, on the same demand (``semester.py`` runs every one):
 - ``today``: gpulab without courses: entitlement, GPU-hour budget, image needs, the claim, the
   GPU-aware culler (the service's pass and defaults);
 - ``gpulab``: as ``today`` plus every section's reservation, the waitlist, and researchers'
-  priority with preemption on (``c.GPULabService.preemption = True``).
+  priority with preemption on (``c.GPULabService.preemption = True``);
+- the levers of issue 22 item 3b, each ``gpulab`` with one more setting (``semester.py``'s
+  ``levers`` compares each with ``gpulab``): ``fairshare``, the waitlist's fair share
+  (``c.GPULab.fairshare_half_life`` :data:`FAIRSHARE_HALF_LIFE`); ``session``, a maximum session
+  length on the research profile (its ``max_age``, :data:`RESEARCH_MAX_SESSION`; the culler warns
+  ``cull_warn_before`` ahead, then stops the server).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ IMAGE_LABELS = {LABEL_CUDA: "12", LABEL_MIN_DRIVER: "525.60.13", LABEL_MIN_CC: "
 #: a booking's lead, grace (minutes) and seats; ``--lead``/``--seats`` change them
 BOOKING = {"lead": 60, "grace": 10, "seats": 12}
 NODE = "gpu-host"
+#: the levers' settings (seconds); ``--half-life-days`` / ``--research-max-hours`` change them
+FAIRSHARE_HALF_LIFE = {"s": 7 * 86400}
+RESEARCH_MAX_SESSION = {"s": 4 * 3600}
 
 PROFILES = [
     {"slug": "student-1g", "display_name": "PyTorch (1g.10gb)", "image": IMG,
@@ -60,6 +68,8 @@ class LabSpec:
     reservations: bool = False
     waitlist: bool = False
     priority: bool = False
+    fairshare: bool = False
+    max_session: bool = False
 
     def profile_for(self, kind: str) -> str:
         if self.whole:
@@ -73,7 +83,13 @@ LABS = (
     LabSpec("today", "gpulab: slices, budgets, GPU-aware culler", None),
     LabSpec("gpulab", "gpulab + reservations + waitlist + priority", None, False, True, True,
             True),
+    LabSpec("fairshare", "gpulab + fair share among researchers", None, False, True, True,
+            True, fairshare=True),
+    LabSpec("session", "gpulab + a maximum research session", None, False, True, True, True,
+            max_session=True),
 )  # fmt: skip
+#: lever → the lab that turns it on (off: ``gpulab``)
+LEVERS = {"fairshare": "fairshare", "research_max_session": "session"}
 
 
 def _h100(i: int, mig: bool) -> dict:
@@ -113,10 +129,16 @@ def group_policies(spec: LabSpec) -> dict:
 
 def gpulab_config(spec: LabSpec, db_url: str, mig_gpus: int, research_gpus: int) -> GPULab:
     """The lab's ``c.GPULab`` (declared inventory: the simulated H100s)."""
+    profiles = [dict(p) for p in PROFILES]
+    if spec.max_session:
+        for p in profiles:
+            if p["slug"] == "research-gpu":
+                p["max_age"] = RESEARCH_MAX_SESSION["s"]
     return GPULab(
         db_url=db_url, node_name=NODE, inventory_source="declared",
-        inventory=inventory(spec, mig_gpus, research_gpus), profiles=PROFILES,
+        inventory=inventory(spec, mig_gpus, research_gpus), profiles=profiles,
         group_policies=group_policies(spec), lab_name=spec.key,
+        fairshare_half_life=FAIRSHARE_HALF_LIFE["s"] if spec.fairshare else 0,
     )  # fmt: skip
 
 

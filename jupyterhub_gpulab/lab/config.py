@@ -223,6 +223,20 @@ class GPULab(LoggingConfigurable):
         help="""The day after the term's last day (ISO date, ``"2026-12-19"``).""",
     )
 
+    fairshare_half_life = Duration(
+        0,
+        config=True,
+        help="""Half-life of the GPU use that orders the waitlist among users of one priority
+        (Slurm-style fair share): who used fewer GPU-hours lately is offered a slice first.
+
+        A GPU-hour used one half-life ago counts half (weighted by the slice's share, as usage
+        accounting counts it); the policy's ``priority`` still comes first and first come breaks
+        ties. Seconds or a duration (``"7d"``); 0 (default): first come within a priority. See
+        :mod:`jupyterhub_gpulab.ledger.fairshare`.
+        ``c.GPULab.fairshare_half_life = "7d"``
+        """,
+    )
+
     dcgm_job_mapping_dir = Unicode(
         "",
         config=True,

@@ -61,13 +61,20 @@ class LedgerQueries:
             return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
 
     def allocations_between(
-        self, start: datetime, end: datetime, user: str | None = None
+        self,
+        start: datetime,
+        end: datetime,
+        user: str | None = None,
+        *,
+        ended_since: datetime | None = None,
     ) -> list[Allocation]:
-        """Allocations that overlap ``[start, end)`` (for usage accounting); only ``user``'s
-        when given."""
+        """Allocations that overlap ``[start, end)`` (for usage accounting), oldest first; only
+        ``user``'s when given; with ``ended_since``, only those still open or ended at or after
+        it (what changed since an earlier read: :class:`~..fairuse.period.PeriodReader`)."""
+        since = start if ended_since is None else max(start, ended_since)
         q = sa.select(allocations).where(
             allocations.c.started_at < end,
-            sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= start),
+            sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= since),
         )
         if user is not None:
             q = q.where(allocations.c.user == user)

@@ -1,7 +1,8 @@
 """The waitlist: a refused user queues for a profile instead of "try again later".
 
-Order is fair: higher ``priority`` first (the user's policy priority), then first come (the
-entry's id). An *offer* is a real claim made for the first in line with ``hold_until`` set: the
+Order is fair: higher ``priority`` first (the user's policy priority), then, with
+``c.GPULab.fairshare_half_life`` set, less recent GPU use first (:mod:`.fairshare`), then first
+come (the entry's id). An *offer* is a real claim made for the first in line with ``hold_until`` set: the
 slice is held by an allocation (so the unique open-allocation index, quotas and reservations all
 apply, and nobody else can take it) with no server yet. When that user's spawner claims the
 profile, :meth:`Waitlist._take_hold` turns the hold into their server's allocation in the same
@@ -28,6 +29,7 @@ from .. import clock
 from ..clock import as_utc
 from ..inventory.model import SliceRequest
 from .bookings import request_from, request_values
+from .fairshare import decayed_gpu_hours, lookback_start, serving_order
 from .models import Allocation, LedgerRefusal
 from .notices import OFFER_RULE
 from .queries import slice_filter
@@ -82,12 +84,15 @@ class QueueFirst(LedgerRefusal):
     reason = "waitlist"
 
 
-_ORDER = (waitlist.c.priority.desc(), waitlist.c.id)
-
-
 class Waitlist:
     """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``claim``, ``release``,
-    ``set_warning``, ``clear_warnings``); the offers are :class:`~.queueoffers.QueueOffers`."""
+    ``set_warning``, ``clear_warnings``); the offers are :class:`~.queueoffers.QueueOffers`.
+
+    ``fairshare_half_life``: seconds, the half-life of the usage that orders users of one
+    priority (:mod:`.fairshare`); 0 (default) orders them first come. Set from
+    ``c.GPULab.fairshare_half_life`` by the hub's runtime and the service."""
+
+    fairshare_half_life: float = 0.0
 
     def join_waitlist(
         self,
@@ -146,11 +151,12 @@ class Waitlist:
 
     def waitlist(self, profile: str | None = None) -> list[QueueEntry]:
         """Entries still queued (waiting or offered), in serving order."""
-        q = sa.select(waitlist).where(waitlist.c.state.in_(ACTIVE)).order_by(*_ORDER)
+        q = sa.select(waitlist).where(waitlist.c.state.in_(ACTIVE))
         if profile is not None:
             q = q.where(waitlist.c.profile == profile)
         with self._read() as conn:
-            return [QueueEntry.from_row(r) for r in conn.execute(q)]
+            entries = [QueueEntry.from_row(r) for r in conn.execute(q)]
+            return serving_order(entries, self._usage(conn, entries))
 
     def entries_of(self, user: str) -> list[QueueEntry]:
         """``user``'s entries, newest first (the last 20, any state)."""
@@ -169,7 +175,8 @@ class Waitlist:
             return None
         if mine.state == "offered":
             return 0, 0.0
-        position = 1 + sum(1 for e in queue if e.state == "waiting" and _before(e, mine))
+        ahead = queue[: queue.index(mine)]
+        position = 1 + sum(1 for e in ahead if e.state == "waiting")
         since = clock.utcnow() - timedelta(days=7)
         with self._read() as conn:
             spans = conn.execute(
@@ -243,13 +250,14 @@ class Waitlist:
             return queue_entry
         waiting = list(
             conn.execute(
-                sa.select(waitlist.c.id, waitlist.c.user)
-                .where(waitlist.c.state == "waiting", waitlist.c.profile == profile)
-                .order_by(*_ORDER)
+                sa.select(waitlist.c.id, waitlist.c.user, waitlist.c.priority).where(
+                    waitlist.c.state == "waiting", waitlist.c.profile == profile
+                )
             )
         )
         if not waiting:
             return None
+        waiting = serving_order(waiting, self._usage(conn, waiting))
         mine = next((w.id for w in waiting if w.user == user), None)
         if waiting[0].user == user or kept:
             return mine
@@ -279,6 +287,30 @@ class Waitlist:
         )
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _usage(self, conn, entries) -> dict[str, float] | None:
+        """The queued users' decayed GPU-hours now (:func:`.fairshare.decayed_gpu_hours`), or
+        ``None`` when fair share is off or nobody is queued."""
+        users = sorted({e.user for e in entries})
+        if not self.fairshare_half_life or not users:
+            return None
+        now = clock.utcnow()
+        since = lookback_start(now, self.fairshare_half_life)
+        rows = conn.execute(
+            sa.select(
+                allocations.c.user,
+                allocations.c.share,
+                allocations.c.started_at,
+                allocations.c.ended_at,
+            ).where(
+                allocations.c.user.in_(users),
+                allocations.c.hold_until.is_(None),
+                allocations.c.started_at < now,
+                sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= since),
+            )
+        )
+        spans = [_Used(r.user, r.share, as_utc(r.started_at), as_utc(r.ended_at)) for r in rows]
+        return decayed_gpu_hours(spans, now, self.fairshare_half_life)
 
     def _end_entry(self, e: QueueEntry, state: str, message: str | None) -> bool:
         with self._write() as conn:
@@ -310,8 +342,14 @@ def _holds_of(user: str, profile: str | None = None):
     return q.order_by(allocations.c.id)
 
 
-def _before(a: QueueEntry, b: QueueEntry) -> bool:
-    return (-a.priority, a.id) < (-b.priority, b.id)
+@dataclass(frozen=True)
+class _Used:
+    """One allocation's span as :func:`.fairshare.decayed_gpu_hours` reads it."""
+
+    user: str
+    share: float
+    started_at: datetime
+    ended_at: datetime | None
 
 
 class _Mapped:

@@ -245,6 +245,7 @@ class Service:
         self.settings = settings
         # never upgrades the schema: the hub does (gpulab upgrade-db, or c.GPULab.db_auto_upgrade)
         self.ledger = ledger or Ledger(gpulab.db_url)
+        self.ledger.fairshare_half_life = gpulab.fairshare_half_life  # the waitlist's order
         self.state = LabState(
             gpulab,
             self.ledger,

@@ -6,7 +6,8 @@ Each pass (:meth:`Culler.run_pass`):
    the user's groups) with the service's own token;
 2. matches them with the ledger's open allocations, reads each slice's utilisation history (the
    service's one sampler, :meth:`~.state.LabState.take_sample`), each user's GPU-hour budget
-   over the ledger's allocations of the period, and the warnings already given (kept in the
+   over the ledger's allocations of the period (read in full once, then only the rows that
+   changed: :mod:`~jupyterhub_gpulab.fairuse.period`), and the warnings already given (kept in the
    ledger, so a restarted service neither forgets them nor warns twice);
 3. decides with :func:`~jupyterhub_gpulab.fairuse.rounds.cull_round`: a warning is written to the
    ledger (``set_warning``; the hub's home page and the gpulab user page show it); a stop goes
@@ -57,6 +58,7 @@ from ..fairuse.cullplan import (
     warnings_map,
 )
 from ..fairuse.offers import starved
+from ..fairuse.period import PeriodReader
 from ..fairuse.preempt import choose
 from ..fairuse.rounds import RoundReport, cull_round
 from ..hubapi.client import HubClient, HubError
@@ -147,6 +149,8 @@ class Culler:
         self.preempt_min_idle = getattr(traits, "preempt_min_idle", 1800)
         #: (user, server) → the queued user a preempted server's slice goes to, this pass
         self._preempt_for: dict[tuple[str, str], str] = {}
+        #: the budget window's allocations, re-read only where they changed (:mod:`..fairuse.period`)
+        self.period = PeriodReader(state.ledger)
 
     async def run_pass(self) -> RoundReport | None:
         """One pass over every running server (module docstring); ``None`` when the hub could
@@ -203,7 +207,8 @@ class Culler:
     def _gather(self, running: list[HubServer], now):
         ledger, lab = self.state.ledger, self.state.lab
         start = budget_window_start(lab, now)
-        period = ledger.allocations_between(start, now) if start < now else []
+        period = self.period.read(start, now)
+        kept = ledger.idle_clocks()
         planned = plan(
             running,
             ledger.open_allocations(),
@@ -213,14 +218,14 @@ class Culler:
             now,
             within_s=self.settings.warn_before_s,
             unknown_idle=self.unknown_idle,
-            idle_clocks=ledger.idle_clocks(),
+            idle_clocks=kept,
         )
         clocks = {}
         for _hub, server, allocations in planned:
             since = gpu_idle_since(server, now, self.settings)
             if since is not None and allocations:
                 clocks[allocations[0].id] = since
-        if not self.dry_run:  # a restarted service continues these clocks
+        if not self.dry_run and clocks != kept:  # a restarted service continues these clocks
             ledger.set_idle_clocks(clocks)
         return planned, ledger.warnings()
 

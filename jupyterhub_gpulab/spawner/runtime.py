@@ -33,6 +33,7 @@ class LabRuntime:
         for w in self.lab.warnings:
             log.warning("gpulab inventory: %s", w)
         self.ledger = shared_ledger(gpulab.db_url, auto_upgrade=gpulab.db_auto_upgrade)
+        self.ledger.fairshare_half_life = gpulab.fairshare_half_life
         metrics.prepare(p.slug for p in self.lab.profiles)
         if not any(isinstance(x, metrics.HubMetrics) for x in self.ledger.listeners):
             self.ledger.listeners.append(metrics.HubMetrics())
