@@ -253,11 +253,8 @@ class Waitlist:
         mine = next((w.id for w in waiting if w.user == user), None)
         if waiting[0].user == user or kept:
             return mine
-        free_here = (slices.c.available == sa.true(), slices.c.held_by.is_(None))
-        q = sa.select(sa.func.count()).select_from(slices)
-        free = conn.execute(q.where(*slice_filter(request), *free_here)).scalar_one()
         ahead = next((i for i, w in enumerate(waiting) if w.user == user), len(waiting))
-        if free <= ahead:
+        if self._free_up_to(conn, request, ahead + 1) <= ahead:
             raise QueueFirst(
                 f"{ahead} {'person is' if ahead == 1 else 'people are'} waiting for profile "
                 f"{profile!r} ahead of you. Join the waitlist: the next free slice is held for "
