@@ -1,0 +1,124 @@
+"""Server-side paging, filtering and sorting for the API's lists and the admin page's tables,
+in JupyterHub's own shape (JupyterHub >= 2.0, ``jupyterhub/apihandlers/base.py``).
+
+Query arguments: ``offset`` (a whole number >= 0, default 0), ``limit`` (a whole number >= 1,
+default :data:`DEFAULT_LIMIT`; above :data:`MAX_LIMIT` it is lowered to it, as JupyterHub does),
+``sort`` (a field the list names, ``-field`` for descending) and the list's filters (exact
+matches). A malformed ``offset``, ``limit`` or ``sort`` is a 400 saying the accepted form (where
+JupyterHub takes ``abs()`` of a negative number, we refuse it: a client sending one has a bug).
+
+A client sending ``Accept: application/jupyterhub-pagination+json`` gets JupyterHub's paginated
+model: ``{"items": [...], "_pagination": {"offset", "limit", "total", "next"}}``, ``next``
+``null`` on the last page, else ``{"offset", "limit", "url"}``. Without it the list keeps its
+older key (``allocations``) with :data:`MAX_LIMIT` rows at most, as JupyterHub serves clients
+that predate paging, and ``_pagination`` beside it so such a client can see there is more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
+
+from .inputs import MAX_NAME, shown
+
+PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+#: JupyterHub's own defaults (``JupyterHub.api_page_default_limit`` / ``api_page_max_limit``).
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+
+
+class PageError(ValueError):
+    """A malformed paging argument; the message says the accepted form (a 400)."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list: rows ``[offset, offset + limit)`` sorted by ``sort`` (ascending
+    unless ``descending``), after the exact-match ``filters`` (``{name: value}``)."""
+
+    offset: int = 0
+    limit: int = DEFAULT_LIMIT
+    sort: str = "id"
+    descending: bool = False
+    filters: Mapping[str, str] = field(default_factory=dict)
+
+
+def accepts_pagination(accept_header: str | None) -> bool:
+    """Whether an ``Accept`` header asks for JupyterHub's paginated model."""
+    accepts = {s.strip().lower() for s in (accept_header or "").split(",")}
+    return PAGINATION_MEDIA_TYPE in accepts
+
+
+def _whole(name: str, raw: str | None, default: int, least: int) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise PageError(f"{name} must be a whole number of at least {least}, not {shown(raw)}.")
+    return value
+
+
+def parse_page(
+    args: Mapping[str, str | None],
+    *,
+    sorts: Sequence[str],
+    filters: Sequence[str] = (),
+    default_sort: str = "id",
+    paginated: bool = True,
+    choices: Mapping[str, Sequence[str]] | None = None,
+) -> Page:
+    """The :class:`Page` that query arguments ``args`` (``{name: value or None}``) ask for.
+    ``sorts``: the fields the list sorts by; ``filters``: its exact-match filters; without
+    ``paginated`` (no pagination Accept header) the default limit is :data:`MAX_LIMIT`;
+    ``choices``: the values a filter may take (``{"kind": ("gpu", "mig", "shared")}``).
+    Raises :class:`PageError`."""
+    offset = _whole("offset", args.get("offset"), 0, 0)
+    limit = min(_whole("limit", args.get("limit"), DEFAULT_LIMIT if paginated else MAX_LIMIT, 1),
+                MAX_LIMIT)  # fmt: skip
+    raw_sort = args.get("sort") or default_sort
+    descending = raw_sort.startswith("-")
+    sort = raw_sort[1:] if descending else raw_sort
+    if sort not in sorts:
+        raise PageError(
+            f"sort must be one of {', '.join(sorts)} (with '-' before it for descending), "
+            f"not {shown(raw_sort)}."
+        )
+    wanted = {}
+    for name in filters:
+        value = args.get(name)
+        if value is None or value == "":
+            continue
+        if len(value) > MAX_NAME:
+            raise PageError(f"{name} is at most {MAX_NAME} characters, not {len(value)}.")
+        allowed = (choices or {}).get(name)
+        if allowed is not None and value not in allowed:
+            raise PageError(f"{name} must be one of {', '.join(allowed)}, not {shown(value)}.")
+        wanted[name] = value
+    return Page(offset, limit, sort, descending, wanted)
+
+
+def paginated_model(items: list, page: Page, total: int, full_url: str) -> dict:
+    """JupyterHub's paginated model of ``items`` (one page of ``total`` rows), ``next`` built
+    from ``full_url`` (the request's URL) with the next page's ``offset`` and ``limit``."""
+    data = {
+        "items": items,
+        "_pagination": pagination(page, total, full_url),
+    }
+    return data
+
+
+def pagination(page: Page, total: int, full_url: str) -> dict:
+    """``{"offset", "limit", "total", "next"}`` (module docstring) for ``page`` of ``total``."""
+    out = {"offset": page.offset, "limit": page.limit, "total": total, "next": None}
+    following = page.offset + page.limit
+    if following < total:
+        parsed = urlparse(full_url)
+        query = parse_qs(parsed.query, keep_blank_values=True)
+        query["offset"], query["limit"] = [str(following)], [str(page.limit)]
+        url = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
+        out["next"] = {"offset": following, "limit": page.limit, "url": url}
+    return out
