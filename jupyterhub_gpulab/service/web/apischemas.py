@@ -395,6 +395,13 @@ SCHEMAS = {
     "Allocation": ALLOCATION,
     "Allocations": ALLOCATIONS,
     "AllocationsPage": ALLOCATIONS_PAGE,
+    # the answer is the page model when it has items (the pagination Accept header), else the
+    # older shape; if/then keeps a broken field's error precise (oneOf would only say "none")
+    "AllocationsAnswer": {
+        "if": {"type": "object", "required": ["items"]},
+        "then": ref("AllocationsPage"),
+        "else": ref("Allocations"),
+    },
     "Pagination": PAGINATION,
     "GpuHours": GPU_HOURS,
     "Usage": USAGE,

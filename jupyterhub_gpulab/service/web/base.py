@@ -229,15 +229,6 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         except PeriodError as e:
             raise refuse(400, str(e)) from None
 
-
-class JSONHandler(BaseHandler):
-    """API endpoints: JSON in and out; errors as ``{"status", "message"}``; no redirects."""
-
-    def set_default_headers(self):
-        super().set_default_headers()
-        self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.set_header("Cache-Control", "no-store")
-
     def page(self, sorts, filters=(), *, paginated: bool = True, default_sort: str = "id",
              choices=None):  # fmt: skip
         """The :class:`~.paging.Page` this request's query asks for; a 400 saying the accepted
@@ -250,6 +241,15 @@ class JSONHandler(BaseHandler):
                               choices=choices)  # fmt: skip
         except PageError as e:
             raise refuse(400, str(e)) from None
+
+
+class JSONHandler(BaseHandler):
+    """API endpoints: JSON in and out; errors as ``{"status", "message"}``; no redirects."""
+
+    def set_default_headers(self):
+        super().set_default_headers()
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
 
     def require(self, *, read: bool = False, admin: bool = False) -> None:
         if self.current_user is None:

@@ -75,6 +75,12 @@ async def admin_data(
         out["hub"] = {"reachable": servers is not None, "servers_at": views.iso(servers_at)}
         out["vanished"] = [r for r in rows if r["vanished"]]
         out["stale"] = [r for r in rows if r["stale"]]
+    elif "vanished" in parts:  # the admin page: its table reads one page (allocations_page)
+        gone = [a for a in snap.allocations if a.slice_id not in present]
+        by_id = {s["id"]: s for s in snap.slices} if gone else {}
+        out["vanished"] = views.allocation_view(
+            gone, by_id, present, state.node, {}, None, None, snap.taken_at
+        )
     if "usage" in parts:
         out["groups"] = views.group_view(state.lab.policies, snap.open_by_group, snap.allocations)
         out["refusals_24h"] = views.refusal_view(snap.refusals)

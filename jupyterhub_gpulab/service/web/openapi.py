@@ -225,11 +225,7 @@ def _document(prefix: str) -> dict:
                     READ_SCOPE,
                     {
                         "200": _json(
-                            {
-                                "if": {"type": "object", "required": ["items"]},
-                                "then": _ref("AllocationsPage"),
-                                "else": _ref("Allocations"),
-                            },
+                            _ref("AllocationsAnswer"),
                             "one page of the open allocations: `AllocationsPage` (JupyterHub's "
                             "paginated model) when the request sends `Accept: "
                             f"{PAGINATION_MEDIA_TYPE}`, else `Allocations` (at most "

@@ -14,12 +14,12 @@ from markupsafe import Markup
 from tornado import web
 
 from ... import clock
-from ...ledger import aio
+from ...ledger import aio, listing
 from .. import actions
-from . import inputs, plotview
+from . import inputs, paging, plotview
 from .base import BaseHandler, error_message, refuse
 from .courseview import my_courses
-from .data import admin_data, usage_data, user_data
+from .data import admin_data, allocations_page, usage_data, user_data
 from .queueapi import bookings_data, my_entries
 from .usageview import warnings_view
 
@@ -139,7 +139,11 @@ class AdminPage(PageHandler):
             self.redirect(self.prefix + "me")
             return
         start, end = self.period()
-        data = await admin_data(self.state, self.hub)
+        page = self.page(listing.SORTS, listing.FILTERS, choices={"kind": listing.KINDS})
+        data = await admin_data(self.state, self.hub, parts=("inventory", "usage", "vanished"))
+        data["allocations"], total, data["hub"] = await allocations_page(self.state, self.hub, page)
+        period = {k: v for k in ("start", "end") if (v := self.get_query_argument(k, None))}
+        data["pager"] = paging.pager(page, total, period)
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
         data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)

@@ -122,3 +122,27 @@ def pagination(page: Page, total: int, full_url: str) -> dict:
         url = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
         out["next"] = {"offset": following, "limit": page.limit, "url": url}
     return out
+
+
+def pager(page: Page, total: int, extra: Mapping[str, str] | None = None) -> dict:
+    """What a page's table shows above its rows: ``first``/``last`` (1-based, ``0`` when
+    empty), ``total``, the query strings of the previous and next pages (``None`` at either
+    end; the filters, sort and limit kept, and ``extra``, e.g. the usage period), and the
+    current ``sort`` (``-field`` for descending) and ``filters`` for the filter form."""
+    sort = ("-" if page.descending else "") + page.sort
+    keep = {**(extra or {}), **page.filters, "sort": sort, "limit": str(page.limit)}
+
+    def link(offset: int) -> str:
+        return "?" + urlencode({**keep, "offset": str(offset)})
+
+    following = page.offset + page.limit
+    return {
+        "first": page.offset + 1 if total > page.offset else 0,
+        "last": min(total, following),
+        "total": total,
+        "prev": link(max(0, page.offset - page.limit)) if page.offset > 0 else None,
+        "next": link(following) if following < total else None,
+        "sort": sort,
+        "filters": dict(page.filters),
+        "limit": page.limit,
+    }
