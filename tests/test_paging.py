@@ -16,6 +16,8 @@ from jupyterhub_gpulab.service.web.paging import (
     Page,
     PageError,
     accepts_pagination,
+    device_window,
+    pager,
     paginated_model,
     parse_page,
 )
@@ -130,3 +132,22 @@ def test_the_paginated_model_is_jupyterhubs():
     )
     last = paginated_model(["a"] * 2, Page(14, 7), 16, url)["_pagination"]
     assert last["next"] is None
+
+
+def test_the_device_window_cuts_across_nodes_and_keeps_cpu_only_nodes():
+    nodes = [
+        {"name": "a", "devices": [{"uuid": f"a{i}"} for i in range(3)]},
+        {"name": "cpu", "devices": []},
+        {"name": "b", "devices": [{"uuid": f"b{i}"} for i in range(4)]},
+    ]
+    shown, total = device_window(nodes, 2, 3)
+    assert total == 7
+    assert [(n["name"], [d["uuid"] for d in n["devices"]]) for n in shown] == [
+        ("a", ["a2"]), ("cpu", []), ("b", ["b0", "b1"])
+    ]  # fmt: skip
+    shown, _ = device_window(nodes, 3, 50)
+    assert [n["name"] for n in shown] == ["cpu", "b"]
+    p = pager(Page(offset=50, limit=50), 120, {"start": "2026-11-30"}, offset_name="devices_offset")
+    assert (p["first"], p["last"]) == (51, 100)
+    assert p["prev"] == "?start=2026-11-30&devices_offset=0"
+    assert p["next"] == "?start=2026-11-30&devices_offset=100"

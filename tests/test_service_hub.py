@@ -794,7 +794,7 @@ def test_allocations_are_paged_like_jupyterhubs_api_and_the_admin_page_pages_the
     page = parse_html(ctx.page("admin", "?limit=4&sort=-id").text)
     shown = [int(tr.attrs["data-allocation"]) for tr in page.find_all("tr", cls="allocation")]
     assert shown == ids[::-1][:4]
-    assert page.find("span", cls="total").text() == "6"
+    assert page.find("span", cls="allocations-total").text() == "6"
     assert "1–4 of 6" in page.find("p", cls="pager").text()
     following = page.find("a", cls="next").attrs["href"]
     page = parse_html(ctx.page("admin", following).text)

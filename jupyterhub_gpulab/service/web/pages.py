@@ -142,17 +142,36 @@ class AdminPage(PageHandler):
         page = self.page(listing.SORTS, listing.FILTERS, choices={"kind": listing.KINDS})
         data = await admin_data(self.state, self.hub, parts=("inventory", "usage", "vanished"))
         data["allocations"], total, data["hub"] = await allocations_page(self.state, self.hub, page)
-        period = {k: v for k in ("start", "end") if (v := self.get_query_argument(k, None))}
-        data["pager"] = paging.pager(page, total, period)
+        args = {k: self.get_query_argument(k) for k in self.request.query_arguments}
+        # the allocations table keeps the period and the devices' page; the devices' pager keeps
+        # everything else
+        data["pager"] = paging.pager(
+            page, total, {k: v for k, v in args.items() if k in ("start", "end", "devices_offset")}
+        )
+        devices = paging.Page(offset=self.devices_offset(), limit=paging.DEVICES_PER_PAGE)
+        inv = data["inventory"]
+        inv["nodes"], n_devices = paging.device_window(inv["nodes"], devices.offset)
+        data["device_pager"] = paging.pager(
+            devices, n_devices, {k: v for k, v in args.items() if k != "devices_offset"},
+            offset_name="devices_offset",
+        )  # fmt: skip
+        shown = {d["uuid"] for n in inv["nodes"] for d in n["devices"]}
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
         data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
         data["charts"] = {
-            "devices": plotview.device_charts(self.state, self.state.history_s),
+            "devices": plotview.device_charts(self.state, self.state.history_s, shown),
             "weekly": await aio.call(plotview.weekly_gpu_hours, self.state),
             "hours": self.state.history_s / 3600,
         }
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
+
+    def devices_offset(self) -> int:
+        try:
+            return paging.parse_page({"offset": self.get_query_argument("devices_offset", None)},
+                                     sorts=("id",)).offset  # fmt: skip
+        except paging.PageError as e:
+            raise refuse(400, "devices_" + str(e)) from None
 
 
 class UserPage(PageHandler):

@@ -124,16 +124,22 @@ def pagination(page: Page, total: int, full_url: str) -> dict:
     return out
 
 
-def pager(page: Page, total: int, extra: Mapping[str, str] | None = None) -> dict:
+def pager(
+    page: Page, total: int, extra: Mapping[str, str] | None = None, offset_name: str = "offset"
+) -> dict:
     """What a page's table shows above its rows: ``first``/``last`` (1-based, ``0`` when
     empty), ``total``, the query strings of the previous and next pages (``None`` at either
-    end; the filters, sort and limit kept, and ``extra``, e.g. the usage period), and the
-    current ``sort`` (``-field`` for descending) and ``filters`` for the filter form."""
+    end), and the current ``sort`` (``-field`` for descending) and ``filters`` for the filter
+    form. The links keep ``extra`` (the other arguments of the page's URL) and, for the
+    ``offset`` pager, the filters, sort and limit; ``offset_name`` names the argument moved
+    (a second table on the same page has its own)."""
     sort = ("-" if page.descending else "") + page.sort
-    keep = {**(extra or {}), **page.filters, "sort": sort, "limit": str(page.limit)}
+    keep = dict(extra or {})
+    if offset_name == "offset":
+        keep.update({**page.filters, "sort": sort, "limit": str(page.limit)})
 
     def link(offset: int) -> str:
-        return "?" + urlencode({**keep, "offset": str(offset)})
+        return "?" + urlencode({**keep, offset_name: str(offset)})
 
     following = page.offset + page.limit
     return {
@@ -146,3 +152,27 @@ def pager(page: Page, total: int, extra: Mapping[str, str] | None = None) -> dic
         "filters": dict(page.filters),
         "limit": page.limit,
     }
+
+
+#: GPUs the admin page's Devices section shows at once (each row carries its slices' chips:
+#: about 4 kB for a 16-seat GPU, so 50 keep the page near 200 kB)
+DEVICES_PER_PAGE = 50
+
+
+def device_window(
+    nodes: list[dict], offset: int, limit: int = DEVICES_PER_PAGE
+) -> tuple[list[dict], int]:
+    """``(nodes, total)``: the inventory view's ``nodes`` (each with its ``devices``) cut to
+    devices ``[offset, offset + limit)`` in their order, and how many devices there are. A node
+    without GPUs (CPU-only) is always kept, a node with GPUs only while some are in the window."""
+    out, seen = [], 0
+    for node in nodes:
+        devices = node["devices"]
+        if not devices:
+            out.append(node)
+            continue
+        shown = devices[max(0, offset - seen) : max(0, offset + limit - seen)]
+        seen += len(devices)
+        if shown:
+            out.append({**node, "devices": shown})
+    return out, seen
