@@ -802,5 +802,8 @@ def test_allocations_are_paged_like_jupyterhubs_api_and_the_admin_page_pages_the
         ids[1],
         ids[0],
     ]
-    r = ctx.page("admin", "?offset=minus")
-    assert r.status_code == 400 and "offset must be a whole number" in r.text
+    for query, says in (("offset=minus", "offset must be a whole number"),
+                        ("devices_offset=-50", "devices_offset must be a whole number"),
+                        ("users_offset=x", "users_offset must be a whole number")):  # fmt: skip
+        r = ctx.page("admin", "?" + query)
+        assert r.status_code == 400 and says in r.text, (query, r.status_code)

@@ -42,6 +42,12 @@ from .models import slice_from_row
 from .queries import slice_filter
 from .schema import allocations, bookings, slices
 
+#: Bookings that may be open at ``now`` (not ended, starting within a day: leads are shorter), read by
+#: every claim; built once.
+_OPEN_BOOKINGS = sa.select(bookings).where(
+    bookings.c.ends_at > sa.bindparam("now"), bookings.c.starts_at <= sa.bindparam("soon")
+)
+
 #: The PostgreSQL advisory lock every claim takes while any booking protects seats.
 _LOCK_KEY = zlib.crc32(b"gpulab:reservations") - 2**31
 
@@ -290,12 +296,7 @@ class Reservations:
             b
             for b in (
                 Booking.from_row(r)
-                for r in conn.execute(
-                    sa.select(bookings).where(
-                        bookings.c.ends_at > now,
-                        bookings.c.starts_at <= now + timedelta(days=1),
-                    )
-                )
+                for r in conn.execute(_OPEN_BOOKINGS, {"now": now, "soon": now + timedelta(days=1)})
             )
             if b.is_open(now)
         ]

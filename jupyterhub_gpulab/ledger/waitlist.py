@@ -207,7 +207,7 @@ class Waitlist:
     def _take_hold(self, conn, user: str, profile: str, server_name: str, now: datetime):
         """If ``user`` holds an offer for ``profile``, make it their server's allocation and
         return it (``None`` otherwise). Runs in the claim's transaction."""
-        row = conn.execute(_holds_of(user, profile)).first()
+        row = conn.execute(_HOLD_OF, {"user": user, "profile": profile}).first()
         if row is None:
             return None
         took = conn.execute(
@@ -241,13 +241,7 @@ class Waitlist:
         waiting for."""
         if queue_entry is not None:
             return queue_entry
-        waiting = list(
-            conn.execute(
-                sa.select(waitlist.c.id, waitlist.c.user)
-                .where(waitlist.c.state == "waiting", waitlist.c.profile == profile)
-                .order_by(*_ORDER)
-            )
-        )
+        waiting = list(conn.execute(_WAITING_FOR, {"profile": profile}))
         if not waiting:
             return None
         mine = next((w.id for w in waiting if w.user == user), None)
@@ -305,6 +299,16 @@ def _holds_of(user: str, profile: str | None = None):
     if profile is not None:
         q = q.where(allocations.c.profile == profile)
     return q.order_by(allocations.c.id)
+
+
+#: the claim's two reads of the queue, built once (statement construction costs more than
+#: SQLite's execution on the claim path): the user's hold for a profile, and who waits for it
+_HOLD_OF = _holds_of(sa.bindparam("user"), sa.bindparam("profile"))
+_WAITING_FOR = (
+    sa.select(waitlist.c.id, waitlist.c.user)
+    .where(waitlist.c.state == "waiting", waitlist.c.profile == sa.bindparam("profile"))
+    .order_by(*_ORDER)
+)
 
 
 def _before(a: QueueEntry, b: QueueEntry) -> bool:

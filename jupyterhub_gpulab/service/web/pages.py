@@ -148,7 +148,9 @@ class AdminPage(PageHandler):
         data["pager"] = paging.pager(
             page, total, {k: v for k, v in args.items() if k in ("start", "end", "devices_offset")}
         )
-        devices = paging.Page(offset=self.devices_offset(), limit=paging.DEVICES_PER_PAGE)
+        devices = paging.Page(
+            offset=self.offset_arg("devices_offset"), limit=paging.DEVICES_PER_PAGE
+        )
         inv = data["inventory"]
         inv["nodes"], n_devices = paging.device_window(inv["nodes"], devices.offset)
         data["device_pager"] = paging.pager(
@@ -157,6 +159,16 @@ class AdminPage(PageHandler):
         )  # fmt: skip
         shown = {d["uuid"] for n in inv["nodes"] for d in n["devices"]}
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
+        # GPU-hours per user, most first: USERS_PER_PAGE at a time (?users_offset=); the CSV
+        # has them all
+        gh = data["gpu_hours"]
+        users = paging.Page(offset=self.offset_arg("users_offset"), limit=paging.USERS_PER_PAGE)
+        everyone = gh["by_user"]
+        gh["by_user"] = everyone[users.offset : users.offset + users.limit]
+        data["user_pager"] = paging.pager(
+            users, len(everyone), {k: v for k, v in args.items() if k != "users_offset"},
+            offset_name="users_offset",
+        )  # fmt: skip
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
         data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
         data["charts"] = {
@@ -166,12 +178,13 @@ class AdminPage(PageHandler):
         }
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
-    def devices_offset(self) -> int:
+    def offset_arg(self, name: str) -> int:
+        """The whole number >= 0 in query argument ``name`` (0 when absent); a 400 otherwise."""
         try:
-            return paging.parse_page({"offset": self.get_query_argument("devices_offset", None)},
+            return paging.parse_page({"offset": self.get_query_argument(name, None)},
                                      sorts=("id",)).offset  # fmt: skip
         except paging.PageError as e:
-            raise refuse(400, "devices_" + str(e)) from None
+            raise refuse(400, str(e).replace("offset", name, 1)) from None
 
 
 class UserPage(PageHandler):

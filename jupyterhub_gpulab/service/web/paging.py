@@ -154,6 +154,9 @@ def pager(
     }
 
 
+#: users the admin page's GPU-hours table shows at once (a campus has thousands; the CSV has all)
+USERS_PER_PAGE = 50
+
 #: GPUs the admin page's Devices section shows at once (each row carries its slices' chips:
 #: about 4 kB for a 16-seat GPU, so 50 keep the page near 200 kB)
 DEVICES_PER_PAGE = 50
