@@ -1,31 +1,47 @@
-"""Claim+release latency through the ledger's real code path, at 100, 1,000 and 10,000 slices.
+"""Claim+release latency through the ledger's real code path, every rule live, at 100, 1,000
+and 10,000 slices, on SQLite (a file in WAL mode, the default deployment) and PostgreSQL.
 
-For each size the lab is filled to 50 % and to 99 % held (a nearly full lab must not get slower to
-search), then ``ROUNDS`` claim+release pairs are timed (wall clock, one pair = one claim and its
-release, two committed transactions) on a SQLite file in WAL mode — the default deployment.
-The inventory mixes MIG 1g.10gb slices (A100-80GB, 7 each) and shared seats (24 per P40), and the
-requests alternate between the two kinds.
+For each size the lab is filled to 50 % and to *full* (every slice held but ``HEADROOM`` of each
+kind: a nearly full lab must not get slower to search), then ``ROUNDS`` claim+release pairs are
+timed (wall clock; one pair = one claim and its release, two committed transactions). The
+inventory mixes MIG 1g.10gb slices (A100-80GB, 7 each) and shared seats (24 per P40); the
+requests alternate between the two kinds. Every rule of the claim is live, as in a lab in term:
+
+- **bookings that keep seats**: a course booking of ``KEEP`` slices of each kind protects now,
+  two of each claimed by its members (charged to it), the rest kept free from the bench's users;
+- **a non-empty waitlist**: ``WAITERS`` users queued for the bench's profile ahead of everyone,
+  so each claim passes the waitlist's gate (it counts the free slices against the queue);
+- **holds**: two offers held (an allocation with ``hold_until``, no server) for queued users;
+- **image needs**: every request carries the profile image's minimum compute capability and
+  driver (``min_compute_capability`` 6.0, ``min_driver`` 535), matched against the devices';
+- **limits**: a per-user cap and a group cap counted in the claim's transaction.
 
 The alternative measured in the same run is the obvious design without the ``held_by`` mirror:
-find a free slice with an anti-join against open allocations (``NOT EXISTS``), relying on the
-same unique index for safety. Its p99 at 99 % shows why the mirror exists. Both sides run on
-ledgers prepared alike, interleaved round by round (ABBA) with the same requests and the same
-number of rounds, so a load spike on the machine falls on both.
+"free" is an anti-join against open allocations (``NOT EXISTS``) everywhere the claim asks it
+(search, waitlist gate), and claim/release write only the allocation row; the same unique index
+keeps it safe. Both sides run on ledgers prepared alike, interleaved round by round (ABBA) with
+the same requests and the same number of rounds, so a load spike on the machine falls on both.
 
-Usage: ``python benchmarks/ledger.py [--rounds N] [--sizes 100,1000,10000]``; ``--small`` (the
-test suite's, seconds): 40 rounds at 100 and 300 slices.
-The last line printed is one JSON object with the figures the foundation issue names.
+Usage: ``python benchmarks/ledger.py [--rounds N] [--sizes 100,1000,10000] [--postgres URL]``;
+``--postgres`` also runs every case on that database (two fresh schemas made in it and dropped
+after; ``GPULAB_TEST_POSTGRES_URL`` when given as ``env``). ``--small`` (the test suite's,
+seconds): 40 rounds at 100 and 300 slices, SQLite only. The last line printed is one JSON object:
+``p99_ms_<n>`` / ``naive_p99_ms_<n>`` (worst of the two fills), ``scaling_*`` (p99 at the largest
+size over the smallest), ``ours_slower_cases`` (cases where ours' p99 exceeded naive's), the
+same under ``postgresql`` when run, ``loadavg_1m`` (before, after) and ``double_allocations``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -33,16 +49,26 @@ import sqlalchemy as sa
 from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest, load_declared
 from jupyterhub_gpulab.ledger import Ledger
+from jupyterhub_gpulab.ledger.models import Allocation
 from jupyterhub_gpulab.ledger.schema import allocations, slices
 
-MIG = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb")
-SEAT = SliceRequest(kind=SliceKind.SHARED)
+NEEDS = {"min_compute_capability": (6, 0), "min_driver": (535,)}
+MIG = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb", **NEEDS)
+SEAT = SliceRequest(kind=SliceKind.SHARED, **NEEDS)
+#: what a course books (its profile's request, no image needs)
+MIG_BOOKED = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb")
+SEAT_BOOKED = SliceRequest(kind=SliceKind.SHARED)
+KEEP = 4  # slices of each kind a course booking keeps
+WAITERS = 3  # users queued for the bench's profile
+HEADROOM = 12  # free slices of each kind in a "full" lab (the booking and the queue need some)
+LIMITS = {"user_limit": 4, "charge_groups": [("students", 1_000_000)], "groups": ["students"]}
 
 
 def lab_spec(n_slices: int) -> list[dict]:
     """Half the slices as MIG 1g.10gb on A100-80GB (7 per GPU), half as P40 seats (24 per GPU)."""
     spec, index = [], 0
     n_mig = n_slices // 2
+    host = {"driver_version": "550.54.15"}
     while n_mig > 0:
         k = min(7, n_mig)
         spec.append(
@@ -51,7 +77,9 @@ def lab_spec(n_slices: int) -> list[dict]:
                 "index": index,
                 "name": "NVIDIA A100-SXM4-80GB",
                 "memory": "80GiB",
+                "compute_capability": "8.0",
                 "mig": [{"uuid": f"MIG-{index:06d}-{j}", "profile": "1g.10gb"} for j in range(k)],
+                **host,
             }
         )
         n_mig -= k
@@ -65,7 +93,9 @@ def lab_spec(n_slices: int) -> list[dict]:
                 "index": index,
                 "name": "Tesla P40",
                 "memory": "24GiB",
+                "compute_capability": "6.1",
                 "shared": {"seats": k, "memory_per_seat": "1GiB", "compute_share": 1 / 24},
+                **host,
             }
         )
         n_seat -= k
@@ -73,40 +103,48 @@ def lab_spec(n_slices: int) -> list[dict]:
     return spec
 
 
-def naive_claim_release(ledger: Ledger, request: SliceRequest) -> None:
-    """The alternative: search free slices with NOT EXISTS over open allocations."""
-    open_alloc = (
-        sa.select(allocations.c.id)
-        .where(allocations.c.slice_id == slices.c.id, allocations.c.ended_at.is_(None))
-        .exists()
-    )
-    q = sa.select(slices.c.id, slices.c.share).where(
-        slices.c.kind == request.kind.value, slices.c.available == sa.true(), ~open_alloc
-    )
-    if request.mig_profile:
-        q = q.where(slices.c.mig_profile == request.mig_profile)
-    q = q.order_by(slices.c.rank, slices.c.id).limit(1)
-    with ledger.engine.begin() as conn:
-        row = conn.execute(q).first()
-        aid = conn.execute(
-            allocations.insert()
-            .values(
-                slice_id=row.id,
-                user="naive",
-                server_name="",
-                profile="bench",
-                node="local",
-                share=row.share,
-                started_at=clock.utcnow(),
-            )
-            .returning(allocations.c.id)
-        ).scalar_one()
-    with ledger.engine.begin() as conn:
-        conn.execute(
-            allocations.update()
-            .where(allocations.c.id == aid)
-            .values(ended_at=clock.utcnow(), end_reason="stopped")
+class NaiveLedger(Ledger):
+    """The design without the ``held_by`` mirror: every rule as in :class:`Ledger`, but "free"
+    is ``NOT EXISTS`` an open allocation, and a claim or release writes the allocation only."""
+
+    def _free_clauses(self):
+        open_alloc = (
+            sa.select(allocations.c.id)
+            .where(allocations.c.slice_id == slices.c.id, allocations.c.ended_at.is_(None))
+            .exists()
         )
+        return (slices.c.available == sa.true(), ~open_alloc)
+
+    def _try_hold(
+        self, conn, row, user, server_name, profile, node, charge_group, booking_id=None,
+        hold_until=None,
+    ):  # fmt: skip
+        values = {
+            "slice_id": row.id, "user": user, "server_name": server_name, "profile": profile,
+            "node": node or row.node, "charge_group": charge_group, "share": row.share,
+            "started_at": clock.utcnow(), "booking_id": booking_id, "hold_until": hold_until,
+        }  # fmt: skip
+        nested = conn.begin_nested() if self.dialect != "sqlite" else None
+        try:
+            aid = conn.execute(allocations.insert().returning(allocations.c.id), values)
+            aid = aid.scalar_one()
+        except sa.exc.IntegrityError:
+            if nested is not None:
+                nested.rollback()
+            return None
+        if nested is not None:
+            nested.commit()
+        return Allocation(id=aid, container_id=None, container_name=None, ended_at=None,
+                          end_reason=None, **values)  # fmt: skip
+
+    def release(self, allocation_id, reason, *, only_hold=False):
+        with self._write() as conn:
+            done = conn.execute(
+                allocations.update()
+                .where(allocations.c.id == allocation_id, allocations.c.ended_at.is_(None))
+                .values(ended_at=clock.utcnow(), end_reason=reason)
+            ).rowcount
+        return done == 1
 
 
 def pct(values: list[float], p: float) -> float:
@@ -114,111 +152,226 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def prepare(n_slices: int, fill: float, path: Path) -> Ledger:
-    """A ledger of ``n_slices`` with a ``fill`` fraction of each kind held, holes scattered at
-    random (seeded by the size: two ledgers prepared alike hold the same slices)."""
-    ledger = Ledger(f"sqlite:///{path}")
+def fill(ledger: Ledger, ids: list[str], mirror: bool) -> None:
+    """Hold ``ids`` with filler allocations written in bulk (a claim each would take minutes at
+    10,000 slices); ``mirror``: set ``held_by`` too, as :meth:`Ledger.claim` does."""
+    now = clock.utcnow()
+    rows = [
+        {"slice_id": sid, "user": f"filler{i % 500}", "server_name": "", "profile": "bench",
+         "node": "local", "share": 1.0, "started_at": now}
+        for i, sid in enumerate(ids)
+    ]  # fmt: skip
+    with ledger.engine.begin() as conn:
+        if rows:
+            conn.execute(allocations.insert(), rows)
+        if mirror:
+            held = sa.select(allocations.c.id).where(
+                allocations.c.slice_id == slices.c.id, allocations.c.ended_at.is_(None)
+            )
+            conn.execute(slices.update().values(held_by=held.scalar_subquery()))
+
+
+def prepare(cls: type[Ledger], n_slices: int, fill_to: float, url: str, engine=None) -> Ledger:
+    """A ledger of ``n_slices`` with each kind held to ``fill_to`` (1.0: all but ``HEADROOM``),
+    holes scattered at random (seeded by the size: two ledgers prepared alike hold the same
+    slices), then every rule made live (module docstring) through the ledger's own calls."""
+    ledger = cls(url, engine=engine)
     ledger.sync_inventory(load_declared(lab_spec(n_slices)))
     rng = random.Random(n_slices)
-    all_slices = ledger.slices()
-    for kind, req in (("mig", MIG), ("shared", SEAT)):
-        ids = [s["id"] for s in all_slices if s["kind"] == kind]
-        for _ in range(int(len(ids) * fill)):
-            ledger.claim(req, user="filler", profile="bench")
-    # release a random quarter of the first-fit block and re-fill elsewhere to scatter holes
-    held = ledger.open_allocations()
-    rng.shuffle(held)
-    for a in held[: len(held) // 4]:
-        ledger.release(a.id, "stopped")
-    for a in held[: len(held) // 4]:
-        ledger.claim(MIG if a.slice_id.startswith("MIG-") else SEAT, user="filler", profile="bench")
-    for _ in range(50):  # warm-up
-        c = ledger.claim(SEAT, user="warm", profile="bench")
+    taken = []
+    for kind in ("mig", "shared"):
+        ids = sorted(s["id"] for s in ledger.slices() if s["kind"] == kind)
+        taken += rng.sample(ids, min(int(len(ids) * fill_to), len(ids) - HEADROOM))
+    fill(ledger, taken, mirror=not isinstance(ledger, NaiveLedger))
+    now = clock.utcnow()
+    for booked, name in ((SEAT_BOOKED, "seat"), (MIG_BOOKED, "mig")):
+        ledger.book(
+            holder="DL101", groups=["dl101"], profile=f"course-{name}", request=booked,
+            count=KEEP, starts_at=now - timedelta(minutes=5), ends_at=now + timedelta(hours=2),
+            grace_s=3600, ref=f"bench/{name}",
+        )  # fmt: skip
+        for i in range(2):  # two members took their seats
+            ledger.claim(booked, user=f"member{i}", profile=f"course-{name}", groups=["dl101"])
+    for i in range(2):  # two offers held for queued users
+        ledger.claim(SEAT, user=f"held{i}", profile="bench",
+                     hold_until=now + timedelta(hours=1))  # fmt: skip
+    for i in range(WAITERS):
+        ledger.join_waitlist(f"waiter{i}", "bench", SEAT_BOOKED)
+    for i in range(50):  # warm-up
+        c = ledger.claim(SEAT if i % 2 else MIG, user="warm", profile="bench", **LIMITS)
         ledger.release(c.allocation.id, "stopped")
     return ledger
 
 
-def measure(n_slices: int, fill: float, rounds: int, workdir: Path) -> dict[str, dict]:
+def rules_live(ledger: Ledger) -> list[str]:
+    """The rules that bind a bench user's claim in ``ledger``, as the ledger itself reports
+    them (a rule left out here was not exercised)."""
+    live = []
+    if ledger.reserved_for_others(SEAT, LIMITS["groups"], "bench"):
+        live.append("bookings")
+    if ledger.waitlist("bench"):
+        live.append("waitlist")
+    if any(a.hold_until is not None for a in ledger.open_allocations()):
+        live.append("holds")
+    if SEAT.min_compute_capability and SEAT.min_driver:
+        live.append("image-needs")
+    if LIMITS["user_limit"] is not None and LIMITS["charge_groups"]:
+        live.append("limits")
+    return live
+
+
+class Databases:
+    """Where each case's two ledgers live: SQLite files under ``workdir``, or two fresh schemas
+    of one PostgreSQL database (``url``), dropped when the case ends."""
+
+    def __init__(self, workdir: Path, url: str | None = None):
+        self.workdir, self.url, self.made = workdir, url, []
+
+    def ledger(self, cls, n, fill_to, tag) -> Ledger:
+        if self.url is None:
+            return prepare(cls, n, fill_to, f"sqlite:///{self.workdir / f'{tag}.sqlite'}")
+        from jupyterhub_gpulab.ledger import db
+
+        schema = f"gpulab_bench_{os.getpid()}_{tag.replace('-', '_')}"
+        admin = sa.create_engine(self.url)
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        admin.dispose()
+        self.made.append(schema)
+        engine = db.make_engine(self.url)  # the deployment's pool settings
+
+        @sa.event.listens_for(engine, "connect")
+        def _schema(dbapi_conn, _record):
+            with dbapi_conn.cursor() as cur:
+                cur.execute(f"SET search_path TO {schema}")
+            dbapi_conn.commit()
+
+        return prepare(cls, n, fill_to, self.url, engine=engine)
+
+    def drop(self) -> None:
+        if self.url is None or not self.made:
+            return
+        admin = sa.create_engine(self.url)
+        with admin.begin() as conn:
+            for schema in self.made:
+                conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.dispose()
+        self.made = []
+
+
+def measure(n_slices: int, fill_to: float, rounds: int, dbs: Databases) -> dict[str, dict]:
     """``rounds`` claim+release pairs on each side (``ours``, ``naive``), interleaved round by
     round (ABBA, so neither side always goes first) on two ledgers prepared alike, each round
     asking both sides the same request: the load of the machine falls on both alike."""
-    tag = f"{n_slices}-{int(fill * 100)}"
-    ledgers = {side: prepare(n_slices, fill, workdir / f"ledger-{tag}-{side}.sqlite")
-               for side in ("ours", "naive")}  # fmt: skip
+    tag = f"{n_slices}_{int(fill_to * 100)}"
+    ledgers = {"ours": dbs.ledger(Ledger, n_slices, fill_to, f"{tag}_ours"),
+               "naive": dbs.ledger(NaiveLedger, n_slices, fill_to, f"{tag}_naive")}  # fmt: skip
     times: dict[str, list[float]] = {"ours": [], "naive": []}
     firsts: list[str] = []
-    for i in range(rounds):
-        req = MIG if i % 2 else SEAT
-        order = ("ours", "naive") if i % 4 in (0, 3) else ("naive", "ours")
-        firsts.append(order[0])
-        for side in order:
-            t0 = time.perf_counter()
-            if side == "naive":
-                naive_claim_release(ledgers[side], req)
-            else:
-                c = ledgers[side].claim(req, user=f"u{i}", profile="bench")
-                ledgers[side].release(c.allocation.id, "stopped")
-            times[side].append((time.perf_counter() - t0) * 1000)
-    out = {}
-    for side, ledger in ledgers.items():
-        out[side] = {
-            "p50_ms": round(statistics.median(times[side]), 3),
-            "p99_ms": round(pct(times[side], 99), 3),
-            "double_allocations": len(ledger.double_allocations()),
-            "rounds": len(times[side]),
-        }
-        ledger.close()
-    out["first_side"] = firsts
+    live = {side: rules_live(ledger) for side, ledger in ledgers.items()}
+    try:
+        for i in range(rounds):
+            req = MIG if i % 2 else SEAT
+            order = ("ours", "naive") if i % 4 in (0, 3) else ("naive", "ours")
+            firsts.append(order[0])
+            for side in order:
+                ledger = ledgers[side]
+                t0 = time.perf_counter()
+                c = ledger.claim(req, user=f"u{i}", profile="bench", **LIMITS)
+                ledger.release(c.allocation.id, "stopped")
+                times[side].append((time.perf_counter() - t0) * 1000)
+        out = {}
+        for side, ledger in ledgers.items():
+            out[side] = {
+                "p50_ms": round(statistics.median(times[side]), 3),
+                "p99_ms": round(pct(times[side], 99), 3),
+                "double_allocations": len(ledger.double_allocations()),
+                "rules": live[side],
+                "timed": len(times[side]),
+            }
+        out["first_side"] = firsts
+    finally:
+        for ledger in ledgers.values():
+            ledger.close()
+        dbs.drop()
     return out
+
+
+FILLS = (0.5, 1.0)
+
+
+def run_backend(name: str, sizes: list[int], rounds: int, dbs: Databases) -> dict:
+    """Every size and fill on one backend: the summary figures (module docstring)."""
+    out: dict = {}
+    for n in sizes:
+        for fill_to in FILLS:
+            r = measure(n, fill_to, rounds, dbs)
+            out[(n, fill_to)] = r
+            for side in ("ours", "naive"):
+                print(
+                    f"{name:10s} {side:6s} {n:>6} slices, {'full' if fill_to == 1 else '50%'}: "
+                    f"p50 {r[side]['p50_ms']:.3f} ms  p99 {r[side]['p99_ms']:.3f} ms",
+                    file=sys.stderr,
+                )
+    summary: dict = {}
+    slower = []
+    for n in sizes:
+        for side, prefix in (("ours", ""), ("naive", "naive_")):
+            summary[f"{prefix}p50_ms_{n}"] = max(out[(n, f)][side]["p50_ms"] for f in FILLS)
+            summary[f"{prefix}p99_ms_{n}"] = max(out[(n, f)][side]["p99_ms"] for f in FILLS)
+            summary[f"{prefix}p99_ms_{n}_full"] = out[(n, 1.0)][side]["p99_ms"]
+        for f in FILLS:
+            if out[(n, f)]["ours"]["p99_ms"] > out[(n, f)]["naive"]["p99_ms"]:
+                slower.append(f"{n}-{'full' if f == 1 else '50pct'}")
+    lo, hi = min(sizes), max(sizes)
+    key = f"scaling_{hi // 1000}k_over_{lo}" if hi >= 1000 else f"scaling_{hi}_over_{lo}"
+    summary[key] = round(summary[f"p99_ms_{hi}"] / summary[f"p99_ms_{lo}"], 3)
+    summary["naive_" + key] = round(
+        summary[f"naive_p99_ms_{hi}"] / summary[f"naive_p99_ms_{lo}"], 3
+    )
+    summary["ours_slower_cases"] = slower
+    # what each side timed, and who went first in the first case's rounds (ABBA): a run that does
+    # not interleave, or times one side less, shows here
+    summary["rounds_timed"] = {
+        side: min(r[side]["timed"] for r in out.values()) for side in ("ours", "naive")
+    }
+    summary["first_side_by_round"] = out[(sizes[0], FILLS[0])]["first_side"][:8]
+    rules = [r[side]["rules"] for r in out.values() for side in ("ours", "naive")]
+    summary["rules"] = sorted(set(rules[0]).intersection(*rules), key=rules[0].index)
+    summary["double_allocations"] = sum(
+        r[side]["double_allocations"] for r in out.values() for side in ("ours", "naive")
+    )
+    return summary
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2000, help="timed claim+release pairs per case")
-    ap.add_argument("--sizes", default="100,1000,10000")
+    ap.add_argument("--sizes", default="100,1000,10000", help="slice counts, comma-separated")
+    ap.add_argument(
+        "--postgres",
+        default=None,
+        help="also run on this PostgreSQL URL (two schemas made and dropped per case); "
+        "'env': $GPULAB_TEST_POSTGRES_URL",
+    )
     ap.add_argument("--small", action="store_true", help="seconds: 40 rounds, 100 and 300 slices")
     args = ap.parse_args(argv)
     if args.small:
         args.rounds, args.sizes = 40, "100,300"
+    if args.postgres == "env":
+        args.postgres = os.environ.get("GPULAB_TEST_POSTGRES_URL") or None
     sizes = [int(s) for s in args.sizes.split(",")]
-    out: dict = {}
-    doubles = 0
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-") as tmp:
-        for n in sizes:
-            for fill in (0.5, 0.99):
-                r = measure(n, fill, args.rounds, Path(tmp))
-                for side in ("ours", "naive"):
-                    doubles += r[side]["double_allocations"]
-                    print(
-                        f"{side:6s} {n:>6} slices, {fill:.0%} held: p50 {r[side]['p50_ms']:.3f} ms"
-                        f"  p99 {r[side]['p99_ms']:.3f} ms",
-                        file=sys.stderr,
-                    )
-                out[(n, fill)] = r["ours"]
-                out[(n, "naive", fill)] = r["naive"]
-                timed = {side: r[side]["rounds"] for side in ("ours", "naive")}
-                firsts = r["first_side"]
-    summary = {}
-    for n in sizes:
-        summary[f"p50_ms_{n}"] = max(out[(n, 0.5)]["p50_ms"], out[(n, 0.99)]["p50_ms"])
-        summary[f"p99_ms_{n}"] = max(out[(n, 0.5)]["p99_ms"], out[(n, 0.99)]["p99_ms"])
-        summary[f"p99_ms_{n}_99pct_held"] = out[(n, 0.99)]["p99_ms"]
-        summary[f"naive_p99_ms_{n}_99pct_held"] = out[(n, "naive", 0.99)]["p99_ms"]
-        summary[f"naive_p99_ms_{n}_50pct_held"] = out[(n, "naive", 0.5)]["p99_ms"]
-    lo, hi = min(sizes), max(sizes)
-    summary[f"scaling_{hi // 1000}k_over_{lo}" if hi >= 1000 else f"scaling_{hi}_over_{lo}"] = (
-        round(out[(hi, 0.99)]["p99_ms"] / out[(lo, 0.99)]["p99_ms"], 3)
-    )
-    summary["naive_scaling"] = round(
-        out[(hi, "naive", 0.99)]["p99_ms"] / out[(lo, "naive", 0.99)]["p99_ms"], 3
-    )
-    summary["double_allocations"] = doubles
+        summary = run_backend("sqlite-wal", sizes, args.rounds, Databases(Path(tmp)))
     summary["backend"] = "sqlite-wal"
+    if args.postgres:
+        pg = run_backend("postgresql", sizes, args.rounds, Databases(Path("."), args.postgres))
+        summary["postgresql"] = pg
+        summary["double_allocations"] += pg["double_allocations"]
     summary["rounds"] = args.rounds
-    # what each side was given in the last case (every case runs the same loop): the rounds
-    # timed, and which side went first in each of its first rounds (ABBA: ours, naive, naive, ours)
-    summary["rounds_timed"] = timed
-    summary["first_side_by_round"] = firsts[:8]
+    summary["loadavg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     print(json.dumps(summary))
     return 0
 

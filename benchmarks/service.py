@@ -1,15 +1,19 @@
-"""Latency of the gpulab service's admin page and allocations API with 1,000 open allocations
-on 100 devices, measured end to end.
+"""Latency of the gpulab service's admin page and allocations API with 10,000 open allocations
+on 1,300 devices, measured end to end, and the service's resident memory.
 
 A real JupyterHub (subprocess, with its proxy) starts the service as a managed service from
-``configure_service``; the lab declares 100 devices (50 A100-80GB split in 7 MIG 1g.10gb each,
-50 T4s split in 16 shared seats each: 1,150 slices); 1,000 allocations are claimed through the
-ledger on the hub's database, for 400 users in 10 groups. Then:
+``configure_service``; the lab declares 1,300 devices (650 A100-80GB split in 7 MIG 1g.10gb
+each, 650 T4s split in 16 shared seats each: 14,950 slices); 10,000 allocations are claimed
+through the ledger on the hub's database, for 5,000 users in 10 groups. Then:
 
 - ``admin_page``: ``GET /services/gpulab/`` as a logged-in JupyterHub admin (the OAuth cookie,
-  as a browser sends it), through the hub's proxy;
-- ``api``: ``GET /services/gpulab/api/allocations`` with the admin's API token, through the proxy;
-- ``metrics_http``: ``GET /services/gpulab/metrics`` with the same token, through the proxy.
+  as a browser sends it), through the hub's proxy: its table shows the first page (50) of the
+  open allocations, paged in the database;
+- ``api``: ``GET /services/gpulab/api/allocations?limit=200`` (a page of 200, JupyterHub's
+  maximum, with its pagination ``Accept`` header) with the admin's API token, through the proxy;
+- ``metrics_http``: ``GET /services/gpulab/metrics`` with the same token, through the proxy;
+- ``service_rss_mib`` / ``service_peak_rss_mib``: the service process's resident memory
+  (``VmRSS`` / ``VmHWM`` of ``/proc/<pid>/status``, MiB) after those requests.
 
 ``metrics``: the service's server time for one scrape of ``/services/gpulab/metrics`` (the
 collector reading the ledger and the exposition text, what the handler runs in its thread) on a
@@ -53,7 +57,13 @@ from service_support import (  # noqa: E402
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest  # noqa: E402
 
-TARGETS = {"admin_page_ms_p95": 150, "api_ms_p95": 50, "metrics_ms_p95": 100}
+TARGETS = {
+    "admin_page_ms_p95": 150,
+    "admin_page_bytes": 300_000,
+    "api_ms_p95": 50,
+    "metrics_ms_p95": 100,
+    "service_peak_rss_mib": 300,
+}
 GROUPS = [f"course-{i}" for i in range(10)]
 M_SEATS = 15  # seats per T4 of the metrics lab
 
@@ -64,9 +74,9 @@ class Size:
     metrics lab's (``m_a100`` MIG GPUs, ``m_t4`` seat GPUs, ``m_open`` + ``m_closed``
     allocations, ``m_booked`` slices kept by each of two course sessions)."""
 
-    devices: int = 100
-    allocations: int = 1000
-    users: int = 400
+    devices: int = 1300
+    allocations: int = 10000
+    users: int = 5000
     m_a100: int = 1000
     m_t4: int = 200
     m_open: int = 5000
@@ -118,6 +128,11 @@ c.GPULab.profiles = [
 c.GPULab.group_policies = {policies!r}
 c.GPULabService.hub_poll_interval = 30
 c.GPULabService.sample_interval = 30
+# a lab of 1,300 declared GPUs takes the service longer than JupyterHub's 10 s to come up on a
+# loaded 2-core machine (the hub exits when a managed service does not answer in time)
+for _service in c.JupyterHub.services:
+    if _service.get("name") == "gpulab":
+        _service["timeout"] = 300
 """
 
 
@@ -132,7 +147,7 @@ def fill(ledger, size: Size) -> None:
             user=user,
             profile="mig" if n % 3 == 0 else "seat",
             server_name="" if n < size.users else f"s{n // size.users}",
-            charge_groups=[(group, 200)],
+            charge_groups=[(group, size.allocations)],
         )
         if n % 50 == 0:
             ledger.record_refusal(user, "mig", "quota", "group full")
@@ -275,6 +290,24 @@ def metrics_server_time(rounds: int, warmup: int, size: Size) -> dict:
     }
 
 
+def service_memory(hub) -> dict:
+    """The gpulab service's ``VmRSS`` and ``VmHWM`` (MiB): the hub's child process running
+    ``jupyterhub_gpulab.service``."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            cmdline = (status.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+            text = status.read_text()
+        except OSError:
+            continue
+        ppid = int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("PPid:")))
+        if b"jupyterhub_gpulab.service" in cmdline and ppid == hub.proc.pid:
+            kib = {ln.split(":")[0]: int(ln.split()[1]) for ln in text.splitlines()
+                   if ln.startswith(("VmRSS:", "VmHWM:"))}  # fmt: skip
+            return {"service_rss_mib": round(kib["VmRSS"] / 1024, 1),
+                    "service_peak_rss_mib": round(kib["VmHWM"] / 1024, 1)}  # fmt: skip
+    raise RuntimeError("the gpulab service process was not found under the hub")
+
+
 def timed(fn, rounds: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         fn()
@@ -315,8 +348,9 @@ def main() -> int:
             session = login(hub, "admin")
             token = user_token(hub, session, "admin")
             page_url = hub.url + PREFIX
-            api_url = hub.url + PREFIX + "api/allocations"
+            api_url = hub.url + PREFIX + "api/allocations?limit=200"
             headers = {"Authorization": f"token {token}"}
+            paged = {**headers, "Accept": "application/jupyterhub-pagination+json"}
 
             def page():
                 r = session.get(page_url, timeout=30)
@@ -324,14 +358,19 @@ def main() -> int:
                 return r
 
             def api():
-                r = session.get(api_url, headers=headers, timeout=30)
+                r = session.get(api_url, headers=paged, timeout=30)
                 assert r.status_code == 200, r.text[:200]
                 return r
 
-            # what is timed is what an admin gets: every allocation, on the page and in the API
+            # what is timed is what an admin gets: a page of them, and the total
             first_page, first_api = page(), api()
-            assert first_page.text.count('class="allocation"') == size.allocations
-            assert len(first_api.json()["allocations"]) == size.allocations
+            assert first_page.text.count('class="allocation"') == min(50, size.allocations)
+            assert (
+                f'<span class="badge text-bg-secondary total allocations-total">{size.allocations}<'
+                in (first_page.text)
+            )
+            assert len(first_api.json()["items"]) == min(200, size.allocations)
+            assert first_api.json()["_pagination"]["total"] == size.allocations
             body_bytes = {
                 "admin_page_bytes": len(first_page.content),
                 "api_bytes": len(first_api.content),
@@ -345,6 +384,7 @@ def main() -> int:
             page_ms = timed(page, args.rounds, args.warmup)
             api_ms = timed(api, args.rounds, args.warmup)
             scrape_ms = timed(scrape, args.rounds, args.warmup)
+            memory = service_memory(hub)
             ledger.close()
         finally:
             hub.stop()
@@ -368,6 +408,8 @@ def main() -> int:
         "api_ms_p50": round(statistics.median(api_ms), 1),
         "api_ms_p95": round(pct(api_ms, 95), 1),
         "metrics_http_ms_p95": round(pct(scrape_ms, 95), 1),
+        "api_page_rows": min(200, size.allocations),
+        **memory,
         **metrics,
         # the machine's 1-minute load average at the end (2 cores here): p95s under load
         "loadavg_1m": round(os.getloadavg()[0], 2),

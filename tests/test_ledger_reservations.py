@@ -379,3 +379,20 @@ def test_a_refusal_names_only_reservations_of_the_slice_asked_for(url, at):
         assert ledger.reserved_for_others(gpu, ["research"]) == []
     finally:
         ledger.close()
+
+
+def test_a_server_left_on_a_drained_gpu_keeps_no_walk_in_off_the_free_seats(ledger, at):
+    """The rule counts free seats: a walk-in's server still running on a GPU an admin drained
+    holds a seat that is out of service, not one of the booking's, so the four free seats of
+    the other T4 (with 3 kept for the course) still let one more walk-in in, and no second."""
+    book(ledger, at.now + timedelta(minutes=10), count=3)
+    first = [seat(ledger, f"walkin{i}", ["physics"]) for i in range(4)]
+    assert {c.slice.device_uuid for c in first} == {"GPU-t4s-0"}  # seats pack onto one T4
+    ledger.set_drained("GPU-t4s-0", True, "fan")
+    assert seat(ledger, "walkin4", ["physics"]).slice.device_uuid == "GPU-t4s-1"
+    with pytest.raises(NoFreeSlice) as e:
+        seat(ledger, "walkin5", ["physics"])
+    assert "3 of 4 reserved for DL101" in e.value.message
+    # the members still get every kept seat
+    for i in range(3):
+        assert seat(ledger, f"student{i}", ROSTER).allocation.booking_id is not None

@@ -748,3 +748,62 @@ def test_a_renamed_response_field_breaks_the_api_contract(ctx, method, path, sta
     check_body(api_path, method, status, r.json())
     with pytest.raises(AssertionError, match=f"'{field[-1]}' is a required property"):
         check_body(api_path, method, status, _renamed(r.json(), field, field[-1] + "_renamed"))
+
+
+# -- paging ----------------------------------------------------------------------------------------
+
+PAGED = {"Accept": "application/jupyterhub-pagination+json"}
+
+
+def test_allocations_are_paged_like_jupyterhubs_api_and_the_admin_page_pages_them(ctx):
+    held = [ctx.ledger.claim(SEAT, user=f"pager{i % 2}", profile="shared-seat",
+                             server_name=f"s{i}").allocation for i in range(4)]  # fmt: skip
+    held += [ctx.ledger.claim(MIG_1G, user="pager2", profile="mig-small").allocation
+             for _ in range(2)]  # fmt: skip
+    ids = [a.id for a in held]
+    # a client that follows `next` sees every open allocation once, in id order
+    r = ctx.api("admin", "GET", "allocations?limit=4", headers=dict(PAGED))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [a["id"] for a in body["items"]] == ids[:4]
+    assert body["_pagination"]["total"] == 6 and body["_pagination"]["limit"] == 4
+    nxt = body["_pagination"]["next"]
+    assert (nxt["offset"], nxt["limit"]) == (4, 4)
+    r = requests.get(nxt["url"], headers={**PAGED, "Authorization": f"token {ctx.tokens['admin']}"},
+                     timeout=30)  # fmt: skip
+    assert [a["id"] for a in r.json()["items"]] == ids[4:]
+    assert r.json()["_pagination"]["next"] is None
+    # filtered and sorted on the server
+    r = ctx.api("admin", "GET", "allocations?user=pager1&sort=-id", headers=dict(PAGED))
+    assert [a["id"] for a in r.json()["items"]] == [ids[3], ids[1]]
+    r = ctx.api("admin", "GET", "allocations?kind=mig", headers=dict(PAGED))
+    assert {a["user"] for a in r.json()["items"]} == {"pager2"}
+    # without the Accept header: the older shape, at most 200 rows, _pagination beside them
+    r = ctx.api("admin", "GET", "allocations?limit=2")
+    assert [a["id"] for a in r.json()["allocations"]] == ids[:2]
+    assert r.json()["_pagination"]["total"] == 6
+    # malformed arguments: a 400 that says the form, and nothing changes
+    for query, says in (("offset=-3", "offset must be a whole number"),
+                        ("limit=0", "limit must be a whole number of at least 1"),
+                        ("sort=secret", "sort must be one of"),
+                        ("kind=tpu", "kind must be one of gpu, mig, shared")):  # fmt: skip
+        r = ctx.api("admin", "GET", f"allocations?{query}", headers=dict(PAGED))
+        assert r.status_code == 400 and says in r.json()["message"], (query, r.text)
+    assert [a.id for a in ctx.ledger.open_allocations()] == ids
+    # the admin page shows one page of them, says how many there are and links the next page
+    page = parse_html(ctx.page("admin", "?limit=4&sort=-id").text)
+    shown = [int(tr.attrs["data-allocation"]) for tr in page.find_all("tr", cls="allocation")]
+    assert shown == ids[::-1][:4]
+    assert page.find("span", cls="allocations-total").text() == "6"
+    assert "1–4 of 6" in page.find("p", cls="pager").text()
+    following = page.find("a", cls="next").attrs["href"]
+    page = parse_html(ctx.page("admin", following).text)
+    assert [int(tr.attrs["data-allocation"]) for tr in page.find_all("tr", cls="allocation")] == [
+        ids[1],
+        ids[0],
+    ]
+    for query, says in (("offset=minus", "offset must be a whole number"),
+                        ("devices_offset=-50", "devices_offset must be a whole number"),
+                        ("users_offset=x", "users_offset must be a whole number")):  # fmt: skip
+        r = ctx.page("admin", "?" + query)
+        assert r.status_code == 400 and says in r.text, (query, r.status_code)

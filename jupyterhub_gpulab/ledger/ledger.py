@@ -110,13 +110,17 @@ class Ledger(
     # -- claim / release --------------------------------------------------------------------
 
     def _free_query(self, request: SliceRequest, limit: int):
-        q = sa.select(slices).where(
-            slices.c.held_by.is_(None), slices.c.available == sa.true(), *slice_filter(request)
-        )
-        q = q.order_by(slices.c.rank, slices.c.id).limit(limit)
-        if self.dialect == "postgresql":
-            q = q.with_for_update(skip_locked=True)
-        return q
+        """The first ``limit`` free slices satisfying ``request`` in placement order (built once
+        per request and limit: :meth:`~.queries.LedgerQueries._statement`)."""
+
+        def build():
+            q = sa.select(slices).where(*self._free_clauses(), *slice_filter(request))
+            q = q.order_by(slices.c.rank, slices.c.id).limit(limit)
+            if self.dialect == "postgresql":
+                q = q.with_for_update(skip_locked=True)
+            return q
+
+        return self._statement(("free", request, limit), build)
 
     def _lock(self, conn, keys: Iterable[str]) -> None:
         """Serialise quota checks for the same user/group across PostgreSQL sessions.
@@ -130,10 +134,15 @@ class Ledger(
             )
 
     def _count_open(self, conn, column, value) -> int:
+        def build():
+            return (
+                sa.select(sa.func.count())
+                .select_from(allocations)
+                .where(column == sa.bindparam("v"), allocations.c.ended_at.is_(None))
+            )
+
         return conn.execute(
-            sa.select(sa.func.count())
-            .select_from(allocations)
-            .where(column == value, allocations.c.ended_at.is_(None))
+            self._statement(("open", column.name), build), {"v": value}
         ).scalar_one()
 
     @announced_claim

@@ -42,6 +42,12 @@ from .models import slice_from_row
 from .queries import slice_filter
 from .schema import allocations, bookings, slices
 
+#: Bookings that may be open at ``now`` (not ended, starting within a day: leads are shorter), read by
+#: every claim; built once.
+_OPEN_BOOKINGS = sa.select(bookings).where(
+    bookings.c.ends_at > sa.bindparam("now"), bookings.c.starts_at <= sa.bindparam("soon")
+)
+
 #: The PostgreSQL advisory lock every claim takes while any booking protects seats.
 _LOCK_KEY = zlib.crc32(b"gpulab:reservations") - 2**31
 
@@ -49,24 +55,37 @@ _LOCK_KEY = zlib.crc32(b"gpulab:reservations") - 2**31
 class _Limit:
     """The protecting bookings of one slice request, as one claim's transaction read them.
 
-    ``total``: available slices of ``request``; ``others``: open allocations on them *not*
-    charged to these bookings; ``counts``/``used``: per booking id. The rule, in a form that
-    concurrent releases can only loosen (they lower ``others`` and ``used``, never raise them; a
-    claim, the only thing that raises them, holds the reservations lock): after the claim, the
-    allocations not charged to a booking of this request must fit in the slices that the other
-    bookings do not keep: ``others + 1 <= total - sum(counts)`` for an uncharged claim, and
-    ``others + used[a] + 1 <= total - (sum(counts) - counts[a])`` for one charged to ``a``."""
+    ``free``: free slices of ``request`` (in service, held by nobody), counted only up to
+    ``sum(counts) + 1``, the most the rule ever needs (so the count costs O(bookings' seats), not
+    O(slices)); ``counts``/``used``: per booking id. The rule (the module docstring's): after the
+    claim, the unclaimed seats of these bookings must still be free: ``free - 1 >= Σ unclaimed``
+    for an uncharged claim, and ``free - 1 >= Σ unclaimed of the other bookings`` for one charged
+    to ``a`` (it takes one of ``a``'s own seats). ``free`` is read before ``used``, so a release
+    committing in between can only make the check stricter (a release raises ``free`` and
+    ``Σ unclaimed`` alike); a claim, the only thing that lowers ``free``, holds the
+    reservations lock. ``total`` (available slices of the request, for the notes) is counted
+    only when a note is wanted: a refusal or the form."""
 
-    def __init__(self, request, total, others, counts, used, notes):
-        self.request, self.total, self.others = request, total, others
-        self.counts, self.used, self.notes = counts, used, notes
+    def __init__(self, request, free, counts, used, bookings, total):
+        self.request, self.free, self.counts, self.used = request, free, counts, used
+        self._bookings, self._total = bookings, total
+
+    def _unclaimed(self, booking_id: int) -> int:
+        return max(0, self.counts[booking_id] - self.used.get(booking_id, 0))
 
     def allows(self, charged_id: int | None) -> bool:
-        kept = sum(self.counts.values())
-        if charged_id in self.counts:
-            mine = self.used.get(charged_id, 0)
-            return self.others + mine + 1 <= self.total - (kept - self.counts[charged_id])
-        return self.others + 1 <= self.total - kept
+        kept = sum(self._unclaimed(b) for b in self.counts if b != charged_id)
+        return self.free - 1 >= kept
+
+    @property
+    def notes(self) -> list[Reserved]:
+        total = self._total() if callable(self._total) else self._total
+        self._total = total
+        return [
+            Reserved(b.holder, b.profile, self._unclaimed(b.id), b.count, total, b.release_at,
+                     b.id)
+            for b in self._bookings
+        ]  # fmt: skip
 
 
 class _Guard:
@@ -277,20 +296,21 @@ class Reservations:
             b
             for b in (
                 Booking.from_row(r)
-                for r in conn.execute(
-                    sa.select(bookings).where(
-                        bookings.c.ends_at > now,
-                        bookings.c.starts_at <= now + timedelta(days=1),
-                    )
-                )
+                for r in conn.execute(_OPEN_BOOKINGS, {"now": now, "soon": now + timedelta(days=1)})
             )
             if b.is_open(now)
         ]
         if not open_now:
             return None
-        protecting = [b for b in open_now if b.protects(now)]
+        protecting = [b for b in open_now if _overlaps(b.request, request) and b.protects(now)]
         if protecting:
             self._lock_reservations(conn)
+        by_request: dict[SliceRequest, list[Booking]] = {}
+        for b in protecting:  # only bookings whose slices this claim could take
+            by_request.setdefault(b.request, []).append(b)
+        # free first, then used: see _Limit
+        free = {req: self._free_up_to(conn, req, sum(b.count for b in bs) + 1)
+                for req, bs in by_request.items()}  # fmt: skip
         used = self._used(conn, [b.id for b in open_now])
         charged = next(
             (
@@ -302,36 +322,20 @@ class Reservations:
             ),
             None,
         )
-        by_request: dict[SliceRequest, list[Booking]] = {}
-        for b in protecting:
-            by_request.setdefault(b.request, []).append(b)
-        limits = []
-        for req, bs in by_request.items():
-            ids = [b.id for b in bs]
-            total = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(slices)
-                .where(*slice_filter(req), slices.c.available == sa.true())
-            ).scalar_one()
-            others = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(allocations.join(slices, slices.c.id == allocations.c.slice_id))
-                .where(
-                    allocations.c.ended_at.is_(None),
-                    *slice_filter(req),
-                    sa.or_(
-                        allocations.c.booking_id.is_(None), allocations.c.booking_id.not_in(ids)
-                    ),
-                )
-            ).scalar_one()
-            notes = [
-                Reserved(b.holder, b.profile, max(0, b.count - used.get(b.id, 0)), b.count, total,
-                         b.release_at, b.id)
-                for b in bs
-            ]  # fmt: skip
-            counts = {b.id: b.count for b in bs}
-            limits.append(_Limit(req, total, others, counts, used, notes))
+        limits = [
+            _Limit(req, free[req], {b.id: b.count for b in bs}, used, bs,
+                   lambda req=req: self._available_count(req))
+            for req, bs in by_request.items()
+        ]  # fmt: skip
         return _Guard(request, charged, limits, now)
+
+    def _available_count(self, request: SliceRequest) -> int:
+        """Slices of ``request`` in service, held or not (the notes' "of N")."""
+        q = sa.select(sa.func.count()).select_from(slices)
+        with self._read() as conn:
+            return conn.execute(
+                q.where(*slice_filter(request), slices.c.available == sa.true())
+            ).scalar_one()
 
     @staticmethod
     def _used(conn, booking_ids: list[int]) -> dict[int, int]:

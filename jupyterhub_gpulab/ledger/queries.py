@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 
@@ -14,11 +15,13 @@ from .models import Allocation, CullWarning, NoFreeSlice, as_utc
 from .schema import allocations, devices, idle_clocks, refusals, slices, warnings
 
 
-def slice_filter(request: SliceRequest) -> list[sa.ColumnElement[bool]]:
+@functools.lru_cache(maxsize=256)
+def slice_filter(request: SliceRequest) -> tuple[sa.ColumnElement[bool], ...]:
     """``WHERE`` clauses over :data:`~.schema.slices` for the slices that satisfy ``request``:
     :meth:`~..inventory.model.SliceRequest.matches` in SQL (drain, presence and holders are
     the caller's). ``model`` is matched with ``LIKE`` escaped, so ``_`` and ``%`` are literal.
-    Raises ``ValueError`` for a request for no GPU."""
+    Raises ``ValueError`` for a request for no GPU. Built once per request (a lab has a few
+    profiles; building the clauses cost more than running them on the claim path)."""
     if request.kind is None:
         raise ValueError("a request for no GPU matches no slice")
     where = [
@@ -39,11 +42,41 @@ def slice_filter(request: SliceRequest) -> list[sa.ColumnElement[bool]]:
     if request.min_driver is not None:
         key = driver_key(request.min_driver)
         where.append(sa.or_(slices.c.driver_key.is_(None), slices.c.driver_key >= key))
-    return where
+    return tuple(where)
 
 
 class LedgerQueries:
     """Mixed into :class:`~.ledger.Ledger` (uses its ``_read``, ``_write``, ``_count_open``)."""
+
+    def _free_clauses(self) -> tuple[sa.ColumnElement[bool], ...]:
+        """``WHERE`` clauses over :data:`~.schema.slices` for "free now": in service and held by
+        no open allocation (the ``held_by`` mirror, walked through ``ix_slices_free``). The one
+        home of the rule for the claim's search, the waitlist's gate and :meth:`capacity`
+        (``benchmarks/ledger.py`` swaps it for the ``NOT EXISTS`` design it measures against)."""
+        return (slices.c.available == sa.true(), slices.c.held_by.is_(None))
+
+    def _statement(self, key: tuple, build: Callable[[], sa.Executable]) -> sa.Executable:
+        """The statement ``build()`` makes for ``key``, built once per ledger: SQLAlchemy's
+        statement construction costs more than SQLite's execution on the claim path (its
+        compiled cache still needs the statement object built)."""
+        cache = self.__dict__.setdefault("_statements", {})
+        stmt = cache.get(key)
+        if stmt is None:
+            if len(cache) > 1024:  # requests come from profiles: a few dozen keys at most
+                cache.clear()
+            stmt = cache[key] = build()
+        return stmt
+
+    def _free_up_to(self, conn, request: SliceRequest, cap: int) -> int:
+        """Free slices of ``request`` (:meth:`_free_clauses`) counted up to ``cap``:
+        ``min(free, cap)``, reading at most ``cap`` index entries (the rules that count free
+        slices only ever compare them with a small number: a booking's seats, the queue)."""
+
+        def build():
+            found = sa.select(slices.c.id).where(*slice_filter(request), *self._free_clauses())
+            return sa.select(sa.func.count()).select_from(found.limit(cap).subquery())
+
+        return conn.execute(self._statement(("free_up_to", request, cap), build)).scalar_one()
 
     def get(self, allocation_id: int) -> Allocation | None:
         with self._read() as conn:
@@ -108,10 +141,10 @@ class LedgerQueries:
         """``(free, total)`` slices matching ``request`` that are in service (not drained or
         vanished). ``free`` excludes held slices. ``conn``: read on that connection (a claim's
         transaction) instead of a new one."""
-        base = self._matching(request).where(slices.c.available == sa.true())
+        base = self._matching(request)
         with self._on(conn) as conn:
-            total = conn.execute(base).scalar_one()
-            free = conn.execute(base.where(slices.c.held_by.is_(None))).scalar_one()
+            total = conn.execute(base.where(slices.c.available == sa.true())).scalar_one()
+            free = conn.execute(base.where(*self._free_clauses())).scalar_one()
         return free, total
 
     def out_of_service(self, request: SliceRequest, conn=None) -> int:

@@ -214,7 +214,7 @@ class Waitlist:
     def _take_hold(self, conn, user: str, profile: str, server_name: str, now: datetime):
         """If ``user`` holds an offer for ``profile``, make it their server's allocation and
         return it (``None`` otherwise). Runs in the claim's transaction."""
-        row = conn.execute(_holds_of(user, profile)).first()
+        row = conn.execute(_HOLD_OF, {"user": user, "profile": profile}).first()
         if row is None:
             return None
         took = conn.execute(
@@ -248,24 +248,15 @@ class Waitlist:
         waiting for."""
         if queue_entry is not None:
             return queue_entry
-        waiting = list(
-            conn.execute(
-                sa.select(waitlist.c.id, waitlist.c.user, waitlist.c.priority).where(
-                    waitlist.c.state == "waiting", waitlist.c.profile == profile
-                )
-            )
-        )
+        waiting = list(conn.execute(_WAITING_FOR, {"profile": profile}))
         if not waiting:
             return None
         waiting = serving_order(waiting, self._usage(conn, waiting))
         mine = next((w.id for w in waiting if w.user == user), None)
         if waiting[0].user == user or kept:
             return mine
-        free_here = (slices.c.available == sa.true(), slices.c.held_by.is_(None))
-        q = sa.select(sa.func.count()).select_from(slices)
-        free = conn.execute(q.where(*slice_filter(request), *free_here)).scalar_one()
         ahead = next((i for i, w in enumerate(waiting) if w.user == user), len(waiting))
-        if free <= ahead:
+        if self._free_up_to(conn, request, ahead + 1) <= ahead:
             raise QueueFirst(
                 f"{ahead} {'person is' if ahead == 1 else 'people are'} waiting for profile "
                 f"{profile!r} ahead of you. Join the waitlist: the next free slice is held for "
@@ -340,6 +331,15 @@ def _holds_of(user: str, profile: str | None = None):
     if profile is not None:
         q = q.where(allocations.c.profile == profile)
     return q.order_by(allocations.c.id)
+
+
+#: the claim's two reads of the queue, built once (statement construction costs more than
+#: SQLite's execution on the claim path): the user's hold for a profile, and who waits for it
+#: (ordered by :func:`.fairshare.serving_order` after the read)
+_HOLD_OF = _holds_of(sa.bindparam("user"), sa.bindparam("profile"))
+_WAITING_FOR = sa.select(waitlist.c.id, waitlist.c.user, waitlist.c.priority).where(
+    waitlist.c.state == "waiting", waitlist.c.profile == sa.bindparam("profile")
+)
 
 
 @dataclass(frozen=True)

@@ -136,9 +136,17 @@ class LabState:
     def present_slice_ids(self) -> set[str]:
         """Ids of the slices in the latest inventory read of this node, and of every other node
         as the ledger holds them (its agent's latest report)."""
+        return self.present_among(self.ledger.slices())
+
+    def present_among(self, slice_rows) -> set[str]:
+        """The ids among ``slice_rows`` (the ledger's slice dicts) that :meth:`present_slice_ids`
+        would hold, without reading every slice (a page of allocations asks about its own)."""
         local = {s.id for s in self.inventory.slices}
-        others = {s["id"] for s in self.ledger.slices() if s["node"] != self.node and s["present"]}
-        return local | others
+        return {
+            s["id"]
+            for s in slice_rows
+            if s["id"] in local or (s["node"] != self.node and s["present"])
+        }
 
     # -- other nodes (their agents' reports, :mod:`.nodes`) ---------------------------------
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from ..._version import __version__
 from ...fairuse.accounting import to_csv
+from ...ledger import listing
 from .. import actions
-from . import inputs
+from . import inputs, paging
 from .base import APIHandler, refuse
-from .data import admin_data, usage_data, user_data
+from .data import admin_data, allocations_page, usage_data, user_data
 from .nodeapi import node_handlers
 from .openapi import openapi
 from .queueapi import queue_handlers
@@ -69,10 +70,21 @@ class InventoryRefreshAPI(APIHandler):
 
 
 class AllocationsAPI(APIHandler):
+    """Open allocations a page at a time (:mod:`.paging`: ``offset``, ``limit``, ``sort``, and
+    the filters of :data:`~...ledger.listing.FILTERS`)."""
+
     async def get(self):
         self.require(read=True)
-        data = await admin_data(self.state, self.hub, parts=("allocations",))
-        self.write_json({"allocations": data["allocations"], "hub": data["hub"]})
+        paginated = paging.accepts_pagination(self.request.headers.get("Accept"))
+        page = self.page(listing.SORTS, listing.FILTERS, paginated=paginated,
+                         choices={"kind": listing.KINDS})  # fmt: skip
+        rows, total, hub = await allocations_page(self.state, self.hub, page)
+        url = self.request.full_url()
+        if paginated:
+            self.write_json({**paging.paginated_model(rows, page, total, url), "hub": hub})
+        else:
+            self.write_json({"allocations": rows, "hub": hub,
+                             "_pagination": paging.pagination(page, total, url)})  # fmt: skip
 
 
 class AllocationAPI(APIHandler):

@@ -201,14 +201,32 @@ ALLOCATION = obj(
     }
 )
 
+HUB_ANSWER = obj(
+    {"reachable": BOOL, "servers_at": TIME_OR_NULL},
+    "whether the hub answered, and when its list of servers was read",
+)
+#: JupyterHub's ``_pagination`` (jupyterhub/apihandlers/base.py, ``paginated_model``)
+PAGINATION = obj(
+    {
+        "offset": INTEGER,
+        "limit": INTEGER,
+        "total": _described(INTEGER, "rows matching the filters, on every page"),
+        "next": obj(
+            {"offset": INTEGER, "limit": INTEGER, "url": STRING},
+            "the next page's arguments and URL; null on the last page",
+            nullable=True,
+        ),
+    }
+)
 ALLOCATIONS = obj(
     {
         "allocations": array(ref("Allocation")),
-        "hub": obj(
-            {"reachable": BOOL, "servers_at": TIME_OR_NULL},
-            "whether the hub answered, and when its list of servers was read",
-        ),
+        "hub": HUB_ANSWER,
+        "_pagination": ref("Pagination"),
     }
+)
+ALLOCATIONS_PAGE = obj(
+    {"items": array(ref("Allocation")), "_pagination": ref("Pagination"), "hub": HUB_ANSWER}
 )
 
 GPU_HOURS = obj(
@@ -393,6 +411,15 @@ SCHEMAS = {
     "Inventory": INVENTORY,
     "Allocation": ALLOCATION,
     "Allocations": ALLOCATIONS,
+    "AllocationsPage": ALLOCATIONS_PAGE,
+    # the answer is the page model when it has items (the pagination Accept header), else the
+    # older shape; if/then keeps a broken field's error precise (oneOf would only say "none")
+    "AllocationsAnswer": {
+        "if": {"type": "object", "required": ["items"]},
+        "then": ref("AllocationsPage"),
+        "else": ref("Allocations"),
+    },
+    "Pagination": PAGINATION,
     "GpuHours": GPU_HOURS,
     "Usage": USAGE,
     "MySlice": MY_SLICE,

@@ -40,6 +40,7 @@ from ... import clock
 from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .. import actions
 from .inputs import MAX_BODY, body_size, json_value, refuse, shown
+from .paging import PageError, parse_page
 from .usageview import PeriodError, parse_period
 
 __all__ = ["APIHandler", "BaseHandler", "JSONHandler", "OAuthCallback", "error_message", "refuse"]
@@ -226,6 +227,19 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                 self.state.lab.tz,
             )
         except PeriodError as e:
+            raise refuse(400, str(e)) from None
+
+    def page(self, sorts, filters=(), *, paginated: bool = True, default_sort: str = "id",
+             choices=None):  # fmt: skip
+        """The :class:`~.paging.Page` this request's query asks for; a 400 saying the accepted
+        form for a malformed ``offset``, ``limit`` or ``sort``."""
+        names = ("offset", "limit", "sort", *filters)
+        args = {n: self.get_query_argument(n, None) for n in names}
+        try:
+            return parse_page(args, sorts=tuple(sorts), filters=tuple(filters),
+                              default_sort=default_sort, paginated=paginated,
+                              choices=choices)  # fmt: skip
+        except PageError as e:
             raise refuse(400, str(e)) from None
 
 

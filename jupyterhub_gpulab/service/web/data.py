@@ -13,8 +13,10 @@ from ...hubapi.client import HubClient, HubError
 from ...lab.policy import PolicyContext
 from ...lab.profiles import entitled_in
 from ...ledger import aio
+from ...ledger.listing import open_allocations_page
 from ..state import LabState
 from . import labview, usageview, views
+from .paging import Page
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +75,44 @@ async def admin_data(
         out["hub"] = {"reachable": servers is not None, "servers_at": views.iso(servers_at)}
         out["vanished"] = [r for r in rows if r["vanished"]]
         out["stale"] = [r for r in rows if r["stale"]]
+    elif "vanished" in parts:  # the admin page: its table reads one page (allocations_page)
+        gone = [a for a in snap.allocations if a.slice_id not in present]
+        by_id = {s["id"]: s for s in snap.slices} if gone else {}
+        out["vanished"] = views.allocation_view(
+            gone, by_id, present, state.node, {}, None, None, snap.taken_at
+        )
     if "usage" in parts:
         out["groups"] = views.group_view(state.lab.policies, snap.open_by_group, snap.allocations)
         out["refusals_24h"] = views.refusal_view(snap.refusals)
     return out
+
+
+async def allocations_page(
+    state: LabState, hub: HubClient, page: Page
+) -> tuple[list[dict], int, dict]:
+    """``(rows, total, hub)``: one :class:`~.paging.Page` of the open allocations as
+    :func:`~.views.allocation_view` rows, how many match its filters, and the hub's answer
+    (``{"reachable", "servers_at"}``). Reads the page's rows and slices only."""
+
+    def read():
+        return open_allocations_page(
+            state.ledger, offset=page.offset, limit=page.limit, sort=page.sort,
+            descending=page.descending, filters=page.filters,
+        )  # fmt: skip
+
+    allocs, total, slices_by_id = await aio.call(read)
+    servers, servers_at = await hub_servers(hub)
+    rows = views.allocation_view(
+        allocs,
+        slices_by_id,
+        state.present_among(slices_by_id.values()),
+        state.node,
+        state.sample.by_slice,
+        servers,
+        servers_at,
+        clock.utcnow(),
+    )
+    return rows, total, {"reachable": servers is not None, "servers_at": views.iso(servers_at)}
 
 
 async def user_data(state: LabState, hub: HubClient, user: dict) -> dict:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from ..._version import __version__
 from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
+from ...ledger.listing import FILTERS, SORTS
 from .apischemas import SCHEMAS
 from .apischemas import ref as _ref
 from .courseopenapi import course_paths, course_schemas
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
 from .nodeschemas import node_schemas
+from .paging import DEFAULT_LIMIT, MAX_LIMIT, PAGINATION_MEDIA_TYPE
 from .queueapi import queue_paths, queue_schemas
 
 
@@ -38,6 +40,30 @@ PERIOD = [
         ("end", "the day after the last one; default: a week after start"),
     )
 ]
+
+
+def paging_parameters(sorts, filters: dict[str, str]) -> list[dict]:
+    """The query parameters of a paged list (:mod:`.paging`): ``offset``, ``limit``, ``sort``
+    (one of ``sorts``, ``-`` for descending) and ``filters`` (``{name: description}``)."""
+    return [
+        {"name": "offset", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0, "default": 0},
+         "description": "rows to skip; a malformed or negative value is a 400"},
+        {"name": "limit", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                    "default": DEFAULT_LIMIT},
+         "description": f"rows on the page (default {DEFAULT_LIMIT} with the pagination Accept "
+         f"header, else {MAX_LIMIT}); above {MAX_LIMIT} it is lowered to {MAX_LIMIT}, as "
+         "JupyterHub does; below 1 or malformed, a 400"},
+        {"name": "sort", "in": "query", "required": False,
+         "schema": {"type": "string", "enum": [*sorts, *(f"-{f}" for f in sorts)]},
+         "description": "the field to sort by, `-field` for descending (ties: by id)"},
+        *(
+            {"name": n, "in": "query", "required": False,
+             "schema": {"type": "string", "maxLength": MAX_NAME}, "description": d}
+            for n, d in filters.items()
+        ),
+    ]  # fmt: skip
 
 
 def _op(summary: str, scope: str | None, ok: dict, **extra) -> dict:
@@ -195,9 +221,21 @@ def _document(prefix: str) -> dict:
             },
             "/allocations": {
                 "get": _op(
-                    "Open allocations with server state and last activity",
+                    "Open allocations with server state and last activity, a page at a time",
                     READ_SCOPE,
-                    {"200": _json(_ref("Allocations"), "open allocations")},
+                    {
+                        "200": _json(
+                            _ref("AllocationsAnswer"),
+                            "one page of the open allocations: `AllocationsPage` (JupyterHub's "
+                            "paginated model) when the request sends `Accept: "
+                            f"{PAGINATION_MEDIA_TYPE}`, else `Allocations` (at most "
+                            f"{MAX_LIMIT} rows, `_pagination` beside them)",
+                        ),
+                        **bad_request,
+                    },
+                    parameters=paging_parameters(
+                        SORTS, {**{n: "exact match" for n in FILTERS}, "kind": "gpu, mig or shared"}
+                    ),
                 )
             },
             "/allocations/{id}": {

@@ -14,12 +14,12 @@ from markupsafe import Markup
 from tornado import web
 
 from ... import clock
-from ...ledger import aio
+from ...ledger import aio, listing
 from .. import actions
-from . import inputs, plotview
+from . import inputs, paging, plotview
 from .base import BaseHandler, error_message, refuse
 from .courseview import my_courses
-from .data import admin_data, usage_data, user_data
+from .data import admin_data, allocations_page, usage_data, user_data
 from .queueapi import bookings_data, my_entries
 from .usageview import warnings_view
 
@@ -139,16 +139,52 @@ class AdminPage(PageHandler):
             self.redirect(self.prefix + "me")
             return
         start, end = self.period()
-        data = await admin_data(self.state, self.hub)
+        page = self.page(listing.SORTS, listing.FILTERS, choices={"kind": listing.KINDS})
+        data = await admin_data(self.state, self.hub, parts=("inventory", "usage", "vanished"))
+        data["allocations"], total, data["hub"] = await allocations_page(self.state, self.hub, page)
+        args = {k: self.get_query_argument(k) for k in self.request.query_arguments}
+        # the allocations table keeps the period and the devices' page; the devices' pager keeps
+        # everything else
+        data["pager"] = paging.pager(
+            page, total, {k: v for k, v in args.items() if k in ("start", "end", "devices_offset")}
+        )
+        devices = paging.Page(
+            offset=self.offset_arg("devices_offset"), limit=paging.DEVICES_PER_PAGE
+        )
+        inv = data["inventory"]
+        inv["nodes"], n_devices = paging.device_window(inv["nodes"], devices.offset)
+        data["device_pager"] = paging.pager(
+            devices, n_devices, {k: v for k, v in args.items() if k != "devices_offset"},
+            offset_name="devices_offset",
+        )  # fmt: skip
+        shown = {d["uuid"] for n in inv["nodes"] for d in n["devices"]}
         _, data["gpu_hours"] = await usage_data(self.state, start, end)
+        # GPU-hours per user, most first: USERS_PER_PAGE at a time (?users_offset=); the CSV
+        # has them all
+        gh = data["gpu_hours"]
+        users = paging.Page(offset=self.offset_arg("users_offset"), limit=paging.USERS_PER_PAGE)
+        everyone = gh["by_user"]
+        gh["by_user"] = everyone[users.offset : users.offset + users.limit]
+        data["user_pager"] = paging.pager(
+            users, len(everyone), {k: v for k, v in args.items() if k != "users_offset"},
+            offset_name="users_offset",
+        )  # fmt: skip
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
         data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
         data["charts"] = {
-            "devices": plotview.device_charts(self.state, self.state.history_s),
+            "devices": plotview.device_charts(self.state, self.state.history_s, shown),
             "weekly": await aio.call(plotview.weekly_gpu_hours, self.state),
             "hours": self.state.history_s / 3600,
         }
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
+
+    def offset_arg(self, name: str) -> int:
+        """The whole number >= 0 in query argument ``name`` (0 when absent); a 400 otherwise."""
+        try:
+            return paging.parse_page({"offset": self.get_query_argument(name, None)},
+                                     sorts=("id",)).offset  # fmt: skip
+        except paging.PageError as e:
+            raise refuse(400, str(e).replace("offset", name, 1)) from None
 
 
 class UserPage(PageHandler):

@@ -70,9 +70,10 @@ def _times(state: LabState, now: datetime, span_s: float) -> tuple[tuple[float, 
     )
 
 
-def device_charts(state: LabState, span_s: float) -> list[dict]:
-    """Per device of the inventory: ``{"uuid", "title", "svg", "rows"}``, ``rows`` one per
-    slice (``label``, ``last``, ``mean``, ``max`` percent, ``samples``)."""
+def device_charts(state: LabState, span_s: float, only: set[str] | None = None) -> list[dict]:
+    """Per device of the inventory (only the GPU UUIDs in ``only`` when given: the admin page's
+    window of devices): ``{"uuid", "title", "svg", "rows"}``, ``rows`` one per slice
+    (``label``, ``last``, ``mean``, ``max`` percent, ``samples``)."""
     now = clock.utcnow()
     x_range, x_labels = _times(state, now, span_s)
     since = now - timedelta(seconds=span_s)
@@ -85,6 +86,8 @@ def device_charts(state: LabState, span_s: float) -> list[dict]:
     charts = []
     for node, inv in sorted(inventories.items()):
         for d in inv.devices:
+            if only is not None and d.uuid not in only:
+                continue
             charts.append(_device_chart(state, d, by_device, since, span_s, x_range, x_labels,
                                         node if several else None))  # fmt: skip
     return charts

@@ -1,0 +1,153 @@
+"""Paging, filtering and sorting of the service's lists (``service.web.paging``) over the real
+ledger's page query (``ledger.listing``) on SQLite: the arguments JupyterHub's API takes, a 400
+for malformed ones, and pages that cover every row once in the asked order."""
+
+from __future__ import annotations
+
+import pytest
+from ledger_support import LAB, lab_inventory
+
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.ledger import Ledger
+from jupyterhub_gpulab.ledger.listing import FILTERS, KINDS, SORTS, open_allocations_page
+from jupyterhub_gpulab.service.web.paging import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Page,
+    PageError,
+    accepts_pagination,
+    device_window,
+    pager,
+    paginated_model,
+    parse_page,
+)
+
+SEAT = SliceRequest(kind=SliceKind.SHARED)
+MIG = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
+#: the shared-seat T4 of the test lab with 40 seats: room for a page to walk
+BIG_LAB = [
+    *LAB[:4],
+    {**LAB[4], "shared": {"seats": 40, "memory_per_seat": "400MiB", "compute_share": 0.025}},
+]
+
+
+def page(**args):
+    return parse_page(args, sorts=tuple(SORTS), filters=tuple(FILTERS), choices={"kind": KINDS})
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        pytest.param({"offset": "-1"}, "offset must be a whole number of at least 0", id="neg"),
+        pytest.param({"offset": "ten"}, "offset must be a whole number", id="word"),
+        pytest.param({"offset": "1.5"}, "offset must be a whole number", id="fraction"),
+        pytest.param({"limit": "0"}, "limit must be a whole number of at least 1", id="zero"),
+        pytest.param({"limit": "-5"}, "limit must be a whole number of at least 1", id="neg-lim"),
+        pytest.param({"sort": "password"}, "sort must be one of id, user", id="sort"),
+        pytest.param({"sort": "--user"}, "sort must be one of", id="sort-dashes"),
+        pytest.param({"kind": "tpu"}, "kind must be one of gpu, mig, shared", id="kind"),
+        pytest.param({"user": "x" * 300}, "user is at most 255 characters", id="long"),
+    ],
+)
+def test_a_malformed_argument_is_refused_with_the_form_it_takes(args, says):
+    with pytest.raises(PageError, match=says):
+        page(**args)
+
+
+def test_limits_follow_jupyterhub():
+    assert page() == Page(0, DEFAULT_LIMIT, "id", False, {})
+    # a client without the pagination Accept header gets the larger page, as in JupyterHub
+    no_header = parse_page({}, sorts=("id",), paginated=False)
+    assert no_header.limit == MAX_LIMIT
+    assert page(limit="5000").limit == MAX_LIMIT  # lowered, not refused
+    assert page(offset="40", limit="7", sort="-started_at", user="ada") == Page(
+        40, 7, "started_at", True, {"user": "ada"}
+    )
+    assert accepts_pagination("text/html, application/jupyterhub-pagination+json")
+    assert not accepts_pagination("application/json") and not accepts_pagination(None)
+
+
+@pytest.fixture
+def ledger(tmp_path, at):
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    led.sync_inventory(lab_inventory(BIG_LAB))
+    # 30 seats for 6 users (ada0 … ada5), a minute apart, and 2 MIG slices
+    for i in range(30):
+        led.claim(SEAT, user=f"ada{i % 6}", profile="seat", server_name=f"s{i}")
+        at.move(60)
+    for i in range(2):
+        led.claim(MIG, user=f"mig{i}", profile="mig")
+    yield led
+    led.close()
+
+
+def walk(ledger, **kw):
+    """Every page of ``limit`` 7 in turn, as a client follows ``next``: the rows and totals."""
+    rows, totals, offset = [], set(), 0
+    while True:
+        got, total, slices = open_allocations_page(ledger, offset=offset, limit=7, **kw)
+        assert {a.slice_id for a in got} == set(slices)  # each row's slice, and only those
+        rows += got
+        totals.add(total)
+        offset += 7
+        if offset >= total:
+            return rows, totals
+
+
+def test_pages_cover_every_row_once_in_the_asked_order(ledger):
+    everything = ledger.open_allocations()
+    rows, totals = walk(ledger)
+    assert [a.id for a in rows] == [a.id for a in everything] and totals == {32}
+    rows, _ = walk(ledger, sort="started_at", descending=True)
+    assert [a.id for a in rows] == [a.id for a in sorted(everything, key=lambda a: a.id)][::-1]
+    rows, _ = walk(ledger, sort="user")
+    # by user, ties by id: no row twice, none skipped between pages
+    assert [(a.user, a.id) for a in rows] == sorted((a.user, a.id) for a in everything)
+    for field in ("user", "profile"):  # one with an index, one without
+        rows, _ = walk(ledger, sort=field, descending=True)
+        want = sorted(((getattr(a, field), a.id) for a in everything), reverse=True)
+        assert [(getattr(a, field), a.id) for a in rows] == want
+
+
+def test_filters_narrow_the_rows_and_the_total(ledger):
+    rows, totals = walk(ledger, filters={"user": "ada2"})
+    assert {a.user for a in rows} == {"ada2"} and len(rows) == 5 and totals == {5}
+    rows, totals = walk(ledger, filters={"kind": "mig"})
+    assert {a.user for a in rows} == {"mig0", "mig1"} and totals == {2}
+    rows, totals = walk(ledger, filters={"kind": "shared", "profile": "seat", "user": "ada0"})
+    assert len(rows) == 5 and totals == {5}
+    got, total, _ = open_allocations_page(ledger, offset=100, limit=7)
+    assert got == [] and total == 32  # past the end: an empty page, the total still told
+
+
+def test_the_paginated_model_is_jupyterhubs():
+    url = "http://hub/services/gpulab/api/allocations?user=ada&offset=0&limit=7"
+    first = paginated_model(["a"] * 7, Page(0, 7), 16, url)
+    assert first["items"] == ["a"] * 7
+    p = first["_pagination"]
+    assert (p["offset"], p["limit"], p["total"]) == (0, 7, 16)
+    assert (p["next"]["offset"], p["next"]["limit"]) == (7, 7)
+    assert (
+        p["next"]["url"] == "http://hub/services/gpulab/api/allocations?user=ada&offset=7&limit=7"
+    )
+    last = paginated_model(["a"] * 2, Page(14, 7), 16, url)["_pagination"]
+    assert last["next"] is None
+
+
+def test_the_device_window_cuts_across_nodes_and_keeps_cpu_only_nodes():
+    nodes = [
+        {"name": "a", "devices": [{"uuid": f"a{i}"} for i in range(3)]},
+        {"name": "cpu", "devices": []},
+        {"name": "b", "devices": [{"uuid": f"b{i}"} for i in range(4)]},
+    ]
+    shown, total = device_window(nodes, 2, 3)
+    assert total == 7
+    assert [(n["name"], [d["uuid"] for d in n["devices"]]) for n in shown] == [
+        ("a", ["a2"]), ("cpu", []), ("b", ["b0", "b1"])
+    ]  # fmt: skip
+    shown, _ = device_window(nodes, 3, 50)
+    assert [n["name"] for n in shown] == ["cpu", "b"]
+    p = pager(Page(offset=50, limit=50), 120, {"start": "2026-11-30"}, offset_name="devices_offset")
+    assert (p["first"], p["last"]) == (51, 100)
+    assert p["prev"] == "?start=2026-11-30&devices_offset=0"
+    assert p["next"] == "?start=2026-11-30&devices_offset=100"
