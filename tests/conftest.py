@@ -108,6 +108,22 @@ def hub_factory(tmp_path, hub_maker):
             remove_node_containers(h.workdir.name)
 
 
+# -- a real browser (tests/browser_support.py) ------------------------------------------------
+
+
+@pytest.fixture
+def browser():
+    """A headless chromium driven by Selenium (``browser_support.chromium``), quit after the
+    test; skipped (outside CI) or failed (in CI) where none is installed. Mark the test
+    ``browser``."""
+    from browser_support import browser_problem, chromium
+    from service_support import require_or_skip
+
+    require_or_skip(browser_problem(), "A headless chromium")
+    with chromium() as driver:
+        yield driver
+
+
 # -- what a selection needs: markers, the ``unit`` selection, and the guards that keep it honest -
 #
 # Each kind of outside part a test may need is a marker (pyproject.toml). A test carrying none is

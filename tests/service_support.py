@@ -164,6 +164,17 @@ def login(hub: Hub, name: str) -> requests.Session:
     return s
 
 
+def service_api(hub: Hub, token: str, method: str, path: str, **kw) -> requests.Response:
+    """``method`` on the service's ``api/<path>`` with ``token`` (a hub API token); ``kw``:
+    ``requests.request``'s (``timeout`` 60 s unless given)."""
+    return requests.request(
+        method,
+        hub.url + PREFIX + "api/" + path,
+        headers={"Authorization": f"token {token}"},
+        **{"timeout": 60, **kw},
+    )
+
+
 def service_xsrf(s: requests.Session) -> str:
     """The service's ``_xsrf`` token, as its pages embed it."""
     token = s.cookies.get("_xsrf", path=PREFIX)

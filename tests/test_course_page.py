@@ -14,10 +14,17 @@ import subprocess
 
 import pytest
 import requests
+from browser_support import (
+    ARTIFACTS,
+    click,
+    log_in,
+    save_screenshot,
+    start_all_and_wait,
+    wait_until,
+)
 from course_support import containers_of, course_hub, remove_volumes
 from e2e_support import remove_node_containers, require_docker
 from service_support import POLICIES, PREFIX, login, user_token, wait_for_service
-from test_service_browser import browser  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.usefixtures("api_contract")]
 
@@ -55,7 +62,6 @@ def lab(tmp_path_factory):
 
 def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
-    from test_service_browser import ARTIFACTS, click, log_in, save_screenshot, wait_until
 
     hub, token = lab
     # ann's one slice (her group's limit) is held by her own default server
@@ -72,16 +78,7 @@ def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa:
         assert advanced.get_attribute("open") is None
         assert not b.find_element(By.ID, "record-json").is_displayed()
 
-        click(b, b.find_element(By.ID, "start-all"))
-        wait_until(
-            lambda: (
-                "ready" in b.find_element(By.ID, "progress-summary").text
-                and "(updating)" not in b.find_element(By.ID, "progress-summary").text
-            ),
-            300,
-            "the start-all to finish",
-            refresh=b.refresh,
-        )
+        start_all_and_wait(b)
         rows = {
             r.get_attribute("data-user"): r for r in b.find_elements(By.CSS_SELECTOR, "tr.student")
         }

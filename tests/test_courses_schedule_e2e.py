@@ -11,7 +11,6 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-import requests
 import sqlalchemy as sa
 from course_support import (
     LAB_IMAGE,
@@ -24,6 +23,7 @@ from course_support import (
 )
 from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, ledger_for, login, user_token, wait_for_service
+from service_support import service_api as api
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
@@ -63,16 +63,6 @@ def lab(tmp_path_factory):
         remove_node_containers(hub.node)
         repo.stop()
         remove_volumes(hub.node)
-
-
-def api(hub, token, method, path, **kw):
-    return requests.request(
-        method,
-        hub.url + PREFIX + "api/" + path,
-        headers={"Authorization": f"token {token}"},
-        timeout=60,
-        **kw,
-    )
 
 
 def wait_for(what, timeout, message, hub=None):
