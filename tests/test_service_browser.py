@@ -22,10 +22,10 @@ from service_support import (
     IMAGE,
     PREFIX,
     ledger_for,
+    real_servers,
     require_or_skip,
+    running_service_hub,
     service_pid,
-    start_hub,
-    wait_for_service,
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -45,40 +45,16 @@ def docker_problem() -> str | None:
     return None
 
 
-DOCKER_CONFIG = """
-c.JupyterHub.spawner_class = "gpulab"
-c.GPUDockerSpawner.attach_mode = "env"
-c.GPULab.node_name = "{prefix}"
-c.DockerSpawner.image = "{image}"
-c.DockerSpawner.prefix = "{prefix}"
-c.DockerSpawner.pull_policy = "never"
-c.Spawner.start_timeout = 60
-c.Spawner.http_timeout = 60
-# these tests hold ledger rows without servers (as the admin page shows them), which the
-# continuous reconcile would close
-c.GPUDockerSpawner.reconcile_interval = 3600
-"""
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     require_or_skip(docker_problem(), "Docker")
     prefix = unique("gpulabsvc")
-    hub = start_hub(
-        tmp_path_factory.mktemp("browser-hub"),
-        extra=DOCKER_CONFIG.format(image=IMAGE, prefix=prefix),
-    )
-    try:
-        wait_for_service(hub)
+    extra = real_servers(prefix, image=IMAGE, http_timeout=60, hold_rows=True)
+    # node=prefix: containers the hub could not remove on the way down (ours only)
+    with running_service_hub(
+        tmp_path_factory.mktemp("browser-hub"), extra=extra, node=prefix
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
-        # containers the hub could not remove on the way down (bounded, ours only)
-        ids = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"name={prefix}"], capture_output=True, text=True
-        ).stdout.split()
-        if ids:
-            subprocess.run(["docker", "rm", "-f", *ids[:20]], capture_output=True)
 
 
 @pytest.fixture(scope="module")
