@@ -158,8 +158,9 @@ def running_service_hub(workdir: Path, *, node: str | None = None, **kw) -> Iter
     """:func:`start_hub` (``kw``: its ``managed``, ``api_token``, ``extra``) once the gpulab
     service answers (:func:`wait_for_service`); stopped afterwards, and where the hub's spawner
     runs real containers on node ``node`` (``c.GPULab.node_name``), those removed too."""
-    hub = start_hub(workdir, **kw)
-    try:
+    hub = make_hub(workdir, **kw)
+    try:  # a failure after the start (a user not created, no service) stops the hub too
+        start_hub(workdir, hub=hub)
         wait_for_service(hub)
         yield hub
     finally:

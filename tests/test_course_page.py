@@ -22,9 +22,9 @@ from browser_support import (
     start_all_and_wait,
     wait_until,
 )
-from course_support import containers_of, course_hub, remove_volumes
-from e2e_support import remove_node_containers, require_docker
-from service_support import POLICIES, PREFIX, login, user_token, wait_for_service
+from course_support import containers_of, running_course
+from e2e_support import require_docker
+from service_support import POLICIES, PREFIX, login, user_token
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.usefixtures("api_contract")]
 
@@ -41,23 +41,15 @@ COURSE = {
 def lab(tmp_path_factory):
     require_docker()
     policies = {**POLICIES, "dl101": {"max_slices_per_user": 1}}
-    hub = course_hub(
+    with running_course(
         tmp_path_factory.mktemp("course-page"),
         COURSE,
+        ["ann", "bob"],
+        ["tina"],
         extra=f"c.GPULab.group_policies = {policies!r}",
-    )
-    try:
-        hub.start()
-        wait_for_service(hub)
-        hub.create_user("ann", ["dl101"])
-        hub.create_user("bob", ["dl101"])
-        hub.create_user("tina", ["dl101-staff"])
+    ) as hub:
         token = user_token(hub, login(hub, "tina"), "tina")
         yield hub, token
-    finally:
-        hub.stop()
-        remove_node_containers(hub.node)
-        remove_volumes(hub.node)
 
 
 def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa: F811
