@@ -108,6 +108,38 @@ def hub_factory(tmp_path, hub_maker):
             remove_node_containers(h.workdir.name)
 
 
+# -- one real hub with the gpulab service for the whole session (tests/service_support.py) --------
+
+
+@pytest.fixture(scope="session")
+def service_hub(tmp_path_factory):
+    """A real hub (its proxy too) with the managed gpulab service, the declared lab of
+    ``ledger_support.LAB``, the people of ``service_support.PEOPLE`` and no spawner of gpulab's:
+    one for the session, shared by every module whose tests leave its ledger as they found it
+    (no device drained, no allocation open). A module that needs another config starts its own
+    with ``service_support.running_service_hub``."""
+    from service_support import running_service_hub
+
+    with running_service_hub(tmp_path_factory.mktemp("service-hub")) as hub:
+        yield hub
+
+
+# -- a real browser (tests/browser_support.py) ------------------------------------------------
+
+
+@pytest.fixture
+def browser():
+    """A headless chromium driven by Selenium (``browser_support.chromium``), quit after the
+    test; skipped (outside CI) or failed (in CI) where none is installed. Mark the test
+    ``browser``."""
+    from browser_support import browser_problem, chromium
+    from service_support import require_or_skip
+
+    require_or_skip(browser_problem(), "A headless chromium")
+    with chromium() as driver:
+        yield driver
+
+
 # -- what a selection needs: markers, the ``unit`` selection, and the guards that keep it honest -
 #
 # Each kind of outside part a test may need is a marker (pyproject.toml). A test carrying none is
@@ -121,12 +153,12 @@ NEEDS = ("docker", "postgres", "hub", "browser", "swarm", "sso")
 #: the test helpers that start a hub subprocess (a module that imports one starts hubs)
 HUB_STARTERS = {
     "hubtools": {"Hub"},
-    "service_support": {"make_hub", "start_hub"},
+    "service_support": {"make_hub", "start_hub", "running_service_hub"},
     "e2e_support": {"new_hub", "DockerHub"},
     "course_support": {"course_hub", "running_course"},
     "swarm_support": {"new_swarm_hub", "SwarmHub"},
 }
-_HUB_FIXTURES = {"hub_factory", "hub_maker"}
+_HUB_FIXTURES = {"hub_factory", "hub_maker", "service_hub"}
 _selected: dict[str, bool] = {}
 #: the engines this session's tests used (the leak check at its end asks only those)
 _ENGINES = pytest.StashKey[set]()

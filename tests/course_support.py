@@ -217,6 +217,23 @@ def running_course(tmp_path: Path, course: dict, roster: list[str], staff: list[
         remove_volumes(hub.node)
 
 
+def wait_prestart(hub: Hub, token: str, slug: str, timeout: float = 400) -> dict:
+    """The course ``slug``'s pre-start progress (``api/courses/<slug>/progress``) once it has
+    finished, polled every 2 s; TimeoutError with the hub's log after ``timeout`` seconds."""
+    from service_support import service_api
+
+    deadline = time.monotonic() + timeout
+    p = None
+    while time.monotonic() < deadline:
+        r = service_api(hub, token, "GET", f"courses/{slug}/progress")
+        assert r.status_code == 200, r.text
+        p = r.json()["progress"]
+        if p and p["finished_at"]:
+            return p
+        time.sleep(2)
+    raise TimeoutError(f"pre-start did not finish: {p}\n{hub.log_tail()}")
+
+
 def containers_of(node: str, server: str) -> dict[str, str]:
     """``{user: container id}`` of running containers of course server ``server``."""
     r = subprocess.run(

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import jupyterhub
 import pytest
+import requests
+from html_support import parse_html
 from hubtools import Hub, docker_available
 from leakcheck import unique
 
@@ -213,3 +215,38 @@ def kill_and_stop(hub: Hub) -> None:
         subprocess.run(["docker", "kill", *ids], capture_output=True)
     hub.stop()
     remove_node_containers(hub.workdir.name)
+
+
+# -- a hub's pages as a user reads them -----------------------------------------------------------
+
+
+class SpawnPage:
+    """A hub page as a user reads it (``html_support``): the profile radios (``{slug:
+    {"checked", "disabled"}}``), the spawn form's ``action`` (it carries ``?_xsrf=…``), the
+    ``_xsrf`` field of a login form, and the visible ``text``."""
+
+    def __init__(self, html: str):
+        page = parse_html(html)
+        self.radios = {
+            i.attrs["value"]: {"checked": "checked" in i.attrs, "disabled": "disabled" in i.attrs}
+            for i in page.find_all("input", name="profile")
+        }
+        xsrf = page.find_all("input", name="_xsrf")
+        self.xsrf = xsrf[0].attrs.get("value") if xsrf else None
+        form = page.find_all("form", id="spawn_form")
+        self.action = form[0].attrs.get("action") if form else None
+        self.text = page.text()
+
+
+def hub_login(hub: Hub, user: str) -> requests.Session:
+    """A ``requests`` session logged in to the hub as ``user`` through its login form
+    (DummyAuthenticator: any password); the gpulab service is not visited."""
+    s = requests.Session()
+    r = s.get(f"{hub.url}/hub/login")
+    p = SpawnPage(r.text)
+    r = s.post(
+        f"{hub.url}/hub/login",
+        data={"username": user, "password": "x", "_xsrf": p.xsrf or s.cookies.get("_xsrf")},
+    )
+    assert r.status_code == 200, r.text[:500]
+    return s

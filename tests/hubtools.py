@@ -219,6 +219,18 @@ class Hub:
         raise TimeoutError(f"{user}/{name} did not stop in {timeout}s")
 
 
+def wait_for(what: str, check, timeout: float = 60, hub: Hub | None = None, every: float = 0.25):
+    """``check()``'s first truthy result, tried every ``every`` seconds; AssertionError naming
+    ``what`` (with the last 40 lines of ``hub``'s log, when given) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"{what} within {timeout}s" + (f":\n{hub.log_tail(40)}" if hub else ""))
+
+
 def docker_available() -> str | None:
     """``None`` when a Docker engine answers, else the reason it does not."""
     if shutil.which("docker") is None:

@@ -40,7 +40,28 @@ LAB = [
 ]
 
 
+def seats_lab(gpus: int = 1, *, seats: int, memory_per_seat: str) -> list[dict]:
+    """A declared lab (``c.GPULab.inventory`` form) of ``gpus`` 16 GiB Tesla T4s (``GPU-t4s-<i>``,
+    index ``i``), each split into ``seats`` shared seats of ``memory_per_seat`` (e.g. ``"4GiB"``)
+    and a compute share of ``1/seats``; no other slices."""
+    return [
+        {
+            "uuid": f"GPU-t4s-{i}",
+            "index": i,
+            "name": "Tesla T4",
+            "memory": "16GiB",
+            "shared": {
+                "seats": seats,
+                "memory_per_seat": memory_per_seat,
+                "compute_share": 1 / seats,
+            },
+        }
+        for i in range(gpus)
+    ]
+
+
 def lab_inventory(spec=None):
+    """The inventory of the declared lab ``spec`` (default :data:`LAB`)."""
     return load_declared(spec or LAB)
 
 
@@ -74,6 +95,16 @@ def make_url(backend: str, tmp_path) -> str:
     assert POSTGRES_URL, "CI needs GPULAB_TEST_POSTGRES_URL: .ci/run starts PostgreSQL and sets it"
     reset_postgres(POSTGRES_URL)
     return POSTGRES_URL
+
+
+def lab_url(backend: str, tmp_path, spec=None) -> str:
+    """The URL of an empty database on ``backend`` (:func:`make_url`) once it holds the declared
+    lab ``spec`` (default :data:`LAB`); the ledger that wrote it is closed."""
+    url = make_url(backend, tmp_path)
+    setup = Ledger(url)
+    setup.sync_inventory(lab_inventory(spec))
+    setup.close()
+    return url
 
 
 def new_ledger(backend: str, tmp_path, inventory=None) -> Ledger:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import requests
+from e2e_support import remove_node_containers
 from hubtools import Hub, free_port
 from ledger_support import LAB
 
@@ -90,6 +93,36 @@ configure_service(c, config_file=__file__, url="http://127.0.0.1:{port}",
 """
 
 
+def real_servers(
+    node: str,
+    *,
+    image: str | None = None,
+    start_timeout: int = 60,
+    http_timeout: int | None = None,
+    hold_rows: bool = False,
+) -> str:
+    """Config lines (for ``extra``) that make a service hub's servers real containers: gpulab's
+    GPUDockerSpawner in attach mode "env" on node ``node`` (``c.GPULab.node_name``, also the
+    container prefix), never pulling, ``image`` as the default image when given, timeouts in
+    seconds. ``hold_rows``: reconcile once an hour only, for tests that hold ledger rows without
+    servers (as the admin page shows them), which the continuous reconcile would close."""
+    lines = [
+        'c.JupyterHub.spawner_class = "gpulab"',
+        'c.GPUDockerSpawner.attach_mode = "env"',
+        f"c.GPULab.node_name = {node!r}",
+        f"c.DockerSpawner.prefix = {node!r}",
+        'c.DockerSpawner.pull_policy = "never"',
+        f"c.Spawner.start_timeout = {start_timeout}",
+    ]
+    if image is not None:
+        lines.append(f"c.DockerSpawner.image = {image!r}")
+    if http_timeout is not None:
+        lines.append(f"c.Spawner.http_timeout = {http_timeout}")
+    if hold_rows:
+        lines.append("c.GPUDockerSpawner.reconcile_interval = 3600")
+    return "\n" + "\n".join(lines) + "\n"
+
+
 def make_hub(
     workdir: Path, *, managed: bool = True, api_token: str | None = None, extra: str = ""
 ) -> Hub:
@@ -118,6 +151,22 @@ def start_hub(
         # admins come from c.Authenticator.admin_users (the tests' token may not grant admin)
         hub.create_user(name, groups)
     return hub
+
+
+@contextmanager
+def running_service_hub(workdir: Path, *, node: str | None = None, **kw) -> Iterator[Hub]:
+    """:func:`start_hub` (``kw``: its ``managed``, ``api_token``, ``extra``) once the gpulab
+    service answers (:func:`wait_for_service`); stopped afterwards, and where the hub's spawner
+    runs real containers on node ``node`` (``c.GPULab.node_name``), those removed too."""
+    hub = make_hub(workdir, **kw)
+    try:  # a failure after the start (a user not created, no service) stops the hub too
+        start_hub(workdir, hub=hub)
+        wait_for_service(hub)
+        yield hub
+    finally:
+        hub.stop()
+        if node is not None:
+            remove_node_containers(node)
 
 
 def ledger_for(hub: Hub) -> Ledger:
@@ -162,6 +211,17 @@ def login(hub: Hub, name: str) -> requests.Session:
         r.text[:500],
     )
     return s
+
+
+def service_api(hub: Hub, token: str, method: str, path: str, **kw) -> requests.Response:
+    """``method`` on the service's ``api/<path>`` with ``token`` (a hub API token); ``kw``:
+    ``requests.request``'s (``timeout`` 60 s unless given)."""
+    return requests.request(
+        method,
+        hub.url + PREFIX + "api/" + path,
+        headers={"Authorization": f"token {token}"},
+        **{"timeout": 60, **kw},
+    )
 
 
 def service_xsrf(s: requests.Session) -> str:

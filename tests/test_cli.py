@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from cli_support import IMG, PROFILES, write_config
 from ledger_support import LAB
 
 from jupyterhub_gpulab.cli import main
@@ -20,23 +21,6 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest, load_declared
 from jupyterhub_gpulab.ledger import Ledger, db
 
 REPO_CONFIG = Path(__file__).resolve().parents[1] / "jupyterhub_config.py"
-IMG = "quay.io/jupyter/base-notebook"
-PROFILES = [
-    {"slug": "cpu", "display_name": "CPU only", "image": IMG, "default": True},
-    {
-        "slug": "mig-small",
-        "display_name": "MIG 1g.5gb",
-        "image": IMG,
-        "slice": {"kind": "mig", "mig_profile": "1g.5gb"},
-    },
-    {"slug": "seat", "display_name": "Shared T4 seat", "image": IMG, "slice": {"kind": "shared"}},
-]
-
-
-def write_config(directory: Path, body: str, name: str = "jupyterhub_config.py") -> Path:
-    path = directory / name
-    path.write_text("c = get_config()  # noqa: F821\n" + body)
-    return path
 
 
 @pytest.fixture

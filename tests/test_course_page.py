@@ -14,10 +14,17 @@ import subprocess
 
 import pytest
 import requests
-from course_support import containers_of, course_hub, remove_volumes
-from e2e_support import remove_node_containers, require_docker
-from service_support import POLICIES, PREFIX, login, user_token, wait_for_service
-from test_service_browser import browser  # noqa: F401 (the fixture)
+from browser_support import (
+    ARTIFACTS,
+    click,
+    log_in,
+    save_screenshot,
+    start_all_and_wait,
+    wait_until,
+)
+from course_support import containers_of, running_course
+from e2e_support import require_docker
+from service_support import POLICIES, PREFIX, login, user_token
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.usefixtures("api_contract")]
 
@@ -34,28 +41,19 @@ COURSE = {
 def lab(tmp_path_factory):
     require_docker()
     policies = {**POLICIES, "dl101": {"max_slices_per_user": 1}}
-    hub = course_hub(
+    with running_course(
         tmp_path_factory.mktemp("course-page"),
         COURSE,
+        ["ann", "bob"],
+        ["tina"],
         extra=f"c.GPULab.group_policies = {policies!r}",
-    )
-    try:
-        hub.start()
-        wait_for_service(hub)
-        hub.create_user("ann", ["dl101"])
-        hub.create_user("bob", ["dl101"])
-        hub.create_user("tina", ["dl101-staff"])
+    ) as hub:
         token = user_token(hub, login(hub, "tina"), "tina")
         yield hub, token
-    finally:
-        hub.stop()
-        remove_node_containers(hub.node)
-        remove_volumes(hub.node)
 
 
 def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
-    from test_service_browser import ARTIFACTS, click, log_in, save_screenshot, wait_until
 
     hub, token = lab
     # ann's one slice (her group's limit) is held by her own default server
@@ -72,16 +70,7 @@ def test_a_staff_members_course_page_reads_like_a_course(lab, browser):  # noqa:
         assert advanced.get_attribute("open") is None
         assert not b.find_element(By.ID, "record-json").is_displayed()
 
-        click(b, b.find_element(By.ID, "start-all"))
-        wait_until(
-            lambda: (
-                "ready" in b.find_element(By.ID, "progress-summary").text
-                and "(updating)" not in b.find_element(By.ID, "progress-summary").text
-            ),
-            300,
-            "the start-all to finish",
-            refresh=b.refresh,
-        )
+        start_all_and_wait(b)
         rows = {
             r.get_attribute("data-user"): r for r in b.find_elements(By.CSS_SELECTOR, "tr.student")
         }

@@ -17,10 +17,17 @@ from datetime import datetime, timedelta
 
 import pytest
 import requests
+from browser_support import (
+    ARTIFACTS,
+    click,
+    log_in,
+    save_screenshot,
+    start_all_and_wait,
+    wait_until,
+)
 from course_support import GitServer, containers_of, course_hub, remove_volumes
 from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, login, user_token, wait_for_service
-from test_service_browser import browser  # noqa: F401 (the fixture)
 
 from jupyterhub_gpulab.lab.names import folder_name
 
@@ -76,7 +83,6 @@ def put_file(hub, token: str, user: str, path: str, text: str) -> None:
 
 def test_the_instructors_week_in_the_browser(lab, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
-    from test_service_browser import ARTIFACTS, click, log_in, save_screenshot, wait_until
 
     hub, repo, tokens = lab
     b = browser
@@ -132,16 +138,7 @@ def test_the_instructors_week_in_the_browser(lab, browser):  # noqa: F811
         assert said == "Assignment hw1 added.", said
 
         # Start all: every student's course server starts and pulls the repository
-        click(b, b.find_element(By.ID, "start-all"))
-        wait_until(
-            lambda: (
-                "ready" in b.find_element(By.ID, "progress-summary").text
-                and "(updating)" not in b.find_element(By.ID, "progress-summary").text
-            ),
-            300,
-            "the start-all to finish",
-            refresh=b.refresh,
-        )
+        start_all_and_wait(b)
         summary = b.find_element(By.ID, "progress-summary").text
         assert "2 ready" in summary, summary
         cells = {

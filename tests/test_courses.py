@@ -253,7 +253,8 @@ def test_the_start_command_pulls_each_source_then_runs_the_server():
 
 
 def test_check_config_lists_bad_courses(capsys, tmp_path):
-    from test_cli import LAB, PROFILES, write_config
+    from cli_support import PROFILES, write_config
+    from ledger_support import LAB
 
     from jupyterhub_gpulab.cli import main
 

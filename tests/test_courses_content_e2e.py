@@ -14,11 +14,18 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from course_support import GitServer, containers_of, read_home, running_course, work_of
+from course_support import (
+    GitServer,
+    containers_of,
+    read_home,
+    running_course,
+    wait_prestart,
+    work_of,
+)
 from e2e_support import require_docker
 from html_support import parse_html
 from service_support import PREFIX, login, user_token
-from test_courses_e2e import api
+from service_support import service_api as api
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
@@ -63,9 +70,7 @@ def test_start_all_and_the_roster_says_when_each_student_got_the_content(lab):
     hub, repo, token, session, _ = lab
     r = api(hub, token, "POST", "courses/ml101/start")
     assert r.status_code == 202, r.text
-    from test_courses_e2e import wait_run
-
-    p = wait_run(hub, token)
+    p = wait_prestart(hub, token, "ml101")
     assert p["counts"].get("ready") == 3, p
     content = roster(hub, token)
     assert {u: c["state"] for u, c in content.items()} == {u: "pulled" for u in STUDENTS}

@@ -14,6 +14,7 @@ import time
 
 import pytest
 import requests
+from browser_support import ARTIFACTS, log_in, save_screenshot, wait_until
 from course_support import (
     LAB_IMAGE,
     GitServer,
@@ -21,11 +22,12 @@ from course_support import (
     course_hub,
     read_home,
     remove_volumes,
+    wait_prestart,
     work_of,
 )
 from e2e_support import remove_node_containers, require_docker
 from service_support import PREFIX, login, user_token, wait_for_service
-from test_service_browser import browser  # noqa: F401 (the fixture)
+from service_support import service_api as api
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
@@ -74,32 +76,11 @@ def lab(tmp_path_factory):
         remove_volumes(hub.node)
 
 
-def api(hub, token, method, path, **kw):
-    return requests.request(
-        method,
-        hub.url + PREFIX + "api/" + path,
-        headers={"Authorization": f"token {token}"},
-        **{"timeout": 60, **kw},
-    )
-
-
-def wait_run(hub, token, timeout=400):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r = api(hub, token, "GET", "courses/ml101/progress")
-        assert r.status_code == 200, r.text
-        p = r.json()["progress"]
-        if p and p["finished_at"]:
-            return p
-        time.sleep(2)
-    raise TimeoutError(f"pre-start did not finish: {p}\n{hub.log_tail()}")
-
-
 def test_prestart_of_a_roster_of_8_puts_the_notebooks_in_every_home(lab):
     hub, repo, tokens = lab
     r = api(hub, tokens["ta1"], "POST", "courses/ml101/start")
     assert r.status_code == 202, r.text
-    p = wait_run(hub, tokens["ta1"])
+    p = wait_prestart(hub, tokens["ta1"], "ml101")
     assert p["counts"].get("ready") == 8, p
     assert p["summary"].startswith("8 of 8 ready"), p
     running = containers_of(hub.node, "ml101")
@@ -471,7 +452,6 @@ def test_an_admin_creates_a_course_with_a_session_ten_minutes_ahead_and_it_is_pr
 @pytest.mark.browser
 def test_the_course_page_in_a_browser_start_all_progress_collect(lab, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
-    from test_service_browser import ARTIFACTS, log_in, save_screenshot, wait_until
 
     hub, repo, tokens = lab
     b = browser

@@ -10,7 +10,7 @@ import threading
 from datetime import datetime, timezone
 
 import pytest
-from ledger_support import backends, lab_inventory, make_url
+from ledger_support import backends, lab_inventory, make_url, seats_lab
 
 from jupyterhub_gpulab.courses.budget import refusal, used_gpu_hours, window_start
 from jupyterhub_gpulab.courses.model import CourseError
@@ -22,15 +22,7 @@ from jupyterhub_gpulab.ledger import BookingConflict, Ledger, NoFreeSlice
 
 UTC = timezone.utc
 #: One T4 split into 4 seats: the only slices of the profile "seat".
-SEATS = [
-    {
-        "uuid": "GPU-t4s-0",
-        "index": 0,
-        "name": "Tesla T4",
-        "memory": "16GiB",
-        "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
-    }
-]
+SEATS = seats_lab(seats=4, memory_per_seat="4GiB")
 PROFILES = {
     p.slug: p
     for p in load_profiles(

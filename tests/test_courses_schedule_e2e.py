@@ -11,19 +11,18 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-import requests
 import sqlalchemy as sa
 from course_support import (
     LAB_IMAGE,
     GitServer,
     containers_of,
-    course_hub,
     read_home,
-    remove_volumes,
+    running_course,
     work_of,
 )
-from e2e_support import remove_node_containers, require_docker
+from e2e_support import require_docker
 from service_support import PREFIX, ledger_for, login, user_token, wait_for_service
+from service_support import service_api as api
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
 
@@ -47,32 +46,14 @@ def lab(tmp_path_factory):
         "content": [{"repo": repo.url, "dir": "sched"}],
         "shared_folder": str(shared),
     }
-    hub = course_hub(tmp, course, shared_root=str(tmp))
     try:
-        hub.start()
-        wait_for_service(hub)
-        for u in ROSTER:
-            hub.create_user(u, ["sched"])
-        hub.create_user("ta", ["sched-staff"])
-        tokens = {u: user_token(hub, login(hub, u), u) for u in ("ta", "admin", "u1")}
-        ledger = ledger_for(hub)
-        yield hub, tokens, ledger
-        ledger.close()
+        with running_course(tmp, course, ROSTER, ["ta"], shared_root=str(tmp)) as hub:
+            tokens = {u: user_token(hub, login(hub, u), u) for u in ("ta", "admin", "u1")}
+            ledger = ledger_for(hub)
+            yield hub, tokens, ledger
+            ledger.close()
     finally:
-        hub.stop()
-        remove_node_containers(hub.node)
         repo.stop()
-        remove_volumes(hub.node)
-
-
-def api(hub, token, method, path, **kw):
-    return requests.request(
-        method,
-        hub.url + PREFIX + "api/" + path,
-        headers={"Authorization": f"token {token}"},
-        timeout=60,
-        **kw,
-    )
 
 
 def wait_for(what, timeout, message, hub=None):

@@ -1,37 +1,20 @@
-"""dcgm-exporter's job-mapping files follow the ledger's claims and releases.
-
-``dcgm_read`` reads a folder as dcgm-exporter's ``hpcMapper`` does (``internal/pkg/transformation/
-hpc.go`` at NVIDIA/dcgm-exporter d5e5f51): regular files named ``<GPU>`` or ``<GPU>.<GPU instance
-id>`` (``^\\d+(\\.\\d+)?$``), one job per line (Go's ``bufio.Scanner``: lines split at ``\\n``, a
-trailing ``\\r`` dropped); every other name is skipped.
-"""
+"""dcgm-exporter's job-mapping files follow the ledger's claims and releases, read as
+dcgm-exporter reads them (``dcgm_support.dcgm_read``)."""
 
 from __future__ import annotations
 
-import re
 import threading
 
 import pytest
+from dcgm_support import dcgm_read
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest, discover, gpu_instance_ids
 from jupyterhub_gpulab.ledger import Ledger
 from jupyterhub_gpulab.ledger.jobmap import JobMap, job_id
 
-VALID = re.compile(r"^\d+(\.\d+)?$")
 A40 = SliceRequest(kind=SliceKind.GPU, model="A40")
 P40 = SliceRequest(kind=SliceKind.GPU, model="P40")
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
-
-
-def dcgm_read(folder) -> dict[str, list[str]]:
-    found = {}
-    for entry in folder.iterdir():
-        if entry.is_dir() or not VALID.match(entry.name):
-            continue
-        found[entry.name] = [line.removesuffix("\r") for line in entry.read_text().split("\n")]
-        if found[entry.name] and found[entry.name][-1] == "":
-            found[entry.name].pop()  # the Scanner yields no empty token after a final newline
-    return found
 
 
 @pytest.fixture

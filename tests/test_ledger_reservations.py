@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from clock_support import MINUTE
-from ledger_support import backends, lab_inventory, make_url
+from ledger_support import backends, lab_inventory, lab_url, make_url, seats_lab
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.ledger import BookingConflict, Ledger, LedgerRefusal, NoFreeSlice
@@ -22,25 +22,12 @@ SEAT = SliceRequest(kind=SliceKind.SHARED)
 ROSTER = ["dl101-students", "dl101-staff"]
 
 #: Two T4s split into 4 seats each: 8 student seats; no other slices.
-SEATS_LAB = [
-    {
-        "uuid": f"GPU-t4s-{i}",
-        "index": i,
-        "name": "Tesla T4",
-        "memory": "16GiB",
-        "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
-    }
-    for i in range(2)
-]
+SEATS_LAB = seats_lab(2, seats=4, memory_per_seat="4GiB")
 
 
 @pytest.fixture(params=backends())
 def url(request, tmp_path):
-    u = make_url(request.param, tmp_path)
-    setup = Ledger(u)
-    setup.sync_inventory(lab_inventory(SEATS_LAB))
-    setup.close()
-    return u
+    return lab_url(request.param, tmp_path, SEATS_LAB)
 
 
 @pytest.fixture

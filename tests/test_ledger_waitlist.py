@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from clock_support import MINUTE
-from ledger_support import backends, lab_inventory, make_url
+from ledger_support import backends, lab_url, seats_lab
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.ledger import Ledger, LedgerRefusal, NoFreeSlice
@@ -16,25 +16,13 @@ from jupyterhub_gpulab.ledger.waitlist import OFFER_RULE, QueueFirst
 
 SEAT = SliceRequest(kind=SliceKind.SHARED)
 #: One T4 split into 2 seats.
-TWO_SEATS = [
-    {
-        "uuid": "GPU-t4s-0",
-        "index": 0,
-        "name": "Tesla T4",
-        "memory": "16GiB",
-        "shared": {"seats": 2, "memory_per_seat": "8GiB", "compute_share": 0.5},
-    }
-]
+TWO_SEATS = seats_lab(seats=2, memory_per_seat="8GiB")
 HOLD = 5 * MINUTE
 
 
 @pytest.fixture(params=backends())
 def url(request, tmp_path):
-    u = make_url(request.param, tmp_path)
-    setup = Ledger(u)
-    setup.sync_inventory(lab_inventory(TWO_SEATS))
-    setup.close()
-    return u
+    return lab_url(request.param, tmp_path, TWO_SEATS)
 
 
 @pytest.fixture

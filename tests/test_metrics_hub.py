@@ -80,7 +80,7 @@ def test_spawns_refusals_claims_and_releases_are_counted_at_hub_metrics(hub_fact
 def test_job_mapping_files_follow_a_real_spawn_and_stop(hub_factory):
     """dcgm-exporter's files name the holder while the server runs (the T4 seats are GPU 1, the
     A40 GPU 2 of the e2e lab) and are gone once it stopped."""
-    from test_jobmap import dcgm_read
+    from dcgm_support import dcgm_read
 
     hub = hub_factory().start()
     folder = hub.workdir / "dcgm-job-map"

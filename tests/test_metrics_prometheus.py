@@ -16,7 +16,7 @@ import requests
 from e2e_support import remove_node_containers, require_docker
 from leakcheck import unique
 from prometheus_support import REPO, RULES, Prometheus, require
-from service_support import start_hub, wait_for_service
+from service_support import real_servers, start_hub, wait_for_service
 
 DASHBOARD = REPO / "grafana" / "gpulab-dashboard.json"
 TOKEN = secrets.token_hex(16)
@@ -24,13 +24,7 @@ NODE = unique("gpulabprom")
 EXTRA = f"""
 from jupyterhub_gpulab.hub.hubconfig import configure_prometheus
 configure_prometheus(c, api_token={TOKEN!r})
-c.JupyterHub.spawner_class = "gpulab"
-c.GPUDockerSpawner.attach_mode = "env"
-c.GPULab.node_name = {NODE!r}
-c.DockerSpawner.prefix = {NODE!r}
-c.DockerSpawner.pull_policy = "never"
-c.Spawner.start_timeout = 60
-"""
+""" + real_servers(NODE)
 
 
 def test_the_alert_rules_pass_promtool_check_and_their_unit_tests():

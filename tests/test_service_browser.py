@@ -13,41 +13,26 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
+from browser_support import ARTIFACTS, click, log_in, save_screenshot, wait_until
 from hubtools import docker_available
 from leakcheck import unique
 from service_support import (
     IMAGE,
     PREFIX,
     ledger_for,
+    real_servers,
     require_or_skip,
+    running_service_hub,
     service_pid,
-    start_hub,
-    wait_for_service,
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 
 pytestmark = [pytest.mark.docker]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
-
-
-def browser_problem() -> str | None:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not (os.path.exists(path) and os.access(path, os.X_OK)):
-            return f"{path} is missing (apt-get install chromium chromium-driver)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (pip install -e '.[test]')"
-    return None
 
 
 def docker_problem() -> str | None:
@@ -60,40 +45,16 @@ def docker_problem() -> str | None:
     return None
 
 
-DOCKER_CONFIG = """
-c.JupyterHub.spawner_class = "gpulab"
-c.GPUDockerSpawner.attach_mode = "env"
-c.GPULab.node_name = "{prefix}"
-c.DockerSpawner.image = "{image}"
-c.DockerSpawner.prefix = "{prefix}"
-c.DockerSpawner.pull_policy = "never"
-c.Spawner.start_timeout = 60
-c.Spawner.http_timeout = 60
-# these tests hold ledger rows without servers (as the admin page shows them), which the
-# continuous reconcile would close
-c.GPUDockerSpawner.reconcile_interval = 3600
-"""
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     require_or_skip(docker_problem(), "Docker")
     prefix = unique("gpulabsvc")
-    hub = start_hub(
-        tmp_path_factory.mktemp("browser-hub"),
-        extra=DOCKER_CONFIG.format(image=IMAGE, prefix=prefix),
-    )
-    try:
-        wait_for_service(hub)
+    extra = real_servers(prefix, image=IMAGE, http_timeout=60, hold_rows=True)
+    # node=prefix: containers the hub could not remove on the way down (ours only)
+    with running_service_hub(
+        tmp_path_factory.mktemp("browser-hub"), extra=extra, node=prefix
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
-        # containers the hub could not remove on the way down (bounded, ours only)
-        ids = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"name={prefix}"], capture_output=True, text=True
-        ).stdout.split()
-        if ids:
-            subprocess.run(["docker", "rm", "-f", *ids[:20]], capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -121,100 +82,6 @@ def spawn_ready(hub, user: str, profile: str) -> None:
     r = hub.spawn(user, {"profile": profile})
     assert r.status_code in (201, 202), r.text
     hub.wait_ready(user, timeout=90)
-
-
-@pytest.fixture
-def browser():
-    require_or_skip(browser_problem(), "A headless chromium")
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never reach for the network
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000"):  # fmt: skip
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def wait_until(check, timeout: float, what: str, refresh=None):
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-        except StaleElementReferenceException:  # the page was reloaded under the check
-            result = None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
-        if refresh:
-            refresh()
-
-
-def log_in(browser, hub, name: str, path: str, heading: str | None = None) -> None:
-    """Log ``name`` in through the hub's login form, asking for ``path``, and wait until the
-    browser shows that page's final document (its ``h1`` holding ``heading``, when given; a
-    ``path`` ending in ``spawn`` also matches the user's own ``spawn/<user>``).
-
-    A login goes through redirects (the hub, the service's OAuth dance); the URL can name the
-    page while the document is still being replaced, so a test that read an element right after
-    the URL check could get a stale element. This reads the document in one script call instead
-    and waits until it is complete and at the page."""
-    from selenium.webdriver.common.by import By
-
-    browser.get(f"{hub.url}/hub/login?next={path}")
-    browser.find_element(By.ID, "username_input").send_keys(name)
-    browser.find_element(By.ID, "password_input").send_keys("any password")
-    browser.find_element(By.ID, "login_submit").click()
-
-    def at_page():
-        where, state, h1 = browser.execute_script(
-            "const h = document.querySelector('h1');"
-            "return [location.pathname, document.readyState, h ? h.textContent : ''];"
-        )
-        there = where.startswith(path) if path.endswith("spawn") else where == path
-        return there and state == "complete" and (heading is None or heading in h1)
-
-    wait_until(at_page, 30, f"{name}'s {path} after login")
-
-
-def click(driver, element, timeout: float = 10) -> None:
-    """Click ``element`` as a user would: scrolled to the middle of the window first, and again
-    while something still covers it (the page settling after a resize or a reload)."""
-    from selenium.common.exceptions import ElementClickInterceptedException
-
-    deadline = time.monotonic() + timeout
-    while True:
-        # instant: Bootstrap's reboot makes scrolling smooth, and a click during the animation
-        # lands where the element was (and each retry would restart the animation)
-        driver.execute_script(
-            "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});", element
-        )
-        try:
-            element.click()
-            return
-        except ElementClickInterceptedException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
-
-
-def save_screenshot(driver, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(1400, min(max(height + 120, 800), 4000))
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1400, 1000)
 
 
 @pytest.mark.browser

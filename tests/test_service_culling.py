@@ -39,6 +39,7 @@ from service_support import (
     ledger_for,
     login,
     make_hub,
+    real_servers,
     start_hub,
     user_token,
 )
@@ -57,16 +58,7 @@ USERS = {"ann": ["students"], "ben": ["students"], "dan": ["students"],
 
 
 def spawner_config(node: str) -> str:
-    return f"""
-c.JupyterHub.spawner_class = "gpulab"
-c.GPUDockerSpawner.attach_mode = "env"
-c.DockerSpawner.image = {IMAGE!r}
-c.DockerSpawner.pull_policy = "never"
-c.DockerSpawner.prefix = {node!r}
-c.Spawner.start_timeout = 90
-c.Spawner.http_timeout = 60
-c.GPULab.node_name = {node!r}
-"""
+    return real_servers(node, image=IMAGE, start_timeout=90, http_timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,10 @@ A100: Ampere), so the lab counts unknown utilisation as idle
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from e2e_support import PROFILES, backend_params, new_hub, require_docker
 from html_support import parse_html
-from hubtools import free_port
+from hubtools import free_port, wait_for
 from service_support import ledger_for, login, wait_for_service
 
 pytestmark = pytest.mark.docker
@@ -61,16 +59,6 @@ def hub(request, tmp_path_factory):
         yield hub
     finally:
         hub.close()
-
-
-def wait_for(what, check, timeout: float, hub) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.25)
-    raise AssertionError(f"{what} within {timeout}s:\n{hub.log_tail(40)}")
 
 
 def test_a_real_server_over_an_idle_slice_is_warned_then_culled(hub):

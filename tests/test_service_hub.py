@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import pytest
 import requests
 from api_contract import check_body
-from e2e_support import remove_node_containers
 from html_support import parse_html
 from hubtools import docker_available
 from leakcheck import unique
@@ -24,11 +23,11 @@ from service_support import (
     PREFIX,
     ledger_for,
     login,
+    real_servers,
     require_or_skip,
+    running_service_hub,
     service_xsrf,
-    start_hub,
     user_token,
-    wait_for_service,
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -44,28 +43,15 @@ TARGET_GPU = "GPU-p40-0003"
 
 #: Servers are real: GPUDockerSpawner, attach mode "env", a node (and container prefix) of its own.
 NODE = unique("gpulabhub")
-SPAWNER = f"""
-c.JupyterHub.spawner_class = "gpulab"
-c.GPUDockerSpawner.attach_mode = "env"
-c.GPULab.node_name = {NODE!r}
-c.DockerSpawner.prefix = {NODE!r}
-c.DockerSpawner.pull_policy = "never"
-c.Spawner.start_timeout = 60
-# these tests hold ledger rows without servers (as the admin page shows them), which the
-# continuous reconcile would close
-c.GPUDockerSpawner.reconcile_interval = 3600
-"""
+SPAWNER = real_servers(NODE, hold_rows=True)
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    hub = start_hub(tmp_path_factory.mktemp("service-hub"), extra=SPAWNER)
-    try:
-        wait_for_service(hub)
+    with running_service_hub(
+        tmp_path_factory.mktemp("service-hub"), extra=SPAWNER, node=NODE
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
-        remove_node_containers(NODE)
 
 
 @pytest.fixture(scope="module")

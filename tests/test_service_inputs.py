@@ -9,7 +9,7 @@ import json
 
 import pytest
 import requests
-from service_support import PREFIX, ledger_for, login, start_hub, user_token, wait_for_service
+from service_support import PREFIX, ledger_for, login, user_token
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 
@@ -23,13 +23,8 @@ MAX_MESSAGE = 300
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    hub = start_hub(tmp_path_factory.mktemp("inputs-hub"))
-    try:
-        wait_for_service(hub)
-        yield hub
-    finally:
-        hub.stop()
+def hub(service_hub):
+    return service_hub
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,13 @@ import pytest
 import requests
 import sqlalchemy as sa
 from metrics_support import samples, value
-from service_support import PREFIX, ledger_for, login, start_hub, user_token, wait_for_service
+from service_support import (
+    PREFIX,
+    ledger_for,
+    login,
+    running_service_hub,
+    user_token,
+)
 
 from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -29,12 +35,8 @@ SEAT = SliceRequest(kind=SliceKind.SHARED)
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    hub = start_hub(tmp_path_factory.mktemp("metrics-hub"), extra=PROMETHEUS)
-    try:
-        wait_for_service(hub)
+    with running_service_hub(tmp_path_factory.mktemp("metrics-hub"), extra=PROMETHEUS) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 @pytest.fixture(scope="module")

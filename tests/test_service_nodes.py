@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 import requests
-from service_support import PREFIX, ledger_for, login, start_hub, user_token, wait_for_service
+from service_support import (
+    PREFIX,
+    ledger_for,
+    login,
+    running_service_hub,
+    user_token,
+)
 
 from jupyterhub_gpulab.agent.report import build_report
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -25,15 +31,11 @@ SHARED = 'c.GPULab.shared_devices = {"GPU-e2e0f400-0000-4000-8000-000000000001":
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    hub = start_hub(tmp_path_factory.mktemp("nodes-hub"), extra=SHARED)
-    try:
-        wait_for_service(hub)
+    with running_service_hub(tmp_path_factory.mktemp("nodes-hub"), extra=SHARED) as hub:
         for who in ("admin", "instructor"):
             hub.tokens = getattr(hub, "tokens", {})
             hub.tokens[who] = user_token(hub, login(hub, who), who)
         yield hub
-    finally:
-        hub.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
+from browser_support import ARTIFACTS, browser_problem, log_in, save_screenshot
 from fake_nvml import A40_UUID, P40_UUID, FakeNVML
 from service_support import (
     POLICIES,
@@ -25,13 +25,6 @@ from service_support import (
     require_or_skip,
     start_hub,
 )
-from test_service_browser import (  # noqa: F401
-    browser,
-    browser_problem,
-    log_in,
-    save_screenshot,
-    wait_until,
-)
 
 from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -39,7 +32,6 @@ from jupyterhub_gpulab.ledger.schema import allocations
 
 pytestmark = pytest.mark.browser
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 BUDGET = {**POLICIES, "students": {**POLICIES["students"], "gpu_hours": 10, "period": "week"}}
 EXTRA = f"""
 c.GPULab.inventory = []

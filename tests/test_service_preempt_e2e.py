@@ -7,12 +7,10 @@ unknown utilisation as idle (as the demo does)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import requests
 from e2e_support import PROFILES, new_hub, remove_node_containers, require_docker
-from hubtools import free_port
+from hubtools import free_port, wait_for
 from service_support import PREFIX, ledger_for, login, user_token, wait_for_service
 
 pytestmark = pytest.mark.docker
@@ -58,16 +56,6 @@ def hub(tmp_path_factory):
     finally:
         hub.stop()
         remove_node_containers(hub.workdir.name)
-
-
-def wait_for(what, check, timeout, hub):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.25)
-    raise AssertionError(f"{what} within {timeout}s:\n{hub.log_tail(40)}")
 
 
 def test_a_queued_researcher_gets_the_idle_students_gpu_after_a_warning(hub):

@@ -19,7 +19,6 @@ from service_support import (
     login,
     make_hub,
     start_hub,
-    wait_for_service,
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -36,13 +35,8 @@ REVOCATION_WITHIN = 5 + 3
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    hub = start_hub(tmp_path_factory.mktemp("scopes-hub"))
-    try:
-        wait_for_service(hub)
-        yield hub
-    finally:
-        hub.stop()
+def hub(service_hub):
+    return service_hub
 
 
 @pytest.fixture(scope="module")

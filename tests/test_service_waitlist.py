@@ -10,16 +10,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
-from e2e_support import remove_node_containers
 from leakcheck import unique
 from service_support import (
     POLICIES,
     PREFIX,
     ledger_for,
     login,
-    start_hub,
+    real_servers,
+    running_service_hub,
     user_token,
-    wait_for_service,
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -31,18 +30,14 @@ SEAT = SliceRequest(kind=SliceKind.SHARED)
 #: a group whose members may use 0.01 GPU-hours (36 s of a whole GPU) a week
 BUDGETED = {**POLICIES, "budgeted": {"gpu_hours": 0.01, "period": "week"}}
 NODE = unique("gpulabwait")
-EXTRA = f"""
-c.JupyterHub.spawner_class = "gpulab"
-c.GPUDockerSpawner.attach_mode = "env"
-c.GPULab.node_name = {NODE!r}
-c.DockerSpawner.prefix = {NODE!r}
-c.DockerSpawner.pull_policy = "never"
-c.Spawner.start_timeout = 60
-c.GPUDockerSpawner.reconcile_interval = 3600
+EXTRA = (
+    real_servers(NODE, hold_rows=True)
+    + f"""
 c.GPULabService.waitlist_every = 1
 c.GPULabService.waitlist_hold = 4
 c.GPULab.group_policies = {BUDGETED!r}
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +47,10 @@ def hub(tmp_path_factory):
     reason = docker_available()
     if reason:
         pytest.fail(f"Docker is needed: {reason}")
-    hub = start_hub(tmp_path_factory.mktemp("waitlist-hub"), extra=EXTRA)
-    try:
-        wait_for_service(hub)
+    with running_service_hub(
+        tmp_path_factory.mktemp("waitlist-hub"), extra=EXTRA, node=NODE
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
-        remove_node_containers(NODE)
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import requests
-from e2e_support import backend_params, new_hub, require_docker
-from html_support import parse_html
+from e2e_support import SpawnPage, backend_params, hub_login, new_hub, require_docker
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -195,40 +193,10 @@ def test_named_servers_count_against_the_per_user_limit(hub, ledger):
     assert len(ledger.open_allocations(user="researcher1")) == 3
 
 
-class SpawnPage:
-    """A hub page as a user reads it (``html_support``): the profile radios (``{slug:
-    {"checked", "disabled"}}``), the spawn form's ``action`` (it carries ``?_xsrf=…``), the
-    ``_xsrf`` field of a login form, and the visible ``text``."""
-
-    def __init__(self, html: str):
-        page = parse_html(html)
-        self.radios = {
-            i.attrs["value"]: {"checked": "checked" in i.attrs, "disabled": "disabled" in i.attrs}
-            for i in page.find_all("input", name="profile")
-        }
-        xsrf = page.find_all("input", name="_xsrf")
-        self.xsrf = xsrf[0].attrs.get("value") if xsrf else None
-        form = page.find_all("form", id="spawn_form")
-        self.action = form[0].attrs.get("action") if form else None
-        self.text = page.text()
-
-
-def login(hub, user):
-    s = requests.Session()
-    r = s.get(f"{hub.url}/hub/login")
-    p = SpawnPage(r.text)
-    r = s.post(
-        f"{hub.url}/hub/login",
-        data={"username": user, "password": "x", "_xsrf": p.xsrf or s.cookies.get("_xsrf")},
-    )
-    assert r.status_code == 200, r.text[:500]
-    return s
-
-
 def test_the_form_shows_entitled_profiles_with_capacity_and_disables_full_ones(hub):
     spawn_ready(hub, "student1", "mig")
     spawn_ready(hub, "student2", "mig")
-    s = login(hub, "student3")
+    s = hub_login(hub, "student3")
     page = s.get(f"{hub.url}/hub/spawn")
     assert page.status_code == 200
     p = SpawnPage(page.text)

@@ -5,74 +5,11 @@ preselected. The HTML is read with ``html_support``; no exact-HTML assertions.""
 from __future__ import annotations
 
 import pytest
-from html_support import Node, parse_html
+from form_support import BY_SLUG, FREE, IMG, PROFILES, capacity_of, radios, rows
+from html_support import parse_html
 
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.spawner.form import form_rows, render_form
-
-IMG = "quay.io/jupyter/pytorch-notebook:cuda12-latest"
-PROFILES = load_profiles(
-    [
-        {
-            "slug": "cpu",
-            "display_name": "CPU only",
-            "image": IMG,
-            "cpu_limit": 1,
-            "mem_limit": "4G",
-        },
-        {
-            "slug": "mig-1g",
-            "display_name": "PyTorch (MIG 1g.10gb)",
-            "description": "Coursework.",
-            "image": IMG,
-            "slice": {"kind": "mig", "mig_profile": "1g.10gb"},
-            "cpu_limit": 2,
-            "mem_limit": "8G",
-        },
-        {
-            "slug": "seat",
-            "display_name": "Shared T4 seat",
-            "image": IMG,
-            "slice": {"kind": "shared"},
-        },
-        {
-            "slug": "a100",
-            "display_name": "Full A100",
-            "image": IMG,
-            "slice": {"kind": "gpu", "model": "A100"},
-        },
-    ]
-)
-BY_SLUG = {p.slug: p for p in PROFILES}
-FREE = {"mig-1g": (3, 14), "seat": (0, 4), "a100": (0, 0)}  # seat: all taken; a100: none here
-
-
-def capacity_of(free: dict[str, tuple[int, int]]):
-    by_request = {BY_SLUG[slug].slice: cap for slug, cap in free.items()}
-    return lambda request: by_request[request]
-
-
-def rows(page: Node) -> list[Node]:
-    """The form's rows: one ``div.form-check`` per profile (the outermost ones)."""
-    found = page.find_all("div", cls="form-check")
-    return [n for n in found if not any(n in r.iter() for r in found)]
-
-
-def radios(html: str) -> dict[str, dict]:
-    """``{slug: attrs}`` of the profile radio buttons, checking each row has exactly one: with
-    the row's visible ``text``, its capacity ``badge`` and ``why`` it is disabled."""
-    out = {}
-    for row in rows(parse_html(html)):
-        (radio,) = row.find_all("input")
-        assert radio.attrs["type"] == "radio"
-        assert radio.attrs["name"] == "profile"
-        out[radio.attrs["value"]] = {
-            **radio.attrs,
-            "text": row.text(),
-            "badge": " ".join(b.text() for b in row.find_all(cls="badge")),
-            "why": radio.description(),
-        }
-    return out
 
 
 def render(profiles=PROFILES, free=FREE, preselect=None, quota_reason=None) -> dict[str, dict]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from form_support import FREE, PROFILES, capacity_of
 from leakcheck import unique
-from test_spawner_form import FREE, PROFILES, capacity_of
 
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.spawner import GPUDockerSpawner
@@ -95,9 +95,8 @@ def test_a_template_that_cannot_be_used_is_refused_at_config_load(template, says
 
 @pytest.mark.docker
 def test_the_hubs_spawn_page_shows_the_admins_form(tmp_path):
-    from e2e_support import gpulab_config, remove_node_containers, require_docker
+    from e2e_support import gpulab_config, hub_login, remove_node_containers, require_docker
     from hubtools import Hub
-    from test_spawner_e2e import login
 
     require_docker()
     path = tmp_path / "our_form.html"
@@ -109,7 +108,7 @@ def test_the_hubs_spawn_page_shows_the_admins_form(tmp_path):
     )
     hub.start()
     try:
-        page = login(hub, "student1").get(f"{hub.url}/hub/spawn")
+        page = hub_login(hub, "student1").get(f"{hub.url}/hub/spawn")
         assert page.status_code == 200
         assert "Our PyTorch (MIG 1g.10gb): 2 of 2 free" in page.text
         assert {i["value"] for i in _inputs(page.text) if i.get("name") == "profile"} == {

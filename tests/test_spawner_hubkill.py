@@ -17,6 +17,7 @@ from e2e_support import (
     inspect,
     ledger_of,
 )
+from hubtools import wait_for
 
 from jupyterhub_gpulab.ledger import Ledger
 from jupyterhub_gpulab.spawner.reconcile import NO_SERVER
@@ -62,16 +63,6 @@ RESTARTED = f"""
 c.Spawner.http_timeout = 3
 c.GPUDockerSpawner.reconcile_interval = {INTERVAL}
 """
-
-
-def wait_for(what, check, timeout: float = 60, hub=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.25)
-    raise TimeoutError(f"{what} within {timeout}s" + (f":\n{hub.log_tail()}" if hub else ""))
 
 
 def post_start_running(container: str) -> bool:

@@ -16,12 +16,18 @@ import json
 import time
 
 import pytest
-from e2e_support import PROFILES, gpulab_config, remove_node_containers, require_docker
+from e2e_support import (
+    PROFILES,
+    SpawnPage,
+    gpulab_config,
+    hub_login,
+    remove_node_containers,
+    require_docker,
+)
 from html_support import parse_html
 from hubtools import Hub
 from leakcheck import unique
 from prometheus_client.parser import text_string_to_metric_families
-from test_spawner_e2e import SpawnPage, login
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -128,7 +134,7 @@ def test_a_renamed_saved_profile_starts_the_default_and_tells_the_user(hub_facto
         "Your saved choice 'tensorflow-seat' no longer applies (there is no such profile any more)"
     )
     # the form says so before anything starts, and preselects the default
-    p, page = form_of(login(hub, "ann"), hub, "ann")
+    p, page = form_of(hub_login(hub, "ann"), hub, "ann")
     assert f"{said}; pick another below." in page
     assert p.radios["mig"]["checked"]
     # an admin's start, no body: the default profile, and the user is told why
@@ -181,7 +187,7 @@ def test_the_form_refuses_an_unknown_field_as_the_api_does(hub):
     assert api.status_code == 400
     message = api.json()["message"]
     assert message.startswith("Unknown option 'image'; the only option is 'profile'.")
-    s = login(hub, "dave")
+    s = hub_login(hub, "dave")
     p, _ = form_of(s, hub, "dave")
     r = s.post(hub.url + p.action, data=bad)
     assert r.status_code == 400
@@ -197,7 +203,7 @@ CROSS_SITE = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec
 def test_a_cross_site_get_never_starts_a_server(hub):
     hub.create_user("erin")
     led = Ledger(f"sqlite:///{hub.workdir}/gpulab.sqlite")
-    s = login(hub, "erin")
+    s = hub_login(hub, "erin")
     for query, says in (
         ("x=1", "A link that starts a server must name its profile (?profile=slug); this one names only 'x'."),
         ("", None),  # the form, as always
@@ -229,7 +235,7 @@ def test_routine_refusals_are_one_info_line_and_counted_as_failures(hub):
     start = hub.log_path.stat().st_size
     # the same quota refusal from the API, the form and a link
     assert hub.spawn("finn", {"profile": "seat"}, name="two").status_code == 429
-    s = login(hub, "finn")
+    s = hub_login(hub, "finn")
     p, _ = form_of(s, hub, "finn", "two")
     assert s.post(hub.url + p.action, data={"profile": "seat"}).status_code == 429
     assert s.get(f"{hub.url}/hub/spawn/finn/three?profile=seat").status_code == 429

@@ -22,10 +22,10 @@ import sqlalchemy as sa
 from docker.errors import APIError, NotFound
 from dockerspawner import DockerSpawner
 from e2e_support import LAB, PROFILES
+from form_support import radios
 from jupyterhub import orm
 from jupyterhub.objects import Hub
 from jupyterhub.user import User
-from test_spawner_form import radios
 from traitlets.config import Config
 
 from jupyterhub_gpulab import clock

@@ -23,12 +23,10 @@ import time
 
 import pytest
 import requests
-import test_service_browser
 from service_support import PREFIX, user_token
 from sso_support import browser_login, sso_hub, wait_for
 
 pytestmark = [pytest.mark.sso, pytest.mark.browser]
-browser = test_service_browser.browser  # the real chromium fixture
 
 REFRESH_AGE = 3
 ENTRA_STUDENTS = "6a1f0b6e-3d2c-4a57-9d1e-0c7a3f1b2e4d"

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 from clock_support import HOUR, MINUTE
-from ledger_support import lab_inventory, make_url
+from ledger_support import lab_inventory, make_url, seats_lab
 from traitlets.config import Config
 
 from jupyterhub_gpulab.fairuse.offers import offer_limits
@@ -20,15 +20,7 @@ from jupyterhub_gpulab.ledger.waitlist import SKIP_RULE
 from jupyterhub_gpulab.service.web.queueapi import my_entries
 
 SEAT = SliceRequest(kind=SliceKind.SHARED)
-TWO_SEATS = [
-    {
-        "uuid": "GPU-t4s-0",
-        "index": 0,
-        "name": "Tesla T4",
-        "memory": "16GiB",
-        "shared": {"seats": 2, "memory_per_seat": "6GiB", "compute_share": 0.5},
-    }
-]
+TWO_SEATS = seats_lab(seats=2, memory_per_seat="6GiB")
 PROFILES = [
     {"slug": "seat", "display_name": "T4 seat", "image": "img", "slice": {"kind": "shared"}}
 ]
