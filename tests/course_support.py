@@ -179,20 +179,6 @@ def course_api(hub, token: str, method: str, path: str, **kw):
     )
 
 
-def wait_prestart(hub, token: str, slug: str, timeout: float = 400) -> dict:
-    """The course's pre-start progress once it finished (``TimeoutError`` after ``timeout`` s)."""
-    deadline = time.monotonic() + timeout
-    p = None
-    while time.monotonic() < deadline:
-        r = course_api(hub, token, "GET", f"courses/{slug}/progress")
-        assert r.status_code == 200, r.text
-        p = r.json()["progress"]
-        if p and p["finished_at"]:
-            return p
-        time.sleep(2)
-    raise TimeoutError(f"pre-start did not finish: {p}\n{hub.log_tail()}")
-
-
 @contextmanager
 def running_course(tmp_path: Path, course: dict, roster: list[str], staff: list[str], **kw):
     """:func:`course_hub` started, with ``roster`` in the course's roster group and ``staff`` in

@@ -5,31 +5,13 @@ in ``test_images_e2e.py`` run the same gate on a real hub)."""
 from __future__ import annotations
 
 import pytest
+from images_support import P40_LAB, cuda13_labels, lock
 
 from jupyterhub_gpulab.inventory.declared import load_declared
 from jupyterhub_gpulab.inventory.model import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab import imagelabels, images
 from jupyterhub_gpulab.lab.profiles import load_profiles
 from jupyterhub_gpulab.spawner.form import form_rows
-
-LOCKS = images.__file__.rsplit("/jupyterhub_gpulab/", 1)[0] + "/images/locks/"
-
-#: The seed lab's P40 (Pascal) beside an L4, both on a host with driver R580.
-P40_LAB = [
-    {"uuid": "GPU-p40", "index": 0, "name": "Tesla P40", "memory": "24GiB",
-     "compute_capability": "6.1", "driver_version": "580.95.05"},
-    {"uuid": "GPU-l4", "index": 1, "name": "NVIDIA L4", "memory": "24GiB",
-     "compute_capability": "8.9", "driver_version": "580.95.05"},
-]  # fmt: skip
-
-
-def lock(name: str) -> list[str]:
-    with open(LOCKS + name, encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
-def cuda13_labels(image="gpulab/pytorch:6.1.1-cuda") -> dict:
-    return imagelabels.labels_for("pytorch", "cuda", lock("pytorch-cuda.txt"))
 
 
 def test_the_cuda_locks_resolve_with_hashes_and_name_their_cuda_major():

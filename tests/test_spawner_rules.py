@@ -220,7 +220,7 @@ async def test_a_full_lab_refuses_with_one_database_write_and_records_what_the_u
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):
     # the refusal built inside the claim's transaction tells the image gate's reason, not "no
     # free slice", and the refusal log holds exactly what the user saw
-    from test_images_gate import P40_LAB, cuda13_labels
+    from images_support import P40_LAB, cuda13_labels
 
     profile = {"slug": "torch", "display_name": "PyTorch", "image": IMAGE, "slice": {"kind": "gpu"}}
     make = lab(inventory=P40_LAB[:1], profiles=[profile], group_policies={})
