@@ -122,12 +122,18 @@ def test_each_keep_counts_and_the_one_past_the_allowance_is_refused():
     "server, warned, why",
     [
         pytest.param(idle_server(T0 + 20 * MIN), {}, "no GPU-idle warning", id="not-warned"),
-        pytest.param(idle_server(T0 + 20 * MIN), {"idle": T0}, "no GPU-idle warning",
-                     id="other-rule"),  # fmt: skip
-        pytest.param(idle_server(T0, has_gpu=False), {"gpu-idle": T0}, "nothing to keep",
-                     id="cpu-server"),  # fmt: skip
-        pytest.param(idle_server(T0, limits=Limits(idle_timeout=60)), {"gpu-idle": T0},
-                     "nothing to keep", id="no-gpu-idle-rule"),  # fmt: skip
+        pytest.param(
+            idle_server(T0 + 20 * MIN), {"idle": T0}, "no GPU-idle warning", id="other-rule"
+        ),  # fmt: skip
+        pytest.param(
+            idle_server(T0, has_gpu=False), {"gpu-idle": T0}, "nothing to keep", id="cpu-server"
+        ),  # fmt: skip
+        pytest.param(
+            idle_server(T0, limits=Limits(idle_timeout=60)),
+            {"gpu-idle": T0},
+            "nothing to keep",
+            id="no-gpu-idle-rule",
+        ),  # fmt: skip
     ],
 )
 def test_a_keep_with_nothing_to_keep_is_refused_and_not_counted(server, warned, why):
