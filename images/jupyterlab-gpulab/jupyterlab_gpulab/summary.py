@@ -28,10 +28,25 @@ def _isolation(env: Mapping[str, str], level: str | None) -> str | None:
     return mine or level
 
 
+def gpu_idle_warning(me: Mapping, server_name: str) -> dict | None:
+    """The culler's GPU-idle warning for server ``server_name`` in the service's ``me`` record
+    (``{"message", "due_at"}``: when the server will be stopped, ISO UTC), or ``None``. It is
+    the one the status bar offers **Keep** and **Move to CPU** for."""
+    for w in me.get("warnings") or ():
+        if (
+            w.get("rule") == "gpu-idle"
+            and w.get("kind") == "warning"
+            and w.get("server_name") == server_name
+        ):
+            return {"message": w.get("message") or "", "due_at": w.get("due_at")}
+    return None
+
+
 def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
-    """``{"text", "title", "level", "slice", "gpu_hours", "page"}`` for server ``server_name``
-    of the user ``me`` describes. ``level`` is ``"low"`` when under 10 % of the budget is
-    left (or it is spent), else ``"ok"``."""
+    """``{"text", "title", "level", "slice", "gpu_hours", "page", "warning"}`` for server
+    ``server_name`` of the user ``me`` describes. ``level`` is ``"warn"`` while the culler's
+    GPU-idle warning for this server stands (``warning``: :func:`gpu_idle_warning`), else
+    ``"low"`` when under 10 % of the budget is left (or it is spent), else ``"ok"``."""
     server = next((s for s in me.get("servers") or () if s.get("name") == server_name), None)
     sl = server.get("slice") if server else None
     if sl:
@@ -67,6 +82,10 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
         quota = f"{float(hours.get('used_hours') or 0.0):.1f} GPU-h used, no budget"
     if hours.get("describe"):
         title += f"\n{hours['describe']}"
+    warning = gpu_idle_warning(me, server_name)
+    if warning:
+        level = "warn"
+        title = f"{warning['message']}\n\n{title}"
     return {
         "text": f"GPU: {gpu} · {quota}",
         "title": title,
@@ -74,4 +93,5 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
         "slice": sl,
         "gpu_hours": hours,
         "page": "/services/gpulab/me",
+        "warning": warning,
     }
