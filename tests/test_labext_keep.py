@@ -76,3 +76,11 @@ def test_the_server_extension_asks_for_this_very_server(monkeypatch):
     assert (
         module.action_path("a b", "dl/1", "move-to-cpu") == "users/a%20b/servers/dl%2F1/move-to-cpu"
     )
+
+
+@pytest.mark.parametrize(
+    "env, every", [({}, 60), ({"GPULAB_STATUS_REFRESH_S": "5"}, 5),
+                   ({"GPULAB_STATUS_REFRESH_S": "soon"}, 60), ({"GPULAB_STATUS_REFRESH_S": "0"}, 1)],
+)  # fmt: skip
+def test_the_status_bar_asks_as_often_as_the_server_says(env, every):
+    assert summary.summarise({}, "", env)["refresh_s"] == every

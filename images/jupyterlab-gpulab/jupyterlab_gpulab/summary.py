@@ -28,6 +28,17 @@ def _isolation(env: Mapping[str, str], level: str | None) -> str | None:
     return mine or level
 
 
+#: How often the status bar asks (seconds), unless ``$GPULAB_STATUS_REFRESH_S`` says otherwise.
+REFRESH_S = 60
+
+
+def refresh_seconds(env: Mapping[str, str]) -> int:
+    """``$GPULAB_STATUS_REFRESH_S`` (whole seconds, at least 1; else :data:`REFRESH_S`): how
+    often the status bar asks; a warning shows at most that long after the culler gives it."""
+    raw = env.get("GPULAB_STATUS_REFRESH_S", "")
+    return max(1, int(raw)) if raw.isdigit() else REFRESH_S
+
+
 def gpu_idle_warning(me: Mapping, server_name: str) -> dict | None:
     """The culler's GPU-idle warning for server ``server_name`` in the service's ``me`` record
     (``{"message", "due_at"}``: when the server will be stopped, ISO UTC), or ``None``. It is
@@ -43,10 +54,11 @@ def gpu_idle_warning(me: Mapping, server_name: str) -> dict | None:
 
 
 def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
-    """``{"text", "title", "level", "slice", "gpu_hours", "page", "warning"}`` for server
-    ``server_name`` of the user ``me`` describes. ``level`` is ``"warn"`` while the culler's
-    GPU-idle warning for this server stands (``warning``: :func:`gpu_idle_warning`), else
-    ``"low"`` when under 10 % of the budget is left (or it is spent), else ``"ok"``."""
+    """``{"text", "title", "level", "slice", "gpu_hours", "page", "warning", "refresh_s"}`` for
+    server ``server_name`` of the user ``me`` describes (``refresh_s``: :func:`refresh_seconds`).
+    ``level`` is ``"warn"`` while the culler's GPU-idle warning for this server stands
+    (``warning``: :func:`gpu_idle_warning`), else ``"low"`` when under 10 % of the budget is
+    left (or it is spent), else ``"ok"``."""
     server = next((s for s in me.get("servers") or () if s.get("name") == server_name), None)
     sl = server.get("slice") if server else None
     if sl:
@@ -94,4 +106,5 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
         "gpu_hours": hours,
         "page": "/services/gpulab/me",
         "warning": warning,
+        "refresh_s": refresh_seconds(env),
     }

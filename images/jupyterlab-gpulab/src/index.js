@@ -1,5 +1,6 @@
 // The status bar entry: "GPU: MIG 1g.10gb, 10 GiB, isolated · 4.2 of 5 GPU-h left", refreshed
-// every minute from the server extension (GET <base_url>gpulab/me); a click opens the gpulab page.
+// every minute (the answer's refresh_s) from the server extension (GET <base_url>gpulab/me); a
+// click on it opens the gpulab page.
 // While the culler's GPU-idle warning for this server stands, the entry shows it with two
 // buttons: Keep (POST gpulab/keep: the stop moves one window later, one of the day's keeps) and
 // Move to CPU (saves every open document, then POST gpulab/move-to-cpu: the server restarts on
@@ -9,7 +10,6 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-const REFRESH_MS = 60000;
 
 async function call(settings, path, method) {
   const url = URLExt.join(settings.baseUrl, 'gpulab', path);
@@ -87,6 +87,7 @@ const plugin = {
         b.disabled = false;
       }
     };
+    let every = 60;
     const refresh = async () => {
       try {
         const me = await call(settings, 'me', 'GET');
@@ -94,6 +95,7 @@ const plugin = {
         widget.node.title = me.title;
         widget.node.dataset.level = me.level;
         page = me.page;
+        every = me.refresh_s || every;
         choices.replaceChildren(
           ...(me.warning
             ? [button('Keep', keep), button('Move to CPU', moveToCPU)]
@@ -103,9 +105,9 @@ const plugin = {
         text.textContent = 'GPU: unknown';
         widget.node.title = `gpulab: ${e.message}`;
       }
+      window.setTimeout(refresh, every * 1000);
     };
     void refresh();
-    window.setInterval(refresh, REFRESH_MS);
   }
 };
 
