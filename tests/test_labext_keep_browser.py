@@ -60,8 +60,8 @@ def _ext_image() -> str:
     wheel = Path(built.stdout.strip().splitlines()[-1])
     tag = f"gpulab/keep-test:{unique('lab')}"
     cid = subprocess.run(
-        ["docker", "create", "--user", "root", "--entrypoint", "/opt/venv/bin/pip", LAB_IMAGE,
-         "install", "-q", "--no-deps", "--no-index", f"/tmp/{wheel.name}"],
+        ["docker", "create", "--user", "root", LAB_IMAGE, "/opt/venv/bin/pip", "install", "-q",
+         "--no-deps", "--no-index", f"/tmp/{wheel.name}"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     try:
@@ -69,8 +69,8 @@ def _ext_image() -> str:
         ran = subprocess.run(["docker", "start", "-a", cid], capture_output=True, text=True)
         assert ran.returncode == 0, ran.stderr
         subprocess.run(
-            ["docker", "commit", "--change", "ENTRYPOINT []",
-             "--change", 'CMD ["jupyterhub-singleuser"]', "--change", "USER jovyan", cid, tag],
+            ["docker", "commit", "--change", 'CMD ["jupyterhub-singleuser"]',
+             "--change", "USER jovyan", cid, tag],
             capture_output=True, check=True,
         )  # fmt: skip
     finally:
@@ -150,7 +150,7 @@ def test_the_status_bar_keeps_then_saves_and_moves_to_cpu(hub, browser):  # noqa
     ledger = ledger_for(hub)
     try:
         r = hub.spawn("student", {"profile": "mig-small"})
-        assert r.status_code in (201, 202), r.text
+        assert r.status_code in (201, 202), r.text + hub.log_tail(80)
         hub.wait_ready("student", timeout=150)
         [held] = ledger.open_allocations("student")
         r = contents(hub, "PUT", "notes.txt",
@@ -162,11 +162,13 @@ def test_the_status_bar_keeps_then_saves_and_moves_to_cpu(hub, browser):  # noqa
 
         wait_until(warned, GPU_IDLE_S, "the first GPU-idle warning")
         log_in(browser, hub, "student", "/user/student/lab")
-        wait_until(lambda: "⚠" in status_bar(browser), 30, "the warning in the status bar")
+        wait_until(lambda: "⚠ GPU idle" in status_bar(browser), 30, "the warning in the status bar")
+        for toast in browser.find_elements(By.CSS_SELECTOR, ".Toastify__close-button"):
+            click(browser, toast)  # JupyterLab's own notices (news) sit over the status bar
         buttons = browser.find_elements(By.CSS_SELECTOR, "#jupyterlab-gpulab-status button")
         assert [b.text for b in buttons] == ["Keep", "Move to CPU"]
         save_screenshot(browser, ARTIFACTS / "lab-keep-warning.png")
-        click(browser, buttons[0])
+        click(browser, browser.find_element(By.CSS_SELECTOR, "#jupyterlab-gpulab-status button"))
         wait_until(lambda: "Kept:" in status_bar(browser), 30, "the keep's answer")
         assert list(ledger.latest_keeps([held.id])) == [held.id] and not warned()
 

@@ -26,6 +26,12 @@ async function call(settings, path, method) {
   return body;
 }
 
+// "14:30" in the browser's time zone, for an ISO time
+function clock(iso) {
+  const at = new Date(iso);
+  return isNaN(at) ? 'soon' : at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+}
+
 function button(label, onClick) {
   const b = document.createElement('button');
   b.className = 'jp-gpulab-button';
@@ -61,6 +67,9 @@ const plugin = {
     });
     statusBar.registerStatusItem(plugin.id, { item: widget, align: 'left', rank: 1000 });
     const settings = ServerConnection.makeSettings();
+    let every = 60; // seconds between asks: the answer's refresh_s
+    let shown = null; // the due time of the warning whose buttons are shown
+    let moving = false;
     const say = message => {
       text.textContent = `GPU: ${message}`;
     };
@@ -69,6 +78,7 @@ const plugin = {
       try {
         say((await call(settings, 'keep', 'POST')).message);
         choices.replaceChildren();
+        shown = null;
       } catch (e) {
         say(e.message);
       }
@@ -79,6 +89,7 @@ const plugin = {
         // save every open document first: the server is stopped right after the answer
         await app.commands.execute('docmanager:save-all');
         say((await call(settings, 'move-to-cpu', 'POST')).message);
+        moving = true; // this server stops now: nothing more to ask it
         choices.replaceChildren();
         const hub = PageConfig.getOption('hubPrefix') || '/hub/';
         window.setTimeout(() => window.location.assign(URLExt.join(hub, 'home')), 5000);
@@ -87,20 +98,25 @@ const plugin = {
         b.disabled = false;
       }
     };
-    let every = 60;
     const refresh = async () => {
+      if (moving) {
+        return;
+      }
       try {
         const me = await call(settings, 'me', 'GET');
-        text.textContent = me.warning ? `⚠ ${me.warning.message}` : me.text;
+        text.textContent = me.warning ? `⚠ GPU idle: stopped at ${clock(me.warning.due_at)}` : me.text;
         widget.node.title = me.title;
         widget.node.dataset.level = me.level;
         page = me.page;
         every = me.refresh_s || every;
-        choices.replaceChildren(
-          ...(me.warning
-            ? [button('Keep', keep), button('Move to CPU', moveToCPU)]
-            : [])
-        );
+        // the buttons stay while the same warning does (no flicker, no lost click)
+        const key = me.warning ? me.warning.due_at : null;
+        if (key !== shown) {
+          shown = key;
+          choices.replaceChildren(
+            ...(key ? [button('Keep', keep), button('Move to CPU', moveToCPU)] : [])
+          );
+        }
       } catch (e) {
         text.textContent = 'GPU: unknown';
         widget.node.title = `gpulab: ${e.message}`;
