@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
-from ledger_support import lab_inventory
+from ledger_support import backends, lab_inventory, make_url
 
 from jupyterhub_gpulab.errors import ConfigError
 from jupyterhub_gpulab.fairuse.culler import Limits, Server, Settings, decide, next_warnings
@@ -167,8 +167,9 @@ def test_keeps_per_day_is_the_most_generous_of_a_users_policies():
         load_policies({"students": {"keeps_per_day": "two"}}, ["cpu"])
 
 
-def test_the_ledger_numbers_keeps_and_never_passes_the_allowance(tmp_path):
-    led = Ledger(f"sqlite:///{tmp_path / 'keeps.sqlite'}", auto_upgrade=True)
+@pytest.mark.parametrize("backend", backends())
+def test_the_ledger_numbers_keeps_and_never_passes_the_allowance(backend, tmp_path):
+    led = Ledger(make_url(backend, tmp_path), auto_upgrade=True)
     try:
         led.sync_inventory(lab_inventory())
         a = led.claim(SliceRequest(kind=SliceKind.GPU), user="ann", profile="p").allocation
@@ -182,6 +183,41 @@ def test_the_ledger_numbers_keeps_and_never_passes_the_allowance(tmp_path):
         assert led.latest_keeps() == {a.id: T0 + 20 * MIN}
         assert led.keeps_by_user("2026-12-01") == {"ann": 2}
         assert led.take_keep("bob", "x", 999, at=T0, **{**kw, "allowance": None}) == 1
+    finally:
+        led.close()
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_clicks_at_once_never_take_more_than_the_allowance(backend, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    led = Ledger(make_url(backend, tmp_path), auto_upgrade=True)
+    try:
+        kw = {"day": "2026-12-01", "allowance": 2, "at": T0, "until": T0 + 30 * MIN}
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda _: led.take_keep("ann", "", 7, **kw), range(8)))
+        assert sorted(n for n in got if n is not None) == [1, 2]
+        assert led.keeps_used("ann", "2026-12-01") == 2
+    finally:
+        led.close()
+
+
+def test_a_click_that_counted_before_another_wrote_does_not_take_a_third(tmp_path, monkeypatch):
+    """Two clicks both counted 1 keep used; the other wrote number 2 first: this one's write of
+    number 2 is refused by the database, it counts again, and the allowance of 2 is spent."""
+    led = Ledger(f"sqlite:///{tmp_path / 'race.sqlite'}", auto_upgrade=True)
+    try:
+        kw = {"day": "2026-12-01", "allowance": 2, "at": T0, "until": T0 + 30 * MIN}
+        assert led.take_keep("ann", "", 7, **kw) == 1
+        assert led.take_keep("ann", "", 7, **kw) == 2
+        counted = iter([1])  # what this click read before the other one's write
+
+        def stale_then_true(user, day, real=led.keeps_used):
+            return next(counted, None) or real(user, day)
+
+        monkeypatch.setattr(led, "keeps_used", stale_then_true)
+        assert led.take_keep("ann", "", 7, **kw) is None
+        assert Ledger.keeps_used(led, "ann", "2026-12-01") == 2
     finally:
         led.close()
 

@@ -43,12 +43,7 @@ class KeepRecords:
         number of the user's day, unique in the table, so concurrent clicks never both take the
         last one (the loser counts again)."""
         for _ in range(_TRIES):
-            with self._read() as conn:
-                used = int(
-                    conn.execute(
-                        sa.select(sa.func.count()).where(keeps.c.user == user, keeps.c.day == day)
-                    ).scalar_one()
-                )
+            used = self.keeps_used(user, day)
             if allowance is not None and used >= allowance:
                 return None
             try:
