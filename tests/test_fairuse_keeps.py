@@ -233,3 +233,15 @@ def test_migration_0010_adds_the_keeps_and_goes_back(tmp_path):
     command.downgrade(db.alembic_config(engine), "0009")
     assert "gpu_keeps" not in sa.inspect(engine).get_table_names()
     engine.dispose()
+
+
+def test_the_hub_home_page_points_a_gpu_idle_warning_to_its_choices():
+    from types import SimpleNamespace
+
+    from jupyterhub_gpulab.hub.announce import warnings_html
+
+    def warning(rule):
+        return SimpleNamespace(user="ann", server_name="", rule=rule, message="Your server …")
+
+    assert ">Keep your GPU or move to CPU</a>" in warnings_html([warning("gpu-idle")], "/me")
+    assert ">Your GPU and its limits</a>" in warnings_html([warning("max-age")], "/me")
