@@ -12,7 +12,14 @@
 #     what GPUDockerSpawner sends) and, in it: torch.cuda.device_count() == 1, the device's
 #     name and memory are the slice's (NVML's figures), a matmul on the GPU matches the CPU's,
 #     and with GPULAB_SEAT_MEMORY_BYTES = 1 GiB an allocation of 2 GiB fails while 256 MiB works
-#     (the seat cap hook), and without the variable the same 2 GiB allocation works.
+#     (the seat cap hook), and without the variable the same 2 GiB allocation works;
+#  4. the host-side seat check (issue 23 items 3 and 5): a process in a seat of 1 GiB (the
+#     framework hook's variable set) allocates 2 GiB through CUDA directly (ctypes on
+#     libcuda's cuMemAlloc: no framework, so no framework cap); the host reads NVML's
+#     per-process memory once a second (gpulab's own reader), maps the process to its
+#     container through /proc/<pid>/cgroup, and gpulab's seat-guard decision must order it
+#     ended within the grace (GPU_CHECK_GRACE, default 5 s, plus one read); the process is then
+#     ended as the service does (the shell's kill in the container) and must be gone.
 # It never changes the GPU's settings (no MIG mode or instance changes, no resets, no clocks).
 # The last line of stdout is one JSON object with the results; exit 0 when every check passed.
 set -euo pipefail
@@ -69,6 +76,78 @@ out["small_ok"] = alloc(256 * 2**20)
 out["big_ok"] = alloc(2 * 2**30)
 print(json.dumps(out))
 '''
+DIRECT = r'''
+import ctypes, time
+cuda = ctypes.CDLL("libcuda.so.1")
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+rc = cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0) or cuda.cuCtxCreate_v2(
+    ctypes.byref(ctx), 0, dev) or cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(2 * 2**30))
+print("alloc", rc, flush=True)
+time.sleep(600)
+'''
+
+
+def host_check(image, pick):
+    """Step 4 of the header: gpulab's host-side reader and seat-guard decision on a real GPU."""
+    import os, time
+    from datetime import datetime, timezone
+
+    from jupyterhub_gpulab.fairuse.seatguard import DeviceRead, HeldSeat, HostProcess, judge
+    from jupyterhub_gpulab.inventory.nvml_sampling import process_utilization
+    from jupyterhub_gpulab.service.monitor import container_of_pid
+    from jupyterhub_gpulab.service.seatguard import KILL, container_pid, process_uid
+
+    grace = float(os.environ.get("GPU_CHECK_GRACE", "5"))
+    out = {"grace_s": grace, "direct_alloc_rc": None, "seen_in_container": False,
+           "verdict": None, "caught_after_s": None, "ended": False, "reads": 0}
+    # --init: as in a server, the offending process is not its container's pid 1 (which a kill
+    # from inside its namespace cannot end)
+    cid = subprocess.run(["docker", "run", "-d", "--init", "--gpus", f"device={pick.visible_id}",
+                          "-e", f"GPULAB_SEAT_MEMORY_BYTES={2**30}", image, "python", "-c",
+                          DIRECT], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        for _ in range(60):  # the allocation is made before the host looks
+            logs = subprocess.run(["docker", "logs", cid], capture_output=True, text=True).stdout
+            if "alloc" in logs:
+                out["direct_alloc_rc"] = int(logs.split("alloc", 1)[1].split()[0])
+                break
+            time.sleep(0.5)
+        seat = HeldSeat("gpu-check/seat-0", pick.device_uuid, 2**30, cid, "gpu-check")
+        reads, first_over, verdict = [], None, None
+        started = time.monotonic()
+        while time.monotonic() - started < grace + 30:
+            report = process_utilization({pick.visible_id: 0})[pick.visible_id]
+            now = datetime.now(timezone.utc)
+            procs = tuple(
+                HostProcess(pid, container_of_pid(pid), p.memory_used_bytes)
+                for pid, p in sorted((report.processes if report else {}).items())
+            )
+            reads.append(DeviceRead(now, bool(report and report.memory_readable), procs))
+            out["seen_in_container"] |= any(p.container == cid for p in procs)
+            verdict = judge(seat, reads, now, grace_s=grace)
+            if verdict.action != "ok" and first_over is None:
+                first_over = time.monotonic()
+            if verdict.action in ("kill", "soft"):
+                break
+            time.sleep(1.0)
+        out.update(reads=len(reads), verdict=verdict.action if verdict else None,
+                   processes=[[p.pid, (p.container or "")[:12], p.memory_bytes]
+                              for p in (reads[-1].processes if reads else ())])
+        if verdict is not None and verdict.action == "kill" and first_over is not None:
+            out["caught_after_s"] = round(time.monotonic() - first_over, 2)
+            for pid in verdict.pids:
+                inner = container_pid(pid)
+                if inner is not None:
+                    uid = str(process_uid(pid) or 0)  # as the service does
+                    subprocess.run(["docker", "exec", "-u", uid, cid, *KILL, str(inner)],
+                                   capture_output=True)
+            time.sleep(2)
+            out["ended"] = all(container_of_pid(pid) != cid for pid in verdict.pids)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+    return out
+
+
 runs = {}
 for label, env in (("capped", ["-e", f"GPULAB_SEAT_MEMORY_BYTES={2**30}"]), ("uncapped", [])):
     r = subprocess.run(["docker", "run", "--rm", "--gpus", f"device={pick.visible_id}", *env,
@@ -78,6 +157,7 @@ for label, env in (("capped", ["-e", f"GPULAB_SEAT_MEMORY_BYTES={2**30}"]), ("un
         sys.exit(1)
     runs[label] = json.loads(r.stdout.strip().splitlines()[-1])
 c, u = runs["capped"], runs["uncapped"]
+host = host_check(image, pick)
 checks = {
     "one_device": c["device_count"] == 1,
     "name_matches": pick.device_name.split(" MIG ")[0] in c["torch_name"],
@@ -86,7 +166,14 @@ checks = {
     "matmul": c["matmul_ok"],
     "seat_cap_refuses_over_cap": c["small_ok"] and not c["big_ok"],
     "uncapped_allocates": u["big_ok"] or pick.memory_bytes < 3 * 2**30,
+    "direct_alloc_passes_framework_cap": host["direct_alloc_rc"] == 0,
+    "host_maps_process_to_container": host["seen_in_container"],
+    "host_catches_direct_alloc_within_grace": host["verdict"] == "kill"
+    and host["caught_after_s"] is not None
+    and host["caught_after_s"] <= host["grace_s"] + 2.0,
+    "host_kill_ends_it": host["ended"],
 }
-print(json.dumps({**result, "runs": runs, "checks": checks, "ok": all(checks.values())}))
+print(json.dumps({**result, "runs": runs, "host": host, "checks": checks,
+                  "ok": all(checks.values())}))
 sys.exit(0 if all(checks.values()) else 1)
 EOF

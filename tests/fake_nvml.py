@@ -78,14 +78,18 @@ class FakeMig:
 
 @dataclass
 class FakeProcess:
-    """A process on a device: host ``pid``, ``used_memory`` (bytes), ``sm_percent`` (what its
-    per-process utilisation samples say; ``None``: it ran no kernel, so it has no samples) and
-    ``mps`` (an MPS client, listed by ``nvmlDeviceGetMPSComputeRunningProcesses``)."""
+    """A process on a device: host ``pid``, ``used_memory`` (bytes; ``None``: the driver answers
+    ``NVML_VALUE_NOT_AVAILABLE``, which pynvml turns into ``usedGpuMemory = None``, as on
+    Windows WDDM), ``sm_percent`` (what its per-process utilisation samples say; ``None``: it
+    ran no kernel, so it has no samples), ``mps`` (an MPS client, listed by
+    ``nvmlDeviceGetMPSComputeRunningProcesses``) and ``graphics`` (a graphics context, listed by
+    ``nvmlDeviceGetGraphicsRunningProcesses``: an OpenGL/Vulkan program)."""
 
     pid: int
-    used_memory: int = 0
+    used_memory: int | None = 0
     sm_percent: float | None = 0.0
     mps: bool = False
+    graphics: bool = False
 
 
 @dataclass

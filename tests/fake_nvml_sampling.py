@@ -10,9 +10,13 @@ Each call does what pynvml's wrapper does with the return code the driver would 
   documentation says; ``NVML_SUCCESS`` for a driver that answers the size query with no entries,
   which pynvml raises as a bare ``NVMLError`` whose ``value`` is 0). ``process_read_error`` makes
   the read fail with any other code. Not supported on MIG-enabled GPUs.
-- ``nvmlDeviceGetComputeRunningProcesses`` / ``…MPSComputeRunningProcesses`` (v3): ``[]`` when
-  nothing runs (the driver's ``NVML_SUCCESS`` on the size query), ``running_processes_error``
-  raised as ``NVMLError(code)``.
+- ``nvmlDeviceGetComputeRunningProcesses`` / ``…MPSComputeRunningProcesses`` /
+  ``…GraphicsRunningProcesses`` (v3): ``[]`` when nothing runs (the driver's ``NVML_SUCCESS`` on
+  the size query), ``running_processes_error`` raised as ``NVMLError(code)`` by all three
+  (``NVML_ERROR_NOT_SUPPORTED`` on a vGPU guest, whose driver keeps per-process figures from
+  the guest); ``usedGpuMemory`` is ``None`` where the driver answers
+  ``NVML_VALUE_NOT_AVAILABLE`` (pynvml's special case). A process listed for the whole GPU is
+  listed for none of its MIG devices (``[]``, as before).
 - GPM (Hopper or newer: compute capability >= 9.0): a sample holds the device's (or GPU
   instance's) cumulative busy time and its timestamp, refreshed every 100 ms (NVML's "internal
   sample refresh rate"; its documentation asks for samples at least that far apart).
@@ -95,13 +99,20 @@ class SamplingCalls:
     def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[Any]:
         return self._running(handle, mps=True)
 
-    def _running(self, handle: Any, *, mps: bool) -> list[Any]:
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
+        return self._running(handle, mps=False, graphics=True)
+
+    def _running(self, handle: Any, *, mps: bool, graphics: bool = False) -> list[Any]:
         self._use(handle)
         if handle.gpu.running_processes_error is not None:
             raise pynvml.NVMLError(handle.gpu.running_processes_error)
         if handle.mig is not None:
             return []
-        return [self._proc(p) for p in handle.gpu.processes if p.mps == mps]
+        return [
+            self._proc(p)
+            for p in handle.gpu.processes
+            if p.mps == mps and getattr(p, "graphics", False) == graphics
+        ]
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
         """One sample per process that ran a kernel, stamped one ``sample_period_us`` later than

@@ -109,3 +109,11 @@ def test_swarm_benchmark_runs_a_storm_on_each_side():
     has_keys(r, "storm_wall_s_ours", "storm_wall_s_plain", "storm_ratio", "nodes_with_servers")
     assert r["double_allocations"] == 0 and r["misplaced"] == 0
     assert len(r["walls_ours"]) == 1 and len(r["walls_plain"]) == 1
+
+
+def test_seatguard_benchmark_sets_the_guard_beside_the_sample_it_follows():
+    r = run_small("seatguard", 300)
+    has_keys(r, "guard_ms_p50", "guard_ms_p95", "sample_ms_p50", "sample_ms_p95",
+             "guard_over_sample_p50", "loadavg_1m", "targets", "meets_targets")  # fmt: skip
+    assert (r["held_seats"], r["processes"], r["rounds"]) == (100, 200, 10)
+    assert r["over_cap_seats"] == 10  # a tenth of the seats over their cap, warned

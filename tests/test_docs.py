@@ -172,6 +172,21 @@ def test_the_readme_is_short_and_points_into_the_site():
         assert (REPO / link).is_file(), f"README links to {link}, which does not exist"
 
 
+def test_the_readme_sections_in_the_site_link_to_its_pages(site):
+    """The intro and quick start are the README's own text, included in the site: a link the
+    README writes as ``docs/source/admin/sso.md`` must reach the page from the site too (MyST's
+    ``relative-docs``), not a name in quotes of a section that moved into the site."""
+    readme = (REPO / "README.md").read_text()
+    assert not re.search(r'see "[A-Z][^"]+"', readme), "the README names a section, not a link"
+    for page, marker in (("index.html", "intro"), ("quickstart.html", "quickstart")):
+        start = readme.index(f"<!-- {marker}:start -->")
+        part = readme[start : readme.index(f"<!-- {marker}:end -->")]
+        html = (site / page).read_text()
+        depth = "../" * page.count("/")
+        for link in re.findall(r"\]\(docs/source/([^)#]+)\.md", part):
+            assert f'href="{depth}{link}.html' in html, f"{page} does not link to {link}"
+
+
 def test_pending_doc_text_is_not_part_of_the_site():
     """Other branches write their doc text into docs/pending/ for the lead to fold in."""
     from importlib.util import module_from_spec, spec_from_file_location

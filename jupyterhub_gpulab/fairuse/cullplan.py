@@ -35,7 +35,7 @@ from ..lab.choice import default_profile
 from ..lab.config import Lab
 from ..lab.policy import PolicyContext
 from ..ledger import Allocation, CullWarning
-from ..ledger.notices import COURSE_PREFIX, NOTICE_PREFIX, NOTICE_PREFIXES
+from ..ledger.notices import LASTING_PREFIXES, NOTICE_PREFIX, NOTICE_PREFIXES
 from .culler import RULES, Limits, Server
 from .quota import over_budget_servers, session_limit, user_budget, window_start
 
@@ -170,7 +170,8 @@ def to_clear(
     """``(user, server_name, rule)`` of the ledger's warnings a pass made obsolete: warnings no
     longer in ``kept`` (cancelled, acted on, or their server stopped), and notices of a cull
     whose server runs again (a pass after the cull sees it ready: it was started since) or that
-    are older than :data:`NOTICE_TTL` (a course's notices: only by age)."""
+    are older than :data:`NOTICE_TTL` (a course's notices and the seat guard's ``ended:``
+    ones: only by age)."""
     again = {r.key for r in running}
     found = []
     for w in warnings:
@@ -178,9 +179,9 @@ def to_clear(
         if w.rule in RULES:
             if w.rule not in kept.get(key, {}):
                 found.append((w.user, w.server_name, w.rule))
-        elif w.rule.startswith((*NOTICE_PREFIXES, COURSE_PREFIX)) and (
+        elif w.rule.startswith((*NOTICE_PREFIXES, *LASTING_PREFIXES)) and (
             now - w.created_at > NOTICE_TTL
-            or (key in again and not w.rule.startswith(COURSE_PREFIX))
+            or (key in again and not w.rule.startswith(LASTING_PREFIXES))
         ):
             found.append((w.user, w.server_name, w.rule))
     return found

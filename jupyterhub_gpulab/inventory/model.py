@@ -39,8 +39,9 @@ _SEAT_CAPS = {
 
 #: A seat without MPS in an image whose frameworks cap memory (images/site/gpulab_seatcap.py).
 _FRAMEWORK_CAP = (
-    "memory capped by the framework (PyTorch, TensorFlow, JAX: a process that bypasses them is "
-    "not capped), compute shared"
+    "memory capped by the framework (PyTorch, TensorFlow, JAX) and, where the host's NVML "
+    "reports each process's memory, checked from the host: a process that bypasses the "
+    "framework and holds more than the seat is ended after a short grace; compute shared"
 )
 
 
@@ -318,8 +319,12 @@ class Utilization:
     processes' share) and ``memory_used_bytes`` (bytes), each ``None`` where NVML cannot tell
     (MIG devices report no utilisation rate; a vanished device reports nothing); ``at`` (aware
     UTC) when it was taken, ``None`` for a bare NVML read. The monitor keeps a history of them
-    for the culler; the pages show the latest."""
+    for the culler; the pages show the latest. ``host_checked`` (shared seats): ``True`` where
+    NVML listed the device's processes with their memory, so the host checks the seat's cap
+    (:mod:`jupyterhub_gpulab.fairuse.seatguard`); ``False`` where it cannot (a "soft" seat);
+    ``None`` for other slices and for figures from elsewhere (node agents)."""
 
     gpu_percent: float | None = None
     memory_used_bytes: int | None = None
     at: datetime | None = None
+    host_checked: bool | None = None

@@ -32,10 +32,14 @@ class ProcessUsage:
 @dataclass(frozen=True)
 class ProcessReport:
     """What runs on one device: ``processes`` by host pid, and ``last_seen_us``, the newest sample
-    timestamp (µs, NVML's clock) to pass as the next read's ``since``."""
+    timestamp (µs, NVML's clock) to pass as the next read's ``since``. ``memory_readable``:
+    NVML lists the device's processes with their memory (``False`` where the process lists are
+    ``NVML_ERROR_NOT_SUPPORTED``, as on vGPU guests: no seat there can be checked from the
+    host)."""
 
     processes: dict[int, ProcessUsage]
     last_seen_us: int
+    memory_readable: bool = True
 
 
 def process_utilization(
@@ -44,8 +48,11 @@ def process_utilization(
     """Per-process use of each device in ``devices`` (``{GPU uuid: since}``, ``since`` the
     ``last_seen_us`` of the previous read, 0 at first), keyed by the same uuids.
 
-    Processes come from ``nvmlDeviceGetComputeRunningProcesses`` (and the MPS clients from
-    ``nvmlDeviceGetMPSComputeRunningProcesses`` where it exists), utilisation from
+    Processes come from ``nvmlDeviceGetComputeRunningProcesses``, the MPS clients from
+    ``nvmlDeviceGetMPSComputeRunningProcesses`` and graphics contexts (OpenGL, Vulkan) from
+    ``nvmlDeviceGetGraphicsRunningProcesses`` where they exist; a process in several lists
+    (a CUDA program that also draws) is one, with its first list's ``usedGpuMemory``
+    (bytes, ``None`` where NVML does not report it). Utilisation from
     ``nvmlDeviceGetProcessUtilization(handle, since)``: samples newer than ``since``, so successive
     reads cover the whole interval. NVML reports host pids. Not supported on MIG-enabled GPUs
     (NVML's documentation), where ``sm_percent`` is ``None``. A device NVML cannot read gives
@@ -73,10 +80,12 @@ def process_utilization(
 def _processes(nvml: Any, uuid: str, since: int) -> ProcessReport:
     handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
     memory: dict[int, int | None] = {}
-    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
+    readable = False
+    for name in _PROCESS_LISTS:
         running = (
             optional(nvml, lambda n=name: getattr(nvml, n)(handle)) if hasattr(nvml, name) else None
         )
+        readable = readable or (running is not None and name == _PROCESS_LISTS[0])
         for p in running or ():
             memory.setdefault(int(p.pid), p.usedGpuMemory)
     try:
@@ -98,7 +107,14 @@ def _processes(nvml: Any, uuid: str, since: int) -> ProcessReport:
         )
         for pid in set(memory) | set(sums)
     }
-    return ProcessReport(procs, latest)
+    return ProcessReport(procs, latest, readable)
+
+
+_PROCESS_LISTS = (
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+)
 
 
 class GpmActivity:

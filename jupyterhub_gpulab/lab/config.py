@@ -30,6 +30,10 @@ from .policyload import load_policies, load_policy
 from .profile import Profile
 from .profiles import load_profiles
 from .term import Term
+from .traits import ChoiceEnum, Duration
+
+#: ``c.GPULab.seat_overuse_action``'s values (what :mod:`..fairuse.seatguard` decides).
+SEAT_ACTIONS = ("kill-process", "stop-server")
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,33 @@ class GPULab(LoggingConfigurable):
         such a declared inventory (``c.GPULab.inventory``) an error. NVML-discovered and node
         agents' GPUs (``shared_devices``) always warn, so a hub never fails to start on them.
         ``c.GPULab.seat_overcommit = "refuse"``
+        """,
+    )
+
+    seat_overuse_grace = Duration(
+        "10s",
+        config=True,
+        help="""How long a shared seat may hold more GPU memory than its cap, as the host sees it
+        (NVML's per-process ``usedGpuMemory`` of the seat's container's processes, which a
+        student cannot change), before ``seat_overuse_action`` is taken; the student is warned
+        meanwhile. Seconds, or ``"30s"``/``"2m"``. Checked at every sample
+        (``c.GPULabService.sample_interval``), so action comes within the grace plus one
+        interval. ``0`` acts at the second over-cap read. Seats on devices whose NVML cannot
+        list per-process memory (vGPU guests) are "soft": never acted on.
+        ``c.GPULab.seat_overuse_grace = "30s"``
+        """,
+    )
+
+    seat_overuse_action = ChoiceEnum(
+        list(SEAT_ACTIONS),
+        "kill-process",
+        config=True,
+        help="""What ends a seat's overuse once ``seat_overuse_grace`` has passed:
+        ``"kill-process"`` ends the seat's largest GPU processes (``kill -KILL`` run inside the
+        server's container) until the rest fit the cap, and the server keeps running;
+        ``"stop-server"`` stops the server (its allocation ends ``culled:seat-memory``).
+        Either is recorded with its reason and told to the student.
+        ``c.GPULab.seat_overuse_action = "stop-server"``
         """,
     )
 

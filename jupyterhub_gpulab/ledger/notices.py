@@ -17,12 +17,18 @@ NOTICE_PREFIXES = (NOTICE_PREFIX, STOPPED_PREFIX)
 #: Rules of the notices courses leave (``course:roster``: staff added or removed the student);
 #: they stay until :data:`~jupyterhub_gpulab.fairuse.cullplan.NOTICE_TTL`, whatever runs.
 COURSE_PREFIX = "course:"
+#: Rules of the notices the seat guard leaves after ending a process of a running server
+#: (``ended:seat-memory``: the seat held more GPU memory than its cap past the grace); like a
+#: course's, they stay until :data:`~jupyterhub_gpulab.fairuse.cullplan.NOTICE_TTL`.
+ENDED_PREFIX = "ended:"
+#: Notices that only age out (their server keeps running).
+LASTING_PREFIXES = (COURSE_PREFIX, ENDED_PREFIX)
 
 
 def kind_of(rule: str) -> str:
     """``warning`` (a server will be stopped), ``stopped`` (a notice that it was) or ``notice``
     (a course's word to the student) for a warning row's ``rule``."""
-    if rule.startswith(COURSE_PREFIX):
+    if rule.startswith(LASTING_PREFIXES):
         return "notice"
     return "stopped" if rule.startswith(NOTICE_PREFIXES) else "warning"
 

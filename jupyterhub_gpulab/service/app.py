@@ -35,6 +35,7 @@ from .culling import Culler
 from .lifetime import listen_when_free
 from .metrics import Exposition
 from .nodes import NodeReports, NodeTraits
+from .seatguard import SeatGuard
 from .state import LabState
 from .waitlist import WaitlistKeeper, WaitlistTraits
 from .web.api import api_handlers
@@ -270,6 +271,11 @@ class Service:
         self.hub_auth = hub_auth
         self.hub = HubClient(hub_auth.api_url, hub_auth.api_token)
         self.culler = Culler(self.state, self.hub, settings)
+        self.seatguard = SeatGuard(
+            self.state, self.hub, grace_s=gpulab.seat_overuse_grace,
+            action=gpulab.seat_overuse_action, proc_root=settings.proc_root,
+            dry_run=settings.cull_dry_run,
+        )  # fmt: skip
         self.nodes = NodeReports(self.state, timeout_s=settings.node_timeout)
         self.waitlist = WaitlistKeeper(self.state, self.hub, settings)
         secret = cookie_secret or read_cookie_secret(settings.cookie_secret_file)
@@ -355,11 +361,17 @@ class Service:
 
     async def sample(self) -> None:
         try:
-            await aio.call(self.state.take_sample)
+            sample = await aio.call(self.state.take_sample)
             # the per-slice metrics text, off the scrape's path (service/metrics.py)
             await aio.call(self.app.settings["gpulab_metrics"].sampled)
         except Exception:
             log.exception("NVML sampling failed")
+            return
+        try:
+            if not sample.problem:  # seats over their cap, as the host sees them
+                await self.seatguard.run()
+        except Exception:
+            log.exception("Seat guard pass failed")
 
     async def expire_nodes(self) -> None:
         try:

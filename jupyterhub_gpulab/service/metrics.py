@@ -30,6 +30,12 @@ at ``/hub/metrics`` (:mod:`jupyterhub_gpulab.hub.metrics`).
                                               gives one (``node``,
                                               ``slice``, ``kind``, ``device_index``)
 ``gpulab_slice_memory_used_bytes``            the same slices' memory in use
+                                              (a shared seat's: the sum of its container's
+                                              processes' ``usedGpuMemory``, as the host sees it)
+``gpulab_seat_memory_cap_bytes``              each shared seat's memory cap (same labels)
+``gpulab_seat_host_enforced``                 1 where the host checks the seat's memory against
+                                              its cap (NVML lists per-process memory), 0 for a
+                                              soft seat (same labels)
 ``gpulab_group_used_gpu_seconds``             weighted GPU-seconds charged to each ``group``
                                               this ``period`` (``week``, in ``quota_timezone``:
                                               the admin page's figure)
@@ -67,6 +73,7 @@ from .. import clock
 from ..fairuse.culler import RULES
 from ..fairuse.quota import period_window
 from ..hubapi.client import HubClient
+from ..inventory.model import SliceKind
 from ..ledger.census import census, gpu_seconds_by_group
 from .state import LabState
 from .usermetrics import UserCollector
@@ -118,6 +125,16 @@ class SampleCollector:
             "Each slice's GPU memory in use at the latest sample, in bytes",
             labels=labels,
         )
+        cap = GaugeMetricFamily(
+            "gpulab_seat_memory_cap_bytes",
+            "Each shared seat's GPU memory cap, in bytes",
+            labels=labels,
+        )
+        enforced = GaugeMetricFamily(
+            "gpulab_seat_host_enforced",
+            "1 where the host checks a shared seat's GPU memory against its cap, 0 if soft",
+            labels=labels,
+        )
         by_id = {
             s.id: (node, s)
             for node, inv in self.state.node_inventories().items()
@@ -132,7 +149,12 @@ class SampleCollector:
                 util.add_metric(values, u.gpu_percent)
             if u.memory_used_bytes is not None:
                 used.add_metric(values, u.memory_used_bytes)
+            if s.kind is SliceKind.SHARED:
+                cap.add_metric(values, s.memory_bytes)
+                enforced.add_metric(values, 1 if u.host_checked else 0)
         yield util
+        yield cap
+        yield enforced
         yield used
 
 

@@ -16,7 +16,7 @@ Where each slice's figures come from:
   to the activity rule for that slice (it never calls a GPU idle it cannot see). Memory from the
   MIG device's ``nvmlDeviceGetMemoryInfo``.
 - **shared seat**: the device's processes (``nvmlDeviceGetProcessUtilization``, samples since
-  the previous read, and the running-process lists), each mapped to its Docker container through
+  the previous read, and the compute, MPS and graphics running-process lists), each mapped to its Docker container through
   ``/proc/<pid>/cgroup`` (:func:`container_of_pid`), summed per container and so per seat. When
   some utilisation belongs to no known container (an MPS server that reports its clients' work
   under its own pid, a process outside Docker), seats that would read 0 % read ``None`` instead:
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import clock
+from ..fairuse.seatguard import DeviceRead, HostProcess, same_container
 from ..inventory.model import Inventory, Slice, SliceKind, Utilization
 from ..inventory.nvml import sample_utilization
 from ..inventory.nvml_sampling import GpmActivity, ProcessReport, process_utilization
@@ -62,11 +63,6 @@ def container_of_pid(pid: int, proc_root: str | Path = "/proc") -> str | None:
     return found
 
 
-def _same_container(a: str, b: str) -> bool:
-    """Docker ids are compared by prefix: the ledger may hold a short (12-hex) id."""
-    return bool(a) and bool(b) and (a.startswith(b) or b.startswith(a))
-
-
 class UtilizationMonitor:
     """Samples of every slice, newest last, at most ``span_s`` seconds of them at ``interval_s``.
 
@@ -90,6 +86,9 @@ class UtilizationMonitor:
         self._history: dict[str, deque[Utilization]] = {}
         self._gpm = GpmActivity(nvml)
         self._since: dict[str, int] = {}
+        #: the latest read of each seated device's processes, each mapped to its container
+        #: (``{GPU uuid: DeviceRead}``): what the seat guard (:mod:`.seatguard`) judges
+        self.process_reads: dict[str, DeviceRead] = {}
 
     def history(self, slice_id: str) -> tuple[Utilization, ...]:
         """The samples of ``slice_id``, oldest first (empty when never sampled)."""
@@ -149,10 +148,21 @@ class UtilizationMonitor:
             report = reports.get(device)
             on_device = [s for s in seats if s.device_uuid == device]
             if report is None:
-                found.update({s.id: Utilization(at=now) for s in on_device})
+                found.update({s.id: Utilization(at=now, host_checked=False) for s in on_device})
+                self.process_reads[device] = DeviceRead(now, False)
                 continue
             self._since[device] = report.last_seen_us
             found.update(self._attribute(now, report, on_device, containers, owner))
+            self.process_reads[device] = DeviceRead(
+                now,
+                report.memory_readable,
+                tuple(
+                    HostProcess(pid, owner.get(pid), p.memory_used_bytes)
+                    for pid, p in sorted(report.processes.items())
+                ),
+            )
+        for gone in set(self.process_reads) - set(devices):
+            del self.process_reads[gone]
         return found
 
     def _attribute(
@@ -172,7 +182,7 @@ class UtilizationMonitor:
             if pid not in owner:
                 owner[pid] = container_of_pid(pid, self.proc_root)
             cid = owner[pid]
-            seat = next((sid for sid, c in held.items() if cid and _same_container(cid, c)), None)
+            seat = next((sid for sid, c in held.items() if cid and same_container(cid, c)), None)
             if seat is None:
                 unattributed = unattributed or bool(proc.sm_percent)
                 continue
@@ -181,12 +191,19 @@ class UtilizationMonitor:
         found = {}
         for s in seats:
             if s.id not in held:
-                found[s.id] = Utilization(0.0 if known else None, 0, at=now)
+                found[s.id] = Utilization(
+                    0.0 if known else None,
+                    0 if report.memory_readable else None,
+                    at=now,
+                    host_checked=report.memory_readable,
+                )
                 continue
             percent: float | None = min(100.0, busy[s.id]) if known else None
             if percent == 0.0 and unattributed:
                 percent = None
-            found[s.id] = Utilization(percent, memory[s.id], at=now)
+            # where NVML cannot list memory per process (vGPU guests) the seat's use is unknown
+            used = memory[s.id] if report.memory_readable else None
+            found[s.id] = Utilization(percent, used, at=now, host_checked=report.memory_readable)
         return found
 
     def close(self) -> None:

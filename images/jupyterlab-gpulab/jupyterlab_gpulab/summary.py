@@ -58,7 +58,8 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
     server ``server_name`` of the user ``me`` describes (``refresh_s``: :func:`refresh_seconds`).
     ``level`` is ``"warn"`` while the culler's GPU-idle warning for this server stands
     (``warning``: :func:`gpu_idle_warning`), else ``"low"`` when under 10 % of the budget is
-    left (or it is spent), else ``"ok"``."""
+    left (or it is spent) or the host warns that the seat is over its GPU memory cap, else
+    ``"ok"``. A host-checked seat's text carries its use: ``GPU memory 0.8 of 1 GiB``."""
     server = next((s for s in me.get("servers") or () if s.get("name") == server_name), None)
     sl = server.get("slice") if server else None
     if sl:
@@ -74,7 +75,11 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
         # a seat's cap is all for tensors: each CUDA process's context is outside it
         tensors = " for tensors" if sl.get("kind") == "shared" else ""
         gpu = f"{kind}, {_gib(sl.get('memory_bytes'))}{tensors}, {LEVELS.get(iso, iso)}"
+        if sl.get("seat_memory"):  # the host's view of the seat: "GPU memory 0.8 of 1 GiB"
+            gpu += f" · {sl['seat_memory']}"
         title = sl.get("description") or gpu
+        if sl.get("seat_check"):
+            title += f"\nSeat cap: {sl['seat_check']}"
         if sl.get("isolation_detail"):
             title += f" — {sl['isolation_detail']}"
         if sl.get("tensor_memory"):
@@ -94,6 +99,15 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
         quota = f"{float(hours.get('used_hours') or 0.0):.1f} GPU-h used, no budget"
     if hours.get("describe"):
         title += f"\n{hours['describe']}"
+    # the seat guard's warning (rule "seat-memory"): the student's first sight of it here
+    over = [
+        w for w in me.get("warnings") or ()
+        if w.get("rule") == "seat-memory" and w.get("server_name") == server_name
+    ]  # fmt: skip
+    if over:
+        level = "low"
+        gpu += " — OVER its GPU memory cap"
+        title = f"{over[0].get('message', '')}\n{title}"
     warning = gpu_idle_warning(me, server_name)
     if warning:
         level = "warn"

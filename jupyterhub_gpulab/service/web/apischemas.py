@@ -20,6 +20,20 @@ STRINGS = {"type": "array", "items": STRING}
 STRINGS_OR_NULL = {"type": ["array", "null"], "items": STRING}
 KIND = {"type": "string", "enum": ["gpu", "mig", "shared"]}
 UTIL = {"gpu_percent": NUM, "memory_used_bytes": INT}
+#: what holds a shared seat's cap, and its use against the cap (service/web/seatview.py)
+SEAT = {
+    "seat_check": {
+        "type": ["string", "null"],
+        "enum": ["framework-capped, host-enforced", "soft", None],
+        "description": "shared seats: whether the host checks the seat's GPU memory against its "
+        "cap (framework-capped, host-enforced) or only the framework's hook holds it (soft); "
+        "null for whole GPUs and MIG",
+    },
+    "seat_memory": {
+        "type": ["string", "null"],
+        "description": "a host-checked seat's use against its cap, 'GPU memory 0.8 of 1 GiB'",
+    },
+}
 
 
 def ref(name: str) -> dict:
@@ -68,6 +82,7 @@ SLICE = obj(
         "held_by": _described(INT, "id of the open allocation holding it"),
         "holder": _described(STR, "the user holding it"),
         **UTIL,
+        **SEAT,
     }
 )
 
@@ -182,6 +197,7 @@ ALLOCATION = obj(
         "stale": _described(BOOL, "the hub runs no such server"),
         "vanished": _described(BOOL, "its slice left the inventory"),
         **UTIL,
+        **SEAT,
     }
 )
 
@@ -268,6 +284,7 @@ MY_SLICE = obj(
         "started_at": TIME,
         "node": _described(STRING, "the host it runs on"),
         **UTIL,
+        **SEAT,
     }
 )
 

@@ -21,6 +21,7 @@ from ...lab.policy import GroupPolicy, PolicyContext
 from ...lab.profile import Profile
 from ...ledger import Allocation, Node
 from ...units import format_bytes
+from .seatview import seat_view
 
 
 def iso(dt: datetime | None) -> str | None:
@@ -158,6 +159,7 @@ def inventory_view(
                 "held_by": s["held_by"],
                 "holder": holders.get(s["held_by"]) if s["held_by"] is not None else None,
                 **_util(None if vanished else utilisation.get(s["id"])),
+                **seat_view(s["kind"], s["memory_bytes"], utilisation.get(s["id"])),
             }
         )
     by_node: dict[str, list[dict]] = defaultdict(list)
@@ -249,6 +251,11 @@ def allocation_view(
                 "stale": bool(stale),
                 "vanished": vanished,
                 **_util(None if vanished else utilisation.get(a.slice_id)),
+                **seat_view(
+                    s["kind"] if s else None,
+                    s["memory_bytes"] if s else None,
+                    None if vanished else utilisation.get(a.slice_id),
+                ),
             }
         )
     return rows
@@ -321,6 +328,7 @@ def my_slice(a: Allocation, s: Mapping | None, utilisation: Mapping[str, Utiliza
         "started_at": iso(a.started_at),
         "node": a.node,
         **_util(utilisation.get(a.slice_id)),
+        **seat_view(kind, s["memory_bytes"] if s else None, utilisation.get(a.slice_id)),
     }
 
 
