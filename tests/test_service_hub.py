@@ -152,6 +152,10 @@ EXPECTED = {
     "DELETE api/allocations/{id}": expect("forbidden", **ADMINS),
     "DELETE api/users/{user}/server": expect("forbidden", **ADMINS),
     "DELETE api/users/{user}/servers/{name}": expect("forbidden", admin="not-found"),
+    "POST api/users/{user}/server/keep": expect("forbidden", student="conflict"),
+    "POST api/users/{user}/servers/{name}/keep": expect("forbidden", student="conflict"),
+    "POST api/users/{user}/server/move-to-cpu": expect("forbidden", student="conflict"),
+    "POST api/users/{user}/servers/{name}/move-to-cpu": expect("forbidden", student="conflict"),
     "GET api/waitlist": expect("ok", anonymous="forbidden"),
     "POST api/waitlist": expect("ok", anonymous="forbidden"),
     "DELETE api/waitlist/{profile}": expect("ok", anonymous="forbidden"),
@@ -172,6 +176,8 @@ def check_status(r: requests.Response, outcome: str) -> None:
         assert r.status_code == 403, (r.status_code, r.text[:300])
     elif outcome == "not-found":
         assert r.status_code == 404, (r.status_code, r.text[:300])
+    elif outcome == "conflict":
+        assert r.status_code == 409, (r.status_code, r.text[:300])
     elif outcome == "ok":
         assert 200 <= r.status_code < 400, (r.status_code, r.text[:300])
     else:
@@ -305,6 +311,19 @@ def cell_api_stop_named(ctx: Ctx, who: str, outcome: str) -> None:
     if outcome == "not-found":
         assert "no server named" in r.json()["message"]
     assert ctx.ledger.get(a.id).open
+
+
+def cell_api_own_server(action: str, path: str):
+    """Keep / Move to CPU on the student's server, which is not running: the student is told
+    so (409), everyone else is refused (403) before anything is looked up; nothing is kept."""
+
+    def cell(ctx: Ctx, who: str, outcome: str) -> None:
+        r = ctx.api(who, "POST", f"users/student/{path}/{action}")
+        check_status(r, outcome)
+        assert is_json_error(r, r.status_code)
+        assert ctx.ledger.latest_keeps() == {}
+
+    return cell
 
 
 def cell_api_waitlist(ctx: Ctx, who: str, outcome: str) -> None:
@@ -467,6 +486,12 @@ CELLS = {
     "POST api/nodes/{node}/token": cell_api_node_token,
     "DELETE api/nodes/{node}/token": cell_api_node_revoke,
     "POST api/nodes/{node}/report": cell_api_node_report,
+    "POST api/users/{user}/server/keep": cell_api_own_server("keep", "server"),
+    "POST api/users/{user}/servers/{name}/keep": cell_api_own_server("keep", "servers/train"),
+    "POST api/users/{user}/server/move-to-cpu": cell_api_own_server("move-to-cpu", "server"),
+    "POST api/users/{user}/servers/{name}/move-to-cpu": cell_api_own_server(
+        "move-to-cpu", "servers/train"
+    ),
 }
 
 

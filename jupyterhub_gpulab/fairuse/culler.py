@@ -15,7 +15,8 @@ Rules (``rule`` names, also the allocation's end reason ``culled:<rule>``):
   does not keep the slice. Only for servers holding a slice whose utilisation is known. A sample
   NVML could not read (``gpu_percent=None``), a gap in the samples longer than
   ``max_sample_gap_s`` or a last sample older than that restarts or suspends the idle clock: the
-  culler never calls a GPU idle that it could not see.
+  culler never calls a GPU idle that it could not see. A **Keep** at ``kept_at``
+  (:mod:`.keeps`) makes it due no earlier than ``kept_at + gpu_idle_timeout``.
 - ``idle``: no activity for ``idle_timeout``, where activity is the latest of the hub's
   ``last_activity``, the server's start, *now* while a kernel is busy, and the last sample at or
   above the threshold: **a busy GPU counts as activity**, so a long run with the tab closed
@@ -107,6 +108,8 @@ class Server:
     #: "GPU idle since" as kept in the ledger from before a service restart (``None``: unknown);
     #: continues the clock when the history's first sample finds the GPU idle
     idle_since_kept: datetime | None = None
+    #: the user's latest Keep of this server's slice (:mod:`.keeps`); ``None``: never kept
+    kept_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -222,12 +225,17 @@ def _conditions(server: Server, now: datetime, s: Settings) -> dict[str, tuple[d
             f"started {server.started_at.isoformat()}, max age {lim.max_age} s",
         )
     if server.has_gpu and lim.gpu_idle_timeout is not None and idle_since is not None:
+        window = timedelta(seconds=lim.gpu_idle_timeout)
+        due = idle_since + window
+        kept = ""
+        if server.kept_at is not None and server.kept_at + window > due:
+            due, kept = server.kept_at + window, f", kept at {server.kept_at.isoformat()}"
         found["gpu-idle"] = (
-            idle_since + timedelta(seconds=lim.gpu_idle_timeout),
+            due,
             f"its GPU has been idle (below {s.threshold_percent:g} %) since "
             f"{_fmt(idle_since, s.tz)}",
             f"GPU below {s.threshold_percent:g}% since {idle_since.isoformat()}, "
-            f"timeout {lim.gpu_idle_timeout} s",
+            f"timeout {lim.gpu_idle_timeout} s{kept}",
         )
     if server.preempt_at is not None:
         found["preempt"] = (
@@ -257,7 +265,7 @@ def _conditions(server: Server, now: datetime, s: Settings) -> dict[str, tuple[d
 _BEFORE = {
     "budget": "Save your work; CPU profiles do not use GPU-hours.",
     "max-age": "Save your work; you can start a new server afterwards.",
-    "gpu-idle": "Run something on the GPU to keep it, or save your work and stop the server.",
+    "gpu-idle": "Run something on the GPU, click Keep, or move the server to a CPU profile.",
     "idle": "Open it and run a cell to keep it.",
     "preempt": "Run something on the GPU to keep it, or save your work.",
 }

@@ -95,13 +95,16 @@ def plan(
     within_s: float,
     unknown_idle: bool = False,
     idle_clocks: Mapping[int, datetime] | None = None,
+    keeps: Mapping[int, datetime] | None = None,
 ) -> list[tuple[HubServer, Server, tuple[Allocation, ...]]]:
     """One culler :class:`~..fairuse.culler.Server` per running server (module docstring), with
     the hub's record and the open allocations it holds (oldest first). ``history(slice_id)``
     gives a slice's samples; ``period_allocations``: the ledger's allocations since
     :func:`budget_window_start` (every user's; only running users' count); ``idle_clocks``:
-    ``{allocation id: GPU idle since}`` kept in the ledger (``Ledger.idle_clocks``)."""
+    ``{allocation id: GPU idle since}`` kept in the ledger (``Ledger.idle_clocks``); ``keeps``:
+    ``{allocation id: the latest Keep}`` (``Ledger.latest_keeps``, :mod:`.keeps`)."""
     idle_clocks = idle_clocks or {}
+    keeps = keeps or {}
     held: dict[tuple[str, str], list[Allocation]] = {}
     for a in open_allocations:
         held.setdefault((a.user, a.server_name), []).append(a)
@@ -142,6 +145,7 @@ def plan(
             priority=contexts[r.user].priority,
             preemptible=contexts[r.user].preemptible,
             idle_since_kept=idle_clocks.get(first.id) if first else None,
+            kept_at=keeps.get(first.id) if first else None,
         )
         found.append((r, server, allocations))
     return found

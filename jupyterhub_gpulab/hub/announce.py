@@ -34,7 +34,8 @@ def warnings_html(warnings: Iterable[Any], page_url: str, running: set[str] = fr
     """The user's warnings (``CullWarning`` rows) as an HTML fragment, every text escaped; ``""``
     when there are none. ``page_url``: the user's gpulab page, linked once; ``running``: the
     names of the user's active servers (an offer for one of them says how to take it anyway,
-    :func:`offer_text`)."""
+    :func:`offer_text`). A GPU-idle warning's link says where to keep the GPU or move to CPU."""
+    warnings = list(warnings)
 
     def text(w) -> str:
         if w.rule != OFFER_RULE:
@@ -49,10 +50,13 @@ def warnings_html(warnings: Iterable[Any], page_url: str, running: set[str] = fr
     ]
     if not items:
         return ""
+    # a GPU-idle warning's two choices (Keep, Move to CPU) are buttons on the gpulab page
+    idle = any(w.rule == "gpu-idle" for w in warnings)
+    link = "Keep your GPU or move to CPU" if idle else "Your GPU and its limits"
     return (
         '<div class="gpulab-warnings"><ul class="list-unstyled mb-1">'
         + "".join(items)
-        + f'</ul><a href="{html.escape(page_url)}">Your GPU and its limits</a></div>'
+        + f'</ul><a href="{html.escape(page_url)}">{link}</a></div>'
     )
 
 

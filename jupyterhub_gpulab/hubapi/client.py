@@ -1,7 +1,8 @@
 """The hub's REST API, with the service's own token: who runs which server, and stop one.
 
 The service asks the hub only for what the ledger cannot know (servers, last activity) and for
-the one action the hub owns (stopping a server, which makes the spawner release its slice).
+the actions the hub owns (stopping a server, which makes the spawner release its slice; starting
+one with chosen options, for Move to CPU).
 """
 
 from __future__ import annotations
@@ -140,6 +141,14 @@ class HubClient:
         """Ask the hub to stop ``user``'s server ``name``; ``True`` once stopped, ``False`` when
         the hub is still stopping it (HTTP 202)."""
         code, _ = await self._request("DELETE", self._server_path(user, name))
+        return code != 202
+
+    async def start(self, user: str, name: str = "", options: dict | None = None) -> bool:
+        """Ask the hub to start ``user``'s server ``name`` with ``options`` as its
+        ``user_options`` (``{"profile": "cpu"}``: the spawner picks that profile as from its
+        form); ``True`` once running, ``False`` while the hub is still starting it (HTTP 202).
+        Raises :class:`HubError` with the hub's message (400: already running, or refused)."""
+        code, _ = await self._request("POST", self._server_path(user, name), body=options or {})
         return code != 202
 
     async def wait_stopped(self, user: str, name: str = "", timeout: float = 120) -> bool:

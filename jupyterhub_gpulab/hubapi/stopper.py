@@ -62,6 +62,22 @@ class ServerStopper:
         task.add_done_callback(self._tasks.discard)
         return False
 
+    def in_background(self, coro: Awaitable[None], what: str) -> asyncio.Task:
+        """Run ``coro`` (a stop and what follows it, such as Move to CPU's start) after the
+        request that asked for it has been answered; kept with the stops, so :meth:`close` lets
+        it finish. A failure is logged with ``what``."""
+
+        async def run():
+            try:
+                await coro
+            except Exception:
+                log.exception("%s failed", what)
+
+        task = asyncio.ensure_future(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     async def _when_stopped(self, key, then, if_not_stopped) -> None:
         user, name = key
         try:

@@ -10,6 +10,7 @@ Pure logic, no I/O. Configured as a dict keyed by JupyterHub group name::
             "priority": 0,
             "gpu_hours": 20, "period": "week",  # later: fair-use accounting
             "max_session": "8h",
+            "keeps_per_day": 2,                 # "Keep" clicks on a GPU-idle warning, per day
         },
         "researchers": {"max_slices_per_user": 4, "priority": 10},
         "admin": {"max_slices_per_user": 8},    # JupyterHub admins (see below)
@@ -30,6 +31,11 @@ How several groups combine (:func:`resolve`), the product's rule:
   (its ``profiles`` is unset or lists it) and whose ``max_slices`` has room. :func:`resolve` gives
   the ordered candidates; the ledger checks room atomically. ``None`` as a cap means no cap.
 - **CPU-only profiles** (no slice) are never counted against any slice limit.
+- **Keeps per day** (``keeps_per_day``, default :data:`DEFAULT_KEEPS`): how many times a member
+  may click **Keep** on a GPU-idle warning in one day of ``c.GPULab.quota_timezone`` (each
+  postpones that server's ``gpu-idle`` cull by one ``gpu_idle_timeout``,
+  :mod:`..fairuse.keeps`). The most generous of the user's policies; ``None`` (or no policy at
+  all) is no limit; ``0`` turns Keep off.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADMIN_POLICY",
+    "DEFAULT_KEEPS",
     "GroupPolicy",
     "Entitlement",
     "PolicySource",
@@ -58,6 +65,8 @@ __all__ = [
 
 #: The policy key that applies to JupyterHub admins.
 ADMIN_POLICY = "admin"
+#: Keeps a day a policy gives when it does not say (``keeps_per_day``).
+DEFAULT_KEEPS = 2
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,8 @@ class GroupPolicy:
     - ``gpu_hours`` per ``period`` (``"day"``, ``"week"``, ``"term"``): the budget checked before a
       claim and by the culler (:mod:`..fairuse.quota`); ``max_session`` (seconds) caps a
       profile's ``max_age`` in the culler; ``None`` is unset.
+    - ``keeps_per_day``: Keep clicks a member may make per day (module docstring); ``None`` is
+      no limit.
     """
 
     group: str
@@ -87,6 +98,7 @@ class GroupPolicy:
     period: str = "week"
     max_session: int | None = None
     preemptible: bool = False
+    keeps_per_day: int | None = DEFAULT_KEEPS
 
     def allows(self, slug: str) -> bool:
         """Whether this policy lets its members use profile ``slug``."""
@@ -198,6 +210,13 @@ class PolicyContext:
     def priority(self) -> int:
         """The highest priority of the user's policies (0 without one)."""
         return max((p.priority for p in self.policies), default=0)
+
+    @property
+    def keeps_per_day(self) -> int | None:
+        """Keep clicks a day the user may make: the most generous of their policies (``None``:
+        no limit, also for a user under no policy)."""
+        found = [p.keeps_per_day for p in self.policies]
+        return None if not found or None in found else max(found)
 
     @property
     def preemptible(self) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from ..errors import ConfigError
 from ..units import UnitError, parse_seconds
-from .policy import GroupPolicy
+from .policy import DEFAULT_KEEPS, GroupPolicy
 
 __all__ = ["PERIODS", "POLICY_KEYS", "load_policy", "load_policies"]
 
@@ -29,6 +29,7 @@ POLICY_KEYS = (
     "period",
     "max_session",
     "preemptible",
+    "keeps_per_day",
 )
 
 
@@ -128,6 +129,8 @@ def _check(group: object, spec: object, known: frozenset[str], where: str) -> tu
         errors.append(f"{where}: preemptible {preemptible!r} is not true or false")
         preemptible = False
 
+    keeps = _count(spec.get("keeps_per_day", DEFAULT_KEEPS), "keeps_per_day", where, errors)
+
     if errors:
         return None, errors
     policy = GroupPolicy(
@@ -140,6 +143,7 @@ def _check(group: object, spec: object, known: frozenset[str], where: str) -> tu
         period=period,
         max_session=max_session,
         preemptible=preemptible,
+        keeps_per_day=keeps,
     )
     return policy, []
 

@@ -1,5 +1,5 @@
 """The slice ledger: SQLAlchemy tables (:mod:`.schema`), Alembic migrations, atomic claim / release
-(:mod:`.ledger`), the waitlist and its offers (:mod:`.waitlist`, :mod:`.queueoffers`), the notice rules (:mod:`.notices`), reservations kept in that claim (:mod:`.placement`, records in
+(:mod:`.ledger`), the waitlist and its offers (:mod:`.waitlist`, :mod:`.queueoffers`), the notice rules (:mod:`.notices`), the Keeps users took (:mod:`.keeps`), reservations kept in that claim (:mod:`.placement`, records in
 :mod:`.bookings`), the read queries and the one slice-matching SQL filter (:mod:`.queries`), the
 lab's identity and other labs' containers (:mod:`.labs`), the nodes and whether each is in
 service (:mod:`.nodes`), and :mod:`.aio`, the one seam that runs

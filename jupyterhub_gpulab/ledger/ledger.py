@@ -22,6 +22,7 @@ from ..units import counted
 from . import db
 from .events import LedgerEvents, announced_claim
 from .inventory_sync import InventorySync
+from .keeps import KeepRecords
 from .labs import LabRecords
 from .models import (
     Allocation,
@@ -77,6 +78,7 @@ class Ledger(
     Waitlist,
     QueueOffers,
     PreemptionRecords,
+    KeepRecords,
 ):
     """The allocation ledger over one database URL.
 

@@ -284,6 +284,25 @@ idle_clocks = sa.Table(
     sa.Column("idle_since", UTC_DATETIME, nullable=False),
 )
 
+# Keeps (0010): each time a user clicked Keep on a GPU-idle warning (fairuse/keeps.py), which
+# postpones that allocation's gpu-idle cull to ``until``. ``day`` is the local date (quota time
+# zone) the keep counts in and ``seq`` its number that day: unique per (user, day, seq), so two
+# clicks at once cannot both take the last keep of an allowance.
+keeps = sa.Table(
+    "gpu_keeps",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("server_name", sa.String(255), nullable=False, default=""),
+    sa.Column("allocation_id", sa.Integer, nullable=False),
+    sa.Column("day", sa.String(10), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("at", UTC_DATETIME, nullable=False),
+    sa.Column("until", UTC_DATETIME, nullable=False),
+)
+sa.Index("uq_gpu_keeps_user_day_seq", keeps.c.user, keeps.c.day, keeps.c.seq, unique=True)
+sa.Index("ix_gpu_keeps_allocation_id", keeps.c.allocation_id)
+
 # This ledger's lab: exactly one row (id 1), created by migration 0003 with a random uuid. The
 # uuid labels every container the lab starts; the name is c.GPULab.lab_name, for people.
 lab = sa.Table(

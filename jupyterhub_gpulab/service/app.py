@@ -45,6 +45,7 @@ from .web.courseroutes import course_pages
 from .web.filters import FILTERS
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
+from .web.keeppages import KeepAction
 from .web.metricsapi import MetricsHandler
 from .web.pages import ActionPage, AdminPage, UserPage
 from .web.queuepages import WaitlistAction
@@ -150,14 +151,17 @@ def make_app(
     courses=None,
     nodes: NodeReports | None = None,
     metrics_user_labels: bool = False,
+    culler: Culler | None = None,
 ) -> web.Application:
     """The Tornado application under ``prefix`` (``/services/gpulab/``); ``grants``: the gpulab
     scopes the hub's roles give each user, asked for at page logins (none by default);
-    ``metrics_user_labels``: ``c.GPULabService.metrics_user_labels``."""
+    ``metrics_user_labels``: ``c.GPULabService.metrics_user_labels``; ``culler``: the service's
+    culler, whose settings Keep judges by (:mod:`.keeping`; ``None``: Keep answers 503)."""
     handlers = [
         (prefix, AdminPage),
         (prefix + "me", UserPage),
         (prefix + "me/waitlist", WaitlistAction),
+        (prefix + "me/(?P<action>keep|move-to-cpu)", KeepAction),
         (prefix + "actions/(?P<action>[a-z]+)", ActionPage),
         (prefix + "oauth_callback", OAuthCallback),
         *course_pages(prefix),
@@ -179,6 +183,7 @@ def make_app(
         gpulab_courses=courses,
         gpulab_nodes=nodes or NodeReports(state, timeout_s=60),
         gpulab_metrics=Exposition(state, hub, user_labels=metrics_user_labels),
+        gpulab_culler=culler,
         log_function=_log_request,
     )
 
@@ -287,6 +292,7 @@ class Service:
             courses=self.courses,
             nodes=self.nodes,
             metrics_user_labels=settings.metrics_user_labels,
+            culler=self.culler,
         )
         self._periodic: list[PeriodicCallback] = []
         self.server = None

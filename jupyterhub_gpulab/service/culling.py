@@ -14,7 +14,8 @@ Each pass (:meth:`Culler.run_pass`):
    through the hub API (``DELETE /hub/api/users/<user>/servers/<name>``), which makes the spawner
    close the allocation (``stopped``); the culler then amends its end reason to
    ``culled:<rule>`` (or closes it so if the spawner could not) and leaves the user a notice;
-4. clears warnings whose condition cleared or whose server stopped.
+4. clears warnings whose condition cleared or whose server stopped (a **Keep**, read from the
+   ledger with each pass, moves a GPU-idle stop out: :mod:`.keeping`).
 
 ``c.GPULabService.cull_dry_run`` logs every decision (``[dry-run] …``) and changes nothing. A
 failure on one server (the hub refuses its stop, the database is busy) is logged and the pass
@@ -219,6 +220,7 @@ class Culler:
             within_s=self.settings.warn_before_s,
             unknown_idle=self.unknown_idle,
             idle_clocks=kept,
+            keeps=ledger.latest_keeps(),
         )
         clocks = {}
         for _hub, server, allocations in planned:

@@ -34,6 +34,8 @@ METHODS = ("get", "put", "post", "delete", "patch")
 SCREENSHOTS = {
     "spawn-form-reserved.png": "The spawn form: profiles with their free capacity",
     "user-page.png": "My GPU: the slice, the GPU-hours left, the server's limits",
+    "keep-warning.png": "My GPU: a GPU-idle warning with Keep and Move to CPU",
+    "lab-keep-warning.png": "JupyterLab's status bar: the GPU-idle warning, Keep, Move to CPU",
     "home-waitlist-offer.png": "The hub's home page holding a waitlist offer",
     "admin-page.png": "The admin page: every GPU, slice and holder",
     "course-page-started.png": "A course page after Start all",

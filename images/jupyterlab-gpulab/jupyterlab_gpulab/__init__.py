@@ -5,10 +5,11 @@ its user's record (``GET me``) with the server's own ``$JUPYTERHUB_API_TOKEN`` (
 ``configure_service`` lets reach the service: ``access:services!service=gpulab``), so no token
 reaches the browser. ``GET <base_url>gpulab/me`` answers the status bar with
 :func:`~.summary.summarise`'s line: the slice this server holds (kind, memory, isolation) and
-the GPU-hours left.
+the GPU-hours left, and, while the culler's GPU-idle warning for this server stands, that
+warning with **Keep** and **Move to CPU** (``POST <base_url>gpulab/keep`` / ``move-to-cpu``).
 """
 
-from .handlers import MeHandler
+from .handlers import ActionHandler, MeHandler
 
 __version__ = "0.1.0"
 
@@ -25,4 +26,10 @@ def _load_jupyter_server_extension(serverapp):
     from jupyter_server.utils import url_path_join
 
     base = serverapp.web_app.settings["base_url"]
-    serverapp.web_app.add_handlers(".*$", [(url_path_join(base, "gpulab", "me"), MeHandler)])
+    serverapp.web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "gpulab", "me"), MeHandler),
+            (url_path_join(base, "gpulab", "(keep|move-to-cpu)"), ActionHandler),
+        ],
+    )

@@ -1,9 +1,19 @@
-"""``GET <base_url>gpulab/me``: this server's slice and its user's GPU-hours, from the service."""
+"""The server extension's endpoints, each asking the gpulab service with this server's own token
+(``$JUPYTERHUB_API_TOKEN``; no token reaches the browser):
+
+- ``GET <base_url>gpulab/me``: this server's slice and its user's GPU-hours (the status bar);
+- ``POST <base_url>gpulab/keep`` and ``POST <base_url>gpulab/move-to-cpu``: Keep this server
+  under its GPU-idle warning, or move it to a CPU profile (the service's
+  ``POST users/<user>/server[s/<name>]/keep`` and ``…/move-to-cpu``). The answer is the
+  service's status and ``{"status", "message"}``. The page saves open notebooks before it asks
+  to move (``src/index.js``); this server is stopped right after the service answers.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
@@ -13,6 +23,53 @@ from .summary import summarise
 
 #: Seconds to wait for the gpulab service.
 TIMEOUT = 10
+
+
+#: The actions the status bar may ask for.
+ACTIONS = ("keep", "move-to-cpu")
+
+
+def action_path(user: str, server_name: str, action: str) -> str:
+    """The service API path (after ``…/api/``) of ``action`` on ``user``'s server
+    ``server_name`` (``""``: the default server)."""
+    u = quote(user, safe="")
+    if server_name:
+        return f"users/{u}/servers/{quote(server_name, safe='')}/{action}"
+    return f"users/{u}/server/{action}"
+
+
+class ActionHandler(APIHandler):
+    """``POST gpulab/keep`` or ``gpulab/move-to-cpu`` for this very server."""
+
+    @web.authenticated
+    async def post(self, action: str):
+        api = os.environ.get("GPULAB_API_URL", "")
+        token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        user = os.environ.get("JUPYTERHUB_USER", "")
+        if action not in ACTIONS or not api or not token or not user:
+            self.set_status(404 if action not in ACTIONS else 503)
+            self.finish({"message": "no gpulab service is configured for this server"})
+            return
+        path = action_path(user, os.environ.get("JUPYTERHUB_SERVER_NAME", ""), action)
+        request = HTTPRequest(
+            api.rstrip("/") + "/" + path,
+            method="POST",
+            body=b"",
+            headers={"Authorization": f"token {token}", "Accept": "application/json"},
+            request_timeout=TIMEOUT * 3,
+            connect_timeout=TIMEOUT,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(request, raise_error=False)
+            data = json.loads(response.body) if response.body else {}
+        except (OSError, ValueError) as e:
+            self.log.warning("gpulab service unreachable at %s: %s", api, e)
+            self.set_status(502)
+            self.finish({"message": "the gpulab service cannot be reached"})
+            return
+        code = response.code if response.code != 599 else 502
+        self.set_status(code)
+        self.finish({"status": code, "message": data.get("message", "")})
 
 
 class MeHandler(APIHandler):

@@ -28,9 +28,36 @@ def _isolation(env: Mapping[str, str], level: str | None) -> str | None:
     return mine or level
 
 
+#: How often the status bar asks (seconds), unless ``$GPULAB_STATUS_REFRESH_S`` says otherwise.
+REFRESH_S = 60
+
+
+def refresh_seconds(env: Mapping[str, str]) -> int:
+    """``$GPULAB_STATUS_REFRESH_S`` (whole seconds, at least 1; else :data:`REFRESH_S`): how
+    often the status bar asks; a warning shows at most that long after the culler gives it."""
+    raw = env.get("GPULAB_STATUS_REFRESH_S", "")
+    return max(1, int(raw)) if raw.isdigit() else REFRESH_S
+
+
+def gpu_idle_warning(me: Mapping, server_name: str) -> dict | None:
+    """The culler's GPU-idle warning for server ``server_name`` in the service's ``me`` record
+    (``{"message", "due_at"}``: when the server will be stopped, ISO UTC), or ``None``. It is
+    the one the status bar offers **Keep** and **Move to CPU** for."""
+    for w in me.get("warnings") or ():
+        if (
+            w.get("rule") == "gpu-idle"
+            and w.get("kind") == "warning"
+            and w.get("server_name") == server_name
+        ):
+            return {"message": w.get("message") or "", "due_at": w.get("due_at")}
+    return None
+
+
 def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
-    """``{"text", "title", "level", "slice", "gpu_hours", "page"}`` for server ``server_name``
-    of the user ``me`` describes. ``level`` is ``"low"`` when under 10 % of the budget is
+    """``{"text", "title", "level", "slice", "gpu_hours", "page", "warning", "refresh_s"}`` for
+    server ``server_name`` of the user ``me`` describes (``refresh_s``: :func:`refresh_seconds`).
+    ``level`` is ``"warn"`` while the culler's GPU-idle warning for this server stands
+    (``warning``: :func:`gpu_idle_warning`), else ``"low"`` when under 10 % of the budget is
     left (or it is spent) or the host warns that the seat is over its GPU memory cap, else
     ``"ok"``. A host-checked seat's text carries its use: ``GPU memory 0.8 of 1 GiB``."""
     server = next((s for s in me.get("servers") or () if s.get("name") == server_name), None)
@@ -81,6 +108,10 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
         level = "low"
         gpu += " — OVER its GPU memory cap"
         title = f"{over[0].get('message', '')}\n{title}"
+    warning = gpu_idle_warning(me, server_name)
+    if warning:
+        level = "warn"
+        title = f"{warning['message']}\n\n{title}"
     return {
         "text": f"GPU: {gpu} · {quota}",
         "title": title,
@@ -88,4 +119,6 @@ def summarise(me: Mapping, server_name: str, env: Mapping[str, str]) -> dict:
         "slice": sl,
         "gpu_hours": hours,
         "page": "/services/gpulab/me",
+        "warning": warning,
+        "refresh_s": refresh_seconds(env),
     }

@@ -12,6 +12,7 @@
     DELETE users/<user>/server        stop a server through the hub              (admin)
     DELETE users/<user>/servers/<n>   stop a named server through the hub        (admin)
     GET    me                         my servers, slices, limits, capacity       (any user)
+    POST   users/<me>/server[s/<n>]/keep, …/move-to-cpu: see keepapi     (own server)
     GET    waitlist, POST waitlist, DELETE waitlist/<profile>, GET bookings: see queueapi
     GET    nodes, POST nodes/<node>/report, …/drain, …/token: see nodeapi
     GET    openapi.json               this API's OpenAPI 3.1 document            (public)
@@ -29,6 +30,7 @@ from .. import actions
 from . import inputs, paging
 from .base import APIHandler, refuse
 from .data import admin_data, allocations_page, usage_data, user_data
+from .keepapi import keep_handlers
 from .nodeapi import node_handlers
 from .openapi import openapi
 from .queueapi import queue_handlers
@@ -180,6 +182,7 @@ def api_handlers(prefix: str) -> list[tuple]:
         (api + r"users/" + user + r"/server", ServerAPI),
         (api + r"users/" + user + r"/servers/(?P<name>[^/]*)", ServerAPI),
         (api + r"me", MeAPI),
+        *keep_handlers(api),
         *queue_handlers(api),
         *node_handlers(api),
         (api + r".*", NotFoundAPI),

@@ -12,6 +12,7 @@ from .apischemas import SCHEMAS
 from .apischemas import ref as _ref
 from .courseopenapi import course_paths, course_schemas
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
+from .keepapi import keep_paths, keep_schemas
 from .nodeschemas import node_schemas
 from .paging import DEFAULT_LIMIT, MAX_LIMIT, PAGINATION_MEDIA_TYPE
 from .queueapi import queue_paths, queue_schemas
@@ -354,6 +355,7 @@ def _document(prefix: str) -> dict:
                 )
             },
             **queue_paths(_op, _json, _ref),
+            **keep_paths(_op, _json, _ref),
             **_node_paths(done, not_found),
             **course_paths(_op, _json, _ref),
         },
@@ -375,6 +377,12 @@ def _document(prefix: str) -> dict:
                 ),
                 "TooLarge": _json(_ref("Error"), f"the body is over {MAX_BODY} bytes"),
             },
-            "schemas": {**SCHEMAS, **node_schemas(), **queue_schemas(), **course_schemas()},
+            "schemas": {
+                **SCHEMAS,
+                **node_schemas(),
+                **queue_schemas(),
+                **keep_schemas(),
+                **course_schemas(),
+            },
         },
     }

@@ -15,7 +15,7 @@ from tornado import web
 
 from ... import clock
 from ...ledger import aio, listing
-from .. import actions
+from .. import actions, keeping
 from . import inputs, paging, plotview
 from .base import BaseHandler, error_message, refuse
 from .courseview import my_courses
@@ -171,6 +171,7 @@ class AdminPage(PageHandler):
         )  # fmt: skip
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
         data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
+        data["keeps"] = await aio.call(keeping.keeps_today, self.state)
         data["charts"] = {
             "devices": plotview.device_charts(self.state, self.state.history_s, shown),
             "weekly": await aio.call(plotview.weekly_gpu_hours, self.state),
@@ -193,6 +194,7 @@ class UserPage(PageHandler):
         data = await user_data(self.state, self.hub, self.current_user)
         name = self.current_user["name"]
         data["waitlist"] = await aio.call(my_entries, self.state.ledger, name)
+        data["keeps"] = await aio.call(keeping.keeps_view, self.state, self.current_user)
         data["preemptions"] = [
             {"at": p.at.isoformat(), "server_name": p.server_name, "reason": p.reason}
             for p in await aio.call(self.state.ledger.preemptions, name)
