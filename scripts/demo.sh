@@ -23,6 +23,12 @@ step "proxy";     scripts/ensure-proxy.sh
 step "install (virtual environment $REPO/.venv)"
 PYTHON=$(scripts/ensure-venv.sh | tail -n 1)
 export PYTHON PATH="$(dirname "$PYTHON"):$PATH"
+# The hub's API listens on the containers' network, at docker0's address: asked of the engine
+# here, since jupyterhub_config.py asks nothing while it loads (it runs in every gpulab process).
+if [ -z "${GPULAB_HUB_IP:-}" ]; then
+    GPULAB_HUB_IP=$("$PYTHON" -c 'from jupyterhub_gpulab.spawner.network import bridge_gateway as g; print(g("bridge", default="172.17.0.1"))')
+    export GPULAB_HUB_IP
+fi
 # The CUDA variants where this host has a GPU (as jupyterhub_config.py decides), else the CPU ones.
 if [ -z "${GPULAB_IMAGE_VARIANT:-}" ]; then
     GPULAB_IMAGE_VARIANT=cpu

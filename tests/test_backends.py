@@ -15,7 +15,8 @@ from jupyterhub_gpulab.backends.dockerengine import DockerBackend
 from jupyterhub_gpulab.backends.swarmengine import SwarmBackend
 from jupyterhub_gpulab.spawner import GPUDockerSpawner
 from jupyterhub_gpulab.spawner.backendbase import EngineBackend
-from jupyterhub_gpulab.spawner.core import SliceSpawnerCore
+from jupyterhub_gpulab.spawner.core import START_USES, SliceSpawnerCore
+from jupyterhub_gpulab.spawner.formmixin import ProfileFormMixin
 from jupyterhub_gpulab.spawner.gpuswarm import GPUSwarmSpawner
 
 #: What the core's start() calls on its backend (spawner/core.py's docstring), written out here
@@ -43,10 +44,52 @@ def _impl(name):
 def test_a_spawner_backend_without_any_one_method_start_needs_is_refused_naming_it(left_out):
     body = {m: _impl(m) for m in START_NEEDS if m != left_out}
     with pytest.raises(TypeError, match=rf"without a backend for {left_out}: .*no GPU slice"):
-        type("Partial", (SliceSpawnerCore, DockerSpawner), body)
+        type("Partial", (ProfileFormMixin, SliceSpawnerCore, DockerSpawner), body)
     # with it, the same class is accepted
-    full = type("Full", (SliceSpawnerCore, DockerSpawner), {**body, left_out: _impl(left_out)})
+    bases = (ProfileFormMixin, SliceSpawnerCore, DockerSpawner)
+    full = type("Full", bases, {**body, left_out: _impl(left_out)})
     assert issubclass(full, SliceSpawnerCore)
+
+
+def test_a_spawner_on_the_core_without_the_form_s_choice_is_refused_naming_what_start_calls():
+    """Every backend method, but no ProfileFormMixin: start() would claim nothing and fail on
+    ``_forget_saved_options`` (an AttributeError, a 500); refused when the class is defined."""
+    body = {m: _impl(m) for m in START_NEEDS}
+    with pytest.raises(TypeError, match=r"without _pick_profile, _forget_saved_options, which"):
+        type("NoForm", (SliceSpawnerCore, DockerSpawner), body)
+
+
+def test_a_spawner_on_the_core_without_an_object_s_names_is_refused_naming_them():
+    from jupyterhub.spawner import Spawner
+
+    body = {m: _impl(m) for m in START_NEEDS}
+    with pytest.raises(TypeError, match=r"without object_id, object_name, which"):
+        type("NoObject", (ProfileFormMixin, SliceSpawnerCore, Spawner), body)
+
+
+def test_the_core_s_check_names_every_name_start_uses_that_the_core_does_not_define():
+    """Read start() and _launch() as written: each ``self.<name>`` they read is the core's,
+    JupyterHub's Spawner's, or named by the check (a new use must join the check)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from jupyterhub.spawner import Spawner
+
+    from jupyterhub_gpulab.spawner.core import BACKEND_METHODS
+
+    used, assigned = set(), set()
+    for fn in (SliceSpawnerCore.start, SliceSpawnerCore._launch):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "self":
+                (assigned if isinstance(node.ctx, ast.Store) else used).add(node.attr)
+    unowned = {
+        n for n in used - assigned if not hasattr(SliceSpawnerCore, n) and not hasattr(Spawner, n)
+    }
+    assert unowned <= set(START_USES), unowned - set(START_USES)
+    # and what the core only refuses by default must come from the backend
+    assert {"_start_object", "_discard_object"} <= set(BACKEND_METHODS) & used
 
 
 @pytest.mark.parametrize("left_out", VOCABULARY)
@@ -60,6 +103,9 @@ def test_the_vocabulary_names_what_courses_the_cli_and_the_probes_ask():
     # courses: servers, exec_run, get_file, storage, run_once; image labels; the network probe;
     # the CLI's survey of the engine's containers
     for word in ("servers", "exec_run", "get_file", "storage", "run_once", "image_labels"):
+        assert word in VOCABULARY
+    # the spawner's: a server object's create, start and removal
+    for word in ("create_server", "start_server", "remove_server"):
         assert word in VOCABULARY
     for word in ("gateway", "containers", "inspect_container", "info"):
         assert word in VOCABULARY
@@ -118,3 +164,40 @@ def test_the_image_reader_and_the_network_probe_ask_the_real_engine_through_the_
     assert isinstance(needs.labels(image), dict)
     assert needs.labels("gpulab/no-such-image:0") is None
     assert bridge_gateway("bridge").count(".") == 3  # an IPv4 address on docker0
+
+
+@pytest.mark.docker
+def test_the_docker_backend_makes_starts_and_removes_a_server_object_on_the_real_engine():
+    """The words the spawner's start, stop and reconcile speak (create_server, start_server,
+    remove_server), on the engine itself: a created object is not a running server until
+    started; removal takes a running one; a second removal finds it gone and says so."""
+    import os
+    import uuid
+
+    from e2e_support import require_docker
+
+    from jupyterhub_gpulab.spawner.container import LABEL_LAB, LABEL_USER
+
+    require_docker()
+    image = os.environ.get("GPULAB_TEST_LAB_IMAGE", "gpulab/singleuser:6.1.1-lab")
+    lab = f"test-backend-{uuid.uuid4().hex[:8]}"
+    backend = backend_for(Config())
+    request = {
+        "image": image,
+        "command": ["sleep", "120"],
+        "entrypoint": [],
+        "labels": {LABEL_USER: "alice", LABEL_LAB: lab},
+    }
+    made = backend.create_server(request)
+    try:
+        assert backend.servers(lab_id=lab) == []  # created, not started
+        backend.start_server(made["Id"])
+        [server] = backend.servers(lab_id=lab)
+        assert (server.id, server.user) == (made["Id"], "alice")
+    finally:
+        removed = backend.remove_server(made["Id"])
+    assert removed is True
+    assert backend.servers(lab_id=lab) == []
+    assert made["Id"] not in {c["Id"] for c in backend.containers(all=True)}
+    assert backend.remove_server(made["Id"]) is False  # gone already: not an error
+    backend.close()

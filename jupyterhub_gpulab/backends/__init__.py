@@ -4,6 +4,9 @@ Runs wherever it is imported: in the hub (the spawner's course hook), in the gpu
 (courses, the image-label reader) and in the ``gpulab`` command. A *backend* answers, in one
 vocabulary (:class:`~.base.Backend`; docker-py's names where docker-py has one):
 
+- a server's object: :meth:`~.base.Backend.create_server` (from the request the spawner
+  rendered), :meth:`~.base.Backend.start_server`, :meth:`~.base.Backend.remove_server` (the
+  spawner's start, stop, failed start and reconcile: :mod:`jupyterhub_gpulab.spawner.backendbase`);
 - the lab's servers: :meth:`~.base.Backend.servers` (running servers by label, with the node each
   runs on), :meth:`~.base.Backend.containers` / ``inspect_container`` / ``info`` (the engine's
   containers, for the survey of other labs: :mod:`jupyterhub_gpulab.spawner.engine`);
@@ -22,9 +25,10 @@ Two backends, chosen from ``c.JupyterHub.spawner_class`` by :func:`backend_for`:
   node's own engine (``c.GPUSwarmSpawner.node_engines``) for what only a node can do: run a
   command in a server's container, read and write the volumes it holds.
 
-Creating, starting and removing a server is the spawner backends' (:mod:`jupyterhub_gpulab.spawner.
-gpudocker`, :mod:`jupyterhub_gpulab.spawner.gpuswarm`), on the same engine client. Only the modules
-of this package and those spawner backends use docker-py.
+The spawner backends (:mod:`jupyterhub_gpulab.spawner.gpudocker`, :mod:`jupyterhub_gpulab.spawner.
+gpuswarm`) keep DockerSpawner's flow (its templates, pulls, waits, addresses): DockerSpawner renders
+a server's request, this package makes, starts and removes the object, on the spawner's own engine
+client.
 """
 
 from __future__ import annotations
@@ -42,13 +46,15 @@ def uses_swarm(config) -> bool:
     return any(b.__name__ == "GPUSwarmSpawner" for b in getattr(cls, "__mro__", ()))
 
 
-def backend_for(config) -> Backend:
-    """The backend the lab of ``config`` runs its servers on (module docstring). Connects
-    lazily: building it asks no engine anything."""
+def backend_for(config, connect=None) -> Backend:
+    """The backend the lab of ``config`` runs its servers on (module docstring); ``connect``:
+    a callable giving the docker-py ``APIClient`` of the servers' engine already made (the hub's
+    spawner's, so the hub has one client per engine). Connects lazily: building it asks no
+    engine anything."""
     if uses_swarm(config):
         from .swarmengine import SwarmBackend
 
-        return SwarmBackend.from_config(config)
+        return SwarmBackend.from_config(config, connect)
     from .dockerengine import DockerBackend
 
-    return DockerBackend.from_config(config)
+    return DockerBackend.from_config(config, connect)

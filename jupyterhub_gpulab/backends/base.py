@@ -13,6 +13,9 @@ __all__ = ["Backend", "EngineError", "Server", "VOCABULARY"]
 
 #: What every backend answers (a subclass leaving one out is refused when defined).
 VOCABULARY = (
+    "create_server",
+    "start_server",
+    "remove_server",
     "servers",
     "exec_run",
     "get_file",
@@ -52,8 +55,9 @@ def server_filters(server_name: str | None, lab_id: str | None) -> list[str]:
 
 
 class Backend:
-    """Everything the package asks of an engine besides a server's create, start and removal
-    (the spawner backends'). Subclasses implement every name of :data:`VOCABULARY`."""
+    """Everything the package asks of an engine, a server's create, start and removal included
+    (the spawner's, :mod:`jupyterhub_gpulab.spawner.backendbase`: DockerSpawner renders the
+    request, the backend makes it). Subclasses implement every name of :data:`VOCABULARY`."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -63,6 +67,28 @@ class Backend:
 
     #: the Docker network the lab's servers join (the spawner's ``network_name``)
     network: str = "bridge"
+
+    # -- a server's object: what the spawner's start, stop and reconcile make and remove --------
+
+    def create_server(self, request: Mapping) -> dict:
+        """Create a server's object from ``request``, the docker-py keyword arguments the spawner
+        rendered (``create_container``'s on one host, ``create_service``'s on a Swarm, the slice
+        and the lab's labels attached); the engine's answer (``{"Id": …}``, ``{"ID": …}``).
+        Raises the engine's refusal as it gives it (docker-py's ``APIError``: the spawner tells
+        the user why, e.g. a missing GPU runtime)."""
+        raise NotImplementedError
+
+    def start_server(self, object_id: str) -> None:
+        """Start the created object ``object_id`` (a container; a Swarm runs a service's task by
+        itself). Raises the engine's refusal as it gives it."""
+        raise NotImplementedError
+
+    def remove_server(self, object_id: str) -> bool:
+        """Remove server object ``object_id`` with its anonymous volumes, running or not;
+        ``False`` when it is gone already or being removed. Raises the engine's other errors."""
+        raise NotImplementedError
+
+    # -- the lab's servers, and inside them ----------------------------------------------------
 
     def servers(self, server_name: str | None = None, lab_id: str | None = None) -> list[Server]:
         """The lab's running servers (``lab_id``: only this lab's), of server name

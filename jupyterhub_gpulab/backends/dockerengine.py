@@ -13,14 +13,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import docker
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from ..spawner.container import LABEL_USER
 from .base import Backend, EngineError, Server, server_filters
 from .volumes import DockerVolumes, archive
 
-__all__ = ["DockerBackend", "Engine", "api_client", "spawner_setting"]
+__all__ = ["DockerBackend", "Engine", "api_client", "gone_or_removed", "spawner_setting"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,18 @@ def api_client(base_url: str | None = None, *, tls=None, client_kwargs=None, tim
         raise EngineError(
             f"cannot reach the Docker engine at {base_url or 'DOCKER_HOST'}: {e}"
         ) from e
+
+
+def gone_or_removed(remove: Callable, object_id: str, **kwargs) -> bool:
+    """``remove(object_id, **kwargs)`` (a docker-py removal); ``False`` when the engine says the
+    object is gone (404) or already being removed (409)."""
+    try:
+        remove(object_id, **kwargs)
+    except APIError as e:
+        if e.status_code in (404, 409):
+            return False
+        raise
+    return True
 
 
 class Engine:
@@ -171,13 +183,14 @@ class DockerBackend(Backend):
         self.engine, self.network = engine, network
 
     @classmethod
-    def from_config(cls, config) -> DockerBackend:
+    def from_config(cls, config, connect: Callable[[], object] | None = None) -> DockerBackend:
         """The engine the spawner uses (``DOCKER_HOST``, ``c.DockerSpawner.tls_config``,
-        ``client_kwargs``) and the network its servers join (``network_name``)."""
+        ``client_kwargs``; ``connect``: the ``APIClient`` already made for them, the hub's
+        spawner's) and the network its servers join (``network_name``)."""
         tls = spawner_setting(config, "tls_config", None)
         kwargs = spawner_setting(config, "client_kwargs", {})
         return cls(
-            Engine(lambda: api_client(tls=tls, client_kwargs=kwargs)),
+            Engine(connect or (lambda: api_client(tls=tls, client_kwargs=kwargs))),
             network=str(spawner_setting(config, "network_name", "") or "bridge"),
         )
 
@@ -185,6 +198,15 @@ class DockerBackend(Backend):
     def on(cls, api, network: str = "bridge") -> DockerBackend:
         """A backend on an ``APIClient`` already made (the spawner's own ``client``)."""
         return cls(Engine(lambda: api), network)
+
+    def create_server(self, request: Mapping) -> dict:
+        return self.engine.api.create_container(**request)
+
+    def start_server(self, object_id: str) -> None:
+        self.engine.api.start(object_id)
+
+    def remove_server(self, object_id: str) -> bool:
+        return gone_or_removed(self.engine.api.remove_container, object_id, force=True, v=True)
 
     def servers(self, server_name=None, lab_id=None) -> list[Server]:
         rows = self.engine.running(server_filters(server_name, lab_id))

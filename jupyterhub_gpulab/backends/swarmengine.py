@@ -21,13 +21,13 @@ the manager's engine is asked (a one-node Swarm).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..spawner.container import LABEL_USER
 from ..spawner.swarmnodes import name_of
 from ..spawner.swarmtasks import current_task
 from .base import Backend, EngineError, Server, server_filters
-from .dockerengine import ENGINE_ERRORS, Engine, api_client, spawner_setting
+from .dockerengine import ENGINE_ERRORS, Engine, api_client, gone_or_removed, spawner_setting
 from .volumes import NodeVolumes
 
 __all__ = ["SwarmBackend"]
@@ -45,7 +45,9 @@ class SwarmBackend(Backend):
         self.manager, self.nodes, self.network = manager, dict(nodes), network
 
     @classmethod
-    def from_config(cls, config) -> SwarmBackend:
+    def from_config(cls, config, connect: Callable[[], object] | None = None) -> SwarmBackend:
+        """The manager the spawner uses (as :class:`~.dockerengine.DockerBackend`'s engine;
+        ``connect``: the ``APIClient`` already made for it) and ``node_engines``."""
         tls = spawner_setting(config, "tls_config", None, _SECTIONS)
         kwargs = spawner_setting(config, "client_kwargs", {}, _SECTIONS)
         urls = dict(spawner_setting(config, "node_engines", {}, _SECTIONS) or {})
@@ -53,7 +55,19 @@ class SwarmBackend(Backend):
         def engine(url: str | None) -> Engine:
             return Engine(lambda: api_client(url, tls=tls, client_kwargs=kwargs))
 
-        return cls(engine(None), {n: engine(u) for n, u in urls.items()})
+        manager = Engine(connect) if connect is not None else engine(None)
+        return cls(manager, {n: engine(u) for n, u in urls.items()})
+
+    # -- a server's object: a service, on the manager ------------------------------------------
+
+    def create_server(self, request: Mapping) -> dict:
+        return self.manager.api.create_service(**request)
+
+    def start_server(self, object_id: str) -> None:
+        """Nothing to do: Swarm runs a service's task itself (the spawner waits for it)."""
+
+    def remove_server(self, object_id: str) -> bool:
+        return gone_or_removed(self.manager.api.remove_service, object_id)
 
     # -- where a server runs -----------------------------------------------------------------
 

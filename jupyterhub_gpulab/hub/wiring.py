@@ -116,7 +116,6 @@ def configure(
     service or role name the config already uses.
     """
     from ..auth.presets import configure_sso
-    from ..courses.hubhook import make_pre_spawn_hook
     from .hubconfig import configure_prometheus, configure_service
 
     if sso is not None:
@@ -139,13 +138,29 @@ def configure(
         configure_prometheus(c, api_token=prometheus_token, service=name)
     if not courses:
         return
-    from ..courses.config import GPULabCourses
-    from ..lab.config import GPULab
-
-    # the hook itself reads the ledger only when a server starts
     before = c.Spawner.pre_spawn_hook if "pre_spawn_hook" in c.Spawner else None
-    hook = make_pre_spawn_hook(GPULab(config=c).db_url, GPULabCourses(config=c), before)
     entries = _CourseEntries(c, name)
     c.JupyterHub.load_roles = AtHubStart(c.JupyterHub.load_roles, entries, 0)
     c.JupyterHub.services = AtHubStart(c.JupyterHub.services, entries, 1)
-    c.Spawner.pre_spawn_hook = hook
+    c.Spawner.pre_spawn_hook = _course_hook(c, before)
+
+
+def _course_hook(c: Config, before):
+    """The course hook of config ``c`` (:func:`~..courses.hubhook.make_pre_spawn_hook`, after
+    ``before``), made at the first spawn: the lab's settings are read in the hub then, never
+    while the config file loads (a setting may wait for NVML: :mod:`.demo`), and the hook reads
+    the ledger only when a server starts."""
+    made: list = []
+
+    async def hook(spawner):
+        if not made:
+            from ..courses.config import GPULabCourses
+            from ..courses.hubhook import make_pre_spawn_hook
+            from ..lab.config import GPULab
+
+            made.append(
+                make_pre_spawn_hook(GPULab(config=c).db_url, GPULabCourses(config=c), before)
+            )
+        return await made[0](spawner)
+
+    return hook

@@ -29,8 +29,12 @@ SECRET_FILE = "gpulab_cookie_secret"
 def secret_file(c) -> str:
     """``c.GPULabService.cookie_secret_file`` of JupyterHub config ``c`` (:data:`SECRET_FILE`
     when unset), read without the service's classes: the hub process imports none of them."""
+    from traitlets.config import DeferredConfig
+
     section = c.GPULabService if "GPULabService" in c else {}
-    return section.get("cookie_secret_file", SECRET_FILE)
+    value = section.get("cookie_secret_file", SECRET_FILE)
+    # a path that makes its folder when read (hub/demo.py's StateDir), as the service reads it
+    return value.get_value(None) if isinstance(value, DeferredConfig) else value
 
 
 def read_cookie_secret(path: str | os.PathLike) -> bytes:

@@ -1,13 +1,21 @@
 """What the Docker and the Swarm spawner backends share (mixed in before the core by both,
-:mod:`.gpudocker`, :mod:`.gpuswarm`): one vocabulary, DockerSpawner's where it has the name.
+:mod:`.gpudocker`, :mod:`.gpuswarm`): the lab's engine seam (:mod:`jupyterhub_gpulab.backends`),
+spoken in DockerSpawner's vocabulary.
 
-- :meth:`EngineBackend._image_labels`: an image's labels from the backend's engine
-  (``docker()``'s ``inspect_image``; on a Swarm, the manager's copy), cached 30 s;
-- :meth:`EngineBackend._discard_object`: a failed start's object removed through
-  DockerSpawner's ``remove_object`` (a container, or a service with its task);
-- :meth:`EngineBackend._lab_labels`: the lab's labels naming a server and its allocation;
-- :meth:`EngineBackend.lab_backend`: the lab's engine seam for everything else the hub asks of an
-  engine (a course server's storage: :mod:`jupyterhub_gpulab.backends`).
+DockerSpawner's flow stays DockerSpawner's (``start()``: pull, look up, ``create_object``,
+``start_object``, ``get_ip_and_port``; ``stop()``: ``stop_object``, ``remove_object``), and so do
+its templates; every engine call of that flow passes through DockerSpawner's one seam,
+``docker(method, …)``, which sends a server object's create, start and removal to the lab's
+backend object (:data:`SERVER_CALLS`: ``create_server``, ``start_server``, ``remove_server``),
+after putting the slice and the lab's labels into the create request (``_attach_slice``, the one
+place they join). The backend runs on the spawner's own client and engine thread.
+
+- :meth:`EngineBackend.lab_backend`: the lab's backend object (also a course server's storage);
+- :meth:`EngineBackend._image_labels`: an image's labels (``image_labels``; on a Swarm, the
+  manager's copy), cached 30 s;
+- :meth:`EngineBackend._discard_object`: a failed start's object removed (DockerSpawner's
+  ``remove_object``); :meth:`EngineBackend._remove_object`: the reconcile's removal by id;
+- :meth:`EngineBackend._lab_labels`: the lab's labels naming a server and its allocation.
 """
 
 from __future__ import annotations
@@ -15,15 +23,24 @@ from __future__ import annotations
 import asyncio
 import time
 
-from docker.errors import ImageNotFound
-
 from ..backends import Backend, backend_for
 from . import container as ct
 
+#: DockerSpawner's engine calls that make, start and remove a server's object (its
+#: ``docker(method, …)``), and the backend word each one is.
+SERVER_CALLS = {
+    "create_container": "create_server",
+    "create_service": "create_server",
+    "start": "start_server",
+    "remove_container": "remove_server",
+    "remove_service": "remove_server",
+}
+
 
 class EngineBackend:
-    """Needs the core's ``runtime()``, ``allocation_id``, ``profile_slug`` and DockerSpawner's
-    ``docker()``, ``remove_object()``, ``object_id``, ``object_type``."""
+    """Needs the core's ``runtime()``, ``allocation_id``, ``profile_slug``, the backend's
+    ``_attach_slice`` and DockerSpawner's ``docker()``, ``executor``, ``client``,
+    ``remove_object()``, ``object_id``, ``object_type``."""
 
     #: ``{image: (read at, labels)}``: image labels change only with a rebuild, and the form
     #: asks for every profile's at each render.
@@ -31,8 +48,28 @@ class EngineBackend:
     LABEL_CACHE_S = 30
     #: ``{image: the read in flight}`` (an ``asyncio.Task`` of :meth:`_read_labels`)
     _label_reads: dict[str, asyncio.Task] = {}
-    #: the engine seam of this spawner class's configuration (one per hub process)
-    _lab_backends: dict[int, Backend] = {}
+    #: the engine seam of each spawner class and configuration (one per hub process)
+    _lab_backends: dict[tuple[type, int], Backend] = {}
+
+    def docker(self, method, *args, **kwargs):
+        """DockerSpawner's seam for every engine call (a future, on its one engine thread): a
+        server object's create, start and removal go to the lab's backend (:data:`SERVER_CALLS`),
+        a create with this server's slice and labels attached; every other call to the client.
+        The removal is forced and takes the object's anonymous volumes (DockerSpawner's ``v``)."""
+        word = SERVER_CALLS.get(method)
+        if word is None or (word == "create_server" and args):
+            # not a server's object (a create with a positional image is DockerSpawner's
+            # internal-SSL helper container, which holds no slice)
+            return super().docker(method, *args, **kwargs)
+        backend = self.lab_backend()
+        if word == "create_server":
+            # after DockerSpawner rendered its templates: user-controlled names are never templated
+            self._attach_slice(kwargs, self._current_slice)
+            return self._on_engine_thread(backend.create_server, kwargs)
+        return self._on_engine_thread(getattr(backend, word), args[0])
+
+    def _on_engine_thread(self, fn, *args):
+        return asyncio.wrap_future(self.executor.submit(fn, *args))
 
     async def _image_labels(self, image: str) -> dict | None:
         """The image's labels from the engine (``docker image inspect``), cached 30 s; ``None``
@@ -52,13 +89,14 @@ class EngineBackend:
         return await asyncio.shield(reading)
 
     async def _read_labels(self, image: str) -> dict | None:
-        try:
-            info = await self.docker("inspect_image", image)
-            labels = dict((info.get("Config") or {}).get("Labels") or {})
-        except ImageNotFound:
-            labels = None
+        labels = await self._on_engine_thread(self.lab_backend().image_labels, image)
         self._label_cache[image] = (time.monotonic(), labels)
         return labels
+
+    async def _remove_object(self, object_id: str) -> None:
+        """Remove a server's object by id, running or not (gone already: done): the reconcile's
+        and the recovery's removal of an object that is not this server's."""
+        await self._on_engine_thread(self.lab_backend().remove_server, object_id)
 
     async def _discard_object(self) -> None:
         """Remove what a failed start left (DockerSpawner's ``remove_object``), logging a
@@ -89,9 +127,12 @@ class EngineBackend:
 
     def lab_backend(self) -> Backend:
         """The lab's engine seam (:func:`jupyterhub_gpulab.backends.backend_for` of this
-        spawner's configuration), made once per configuration; it connects on first use."""
-        key = id(self.config)
+        spawner's configuration, on DockerSpawner's client: one client per engine in the hub),
+        made once per spawner class and configuration; it connects on first use."""
+        cls = type(self)
+        key = (cls, id(self.config))
         found = self._lab_backends.get(key)
         if found is None:
-            found = self._lab_backends[key] = backend_for(self.config)
+            spawner = self  # DockerSpawner's client is its class's: any instance makes the same
+            found = self._lab_backends[key] = backend_for(self.config, lambda: spawner.client)
         return found

@@ -3,31 +3,27 @@
 :class:`SliceSpawnerCore` holds everything that does not depend on how a server runs: the
 profile choice, entitlement and policy, the GPU-hour budget, the claim and its release on every
 exit path, the progress events, the state, re-adoption of a running server whose allocation was
-closed (and adoption after a lost state), and the start of the process's reconcile. It knows no
-Docker container: a *backend* supplies the server's object through the methods below, and
-:class:`~.gpudocker.GPUDockerSpawner` is the Docker one (docker-py ``create_container``).
+closed (and adoption after a lost state), the start of the process's reconcile. It knows no Docker
+container: a *backend* supplies the server's object (:class:`~.gpudocker.GPUDockerSpawner`: Docker).
 
 A backend implements (the core calls them, in this order for a start):
 
 - :meth:`_start_object` ``(rt, profile) -> (ip, port)``: create and start the object holding
   ``self._current_slice`` (set by the core before), setting ``object_id`` / ``object_name``;
-- :meth:`_attach_slice` ``(create_kwargs, slice)``: put the slice (or none) and the lab's
-  labels into the backend's create request; called by the backend's own create path;
+- :meth:`_attach_slice` ``(create_kwargs, slice)``: put the slice (or none) and the lab's labels
+  into the backend's create request (its create path calls it: :mod:`.backendbase`);
 - :meth:`_discard_object` ``()``: remove what a failed start left;
-- :meth:`_list_lab_objects` ``() -> [LabObject]`` and :meth:`_remove_object` ``(id)``: this
-  lab's labelled objects, in any state, and their removal, for the process's reconcile
-  (:class:`~.reconcile.Reconciler`, started here);
-- optionally :meth:`_start_refusal` ``(exc)``: a failed start's refusal for the user;
-- optionally :meth:`_image_labels` ``(image) -> dict | None``: an image's labels, so a slice
-  whose GPU cannot run the profile's image is never claimed (:mod:`..lab.images`);
-- optionally :meth:`_claim_node` ``(rt)``: the node claims are made for (default this hub's;
-  ``None``: every node, the allocation on its slice's node, as the Swarm backend runs them);
-- in its ``poll()``, optionally ``self._gone = (reason, message)``: why the object is gone (the
-  allocation's end reason) and what the user is told.
+- :meth:`_list_lab_objects` ``() -> [LabObject]``, :meth:`_remove_object` ``(id)``: this lab's
+  labelled objects, in any state, and their removal, for the reconcile (:mod:`.reconcile`);
+- optionally :meth:`_start_refusal` ``(exc)`` (a failed start's refusal for the user),
+  :meth:`_image_labels` ``(image)`` (so no slice is claimed whose GPU cannot run the image:
+  :mod:`..lab.images`), :meth:`_claim_node` ``(rt)`` (the claims' node; ``None``: every node's, as
+  on Swarm), and in ``poll()`` ``self._gone = (reason, message)`` (why the object is gone);
 
-and the Spawner's own ``poll()`` / ``stop()`` (the core wraps them). A concrete spawner class
-that leaves any of these out is refused when it is defined (``TypeError``): a backend that
-cannot attach a slice must never start a server with nothing attached.
+and the Spawner's own ``poll()`` / ``stop()`` (the core wraps them), ``object_id`` and
+``object_name``, and the form's ``_pick_profile`` / ``_forget_saved_options``. A concrete class
+leaving any out is refused when defined (``TypeError`` naming them): a backend that cannot attach
+a slice must never start a server with nothing attached, nor a start fail after its claim.
 """
 
 from __future__ import annotations
@@ -54,7 +50,7 @@ from .objectspec import ObjectSpecMixin
 from .reserve import ReservationMixin
 from .runtime import LabRuntime, get_runtime
 
-#: What a backend supplies (module docstring).
+#: What a backend supplies, in place of the core's refusals (module docstring).
 BACKEND_METHODS = (
     "_attach_slice",
     "_start_object",
@@ -62,6 +58,10 @@ BACKEND_METHODS = (
     "_list_lab_objects",
     "_remove_object",
 )
+
+#: What ``start()`` uses that neither the core nor JupyterHub's ``Spawner`` defines (a test reads
+#: its source): the spawn form's choice (:mod:`.formmixin`), the object's names (DockerSpawner's).
+START_USES = ("_pick_profile", "_forget_saved_options", "object_id", "object_name")
 
 
 class SliceSpawnerCore(
@@ -78,6 +78,13 @@ class SliceSpawnerCore(
             raise TypeError(
                 f"{cls.__name__} uses the gpulab spawner core without a backend for "
                 f"{', '.join(missing)}: its servers would start with no GPU slice attached"
+            )
+        missing = [m for m in START_USES if not hasattr(cls, m)]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__} uses the gpulab spawner core without {', '.join(missing)}, "
+                "which its start() needs (ProfileFormMixin: the spawn form's choice; the "
+                "backend's Spawner: the server's object_id and object_name)"
             )
 
     # -- the backend (module docstring) ---------------------------------------------------------
@@ -119,9 +126,7 @@ class SliceSpawnerCore(
         whose server is neither running nor starting (a hub killed mid-spawn, a stop that lost
         track) and removes this lab's containers that hold no open allocation. A pass reads the
         ledger once and lists the engine's containers once (a few ms). Default 60.
-
-        ``c.GPUDockerSpawner.reconcile_interval = 60``
-        """,
+        ``c.GPUDockerSpawner.reconcile_interval = 60``""",
     )
 
     # -- state ----------------------------------------------------------------------------------
@@ -131,7 +136,6 @@ class SliceSpawnerCore(
     slice_id = Unicode("")
 
     # -- lab ------------------------------------------------------------------------------------
-
     _events: list[dict]
     _start_done: bool = True
     #: True from the start of start() until a container is asked for: a refused spawn made none,
@@ -140,13 +144,11 @@ class SliceSpawnerCore(
     #: set by the backend's lookup when it removed an object that was not this server's
     _removed_foreign: bool = False
     #: set by the backend's poll when its object is gone for a reason of its own: ``(end
-    #: reason, message for the user or None)``, e.g. ``("node-lost", "Your server was stopped:
-    #: …")``
+    #: reason, message for the user or None)``, e.g. ``("node-lost", "Your server was …")``
     _gone: tuple[str, str | None] | None = None
     _current_profile: Profile | None = None
     _current_slice = None
     _current_need: ImageRequirements | None = None
-
     _runtime: LabRuntime | None = None
 
     def runtime(self) -> LabRuntime:

@@ -32,7 +32,6 @@ listing and removal of this lab's labelled containers. Only containers: a Swarm 
 
 from __future__ import annotations
 
-from docker.errors import APIError
 from dockerspawner import DockerSpawner
 from traitlets import Bool, validate
 
@@ -157,21 +156,6 @@ class GPUDockerSpawner(
         rows = await self.docker("containers", all=True)
         ours = await aio.call(self.runtime().our_containers, self.client, rows)
         return [LabObject.from_ps(r) for r in ours]
-
-    async def _remove_object(self, object_id: str) -> None:
-        """Remove a container and its anonymous volumes, running or not (gone already: done)."""
-        try:
-            await self.docker("remove_container", object_id, force=True, v=True)
-        except APIError as e:
-            if e.status_code not in (404, 409):
-                raise
-
-    def docker(self, method, *args, **kwargs):
-        # The one seam where gpulab's device request and labels join the container, after
-        # DockerSpawner has rendered its templates (so user-controlled names are never templated).
-        if method == "create_container":
-            self._attach_slice(kwargs, self._current_slice)
-        return super().docker(method, *args, **kwargs)
 
     def _attach_slice(self, create_kwargs: dict, s) -> None:
         """Put slice ``s`` (``None``: no GPU) into docker-py ``create_container`` keyword

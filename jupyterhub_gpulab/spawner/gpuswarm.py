@@ -30,7 +30,6 @@ one engine thread, the service's removal at stop).
 
 from __future__ import annotations
 
-from docker.errors import APIError
 from dockerspawner import SwarmSpawner
 from traitlets import Dict, Unicode, validate
 
@@ -75,14 +74,6 @@ class SwarmObjects:
         where = f" on node {s.node}" if s is not None else ""
         self._emit(50, f"Creating service {self.object_name}{where}")
         return await super(SliceSpawnerCore, self).start()  # DockerSpawner's: create, start
-
-    async def _remove_object(self, object_id: str) -> None:
-        """Remove a service (its task's container goes with it; gone already: done)."""
-        try:
-            await self.docker("remove_service", object_id)
-        except APIError as e:
-            if e.status_code != 404:
-                raise
 
     async def _list_lab_objects(self) -> list[LabObject]:
         """This lab's services (by its label) in any state, with their task's; Swarm's nodes are

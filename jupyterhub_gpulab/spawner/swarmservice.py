@@ -150,8 +150,7 @@ class SwarmService(HasTraits):
                 )
             },
         )
-        self._attach_slice(kwargs, s)
-        return await self.docker("create_service", **kwargs)
+        return await self.docker("create_service", **kwargs)  # the slice attached there
 
     async def _command(self) -> list[str]:
         """DockerSpawner's command (the image's own CMD, read on the manager, unless
@@ -232,6 +231,3 @@ class SwarmService(HasTraits):
         }.get(verdict.reason)
         self._gone = (verdict.reason, message)
         return f"Swarm task {verdict.reason} on {node}: {verdict.detail}"
-
-    async def remove_object(self):
-        await self._remove_object(self.object_id)
