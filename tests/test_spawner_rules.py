@@ -29,6 +29,7 @@ from jupyterhub.user import User
 from traitlets.config import Config
 
 from jupyterhub_gpulab import clock
+from jupyterhub_gpulab.backends import backend_for
 from jupyterhub_gpulab.errors import SpawnRefused
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
@@ -68,6 +69,9 @@ class EngineRecorder(DockerSpawner):
         raise _not_found(ref)
 
     async def docker(self, method, *args, **kwargs):
+        return self._answer(method, args, kwargs)
+
+    def _answer(self, method, args, kwargs):
         self.engine_calls.append((method, args, kwargs))
         if method in self.fail:
             raise self.fail[method]
@@ -100,9 +104,28 @@ class EngineRecorder(DockerSpawner):
         raise AssertionError(f"the spawner made an unexpected engine call: {method}")
 
 
+class _RecorderClient:
+    """docker-py's ``APIClient`` as the backend calls it (``client.create_container(...)``),
+    answered by an :class:`EngineRecorder`."""
+
+    def __init__(self, recorder: EngineRecorder):
+        self._recorder = recorder
+
+    def __getattr__(self, method):
+        return lambda *args, **kwargs: self._recorder._answer(method, args, kwargs)
+
+
 class EngineFreeSpawner(GPUDockerSpawner, EngineRecorder):
     """GPUDockerSpawner with the recorder under it: GPUDockerSpawner.docker() (which adds the
     device request and labels) runs first, then hands each call to the recorder."""
+
+    def lab_backend(self):
+        """The lab's backend on this recorder's stand-in client: a server's create, start and
+        removal and an image's labels (which the spawner sends to the backend object) answer
+        from the same dict and are recorded as the engine calls they make."""
+        if getattr(self, "_recorder_backend", None) is None:
+            self._recorder_backend = backend_for(self.config, lambda: _RecorderClient(self))
+        return self._recorder_backend
 
 
 NODE = "enginefree"
