@@ -9,6 +9,7 @@ The hub is real (``hubtools.Hub``: a jupyterhub subprocess with its proxy); so i
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 from e2e_support import remove_node_containers
-from hubtools import Hub, free_port
+from hubtools import Hub, docker_available, free_port
 from ledger_support import LAB
 
 from jupyterhub_gpulab.lab.config import GPULab, load_config_file
@@ -241,6 +242,18 @@ def user_token(hub: Hub, session: requests.Session, name: str) -> str:
     )
     assert r.status_code == 201, r.text
     return r.json()["token"]
+
+
+def docker_problem() -> str | None:
+    """Why the real-container hub tests cannot run here (no engine, or the image :data:`IMAGE`
+    not built), or ``None``."""
+    problem = docker_available()
+    if problem:
+        return problem
+    r = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"the image {IMAGE} is not built (images/build-singleuser.sh builds it)"
+    return None
 
 
 def require_or_skip(reason: str | None, what: str) -> None:

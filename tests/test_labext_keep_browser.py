@@ -20,20 +20,12 @@ from pathlib import Path
 import jupyterhub
 import pytest
 import requests
+from browser_support import ARTIFACTS, click, log_in, save_screenshot, wait_until
 from e2e_support import remove_node_containers
 from hubtools import DOCKER_GATEWAY, Hub, free_port
 from leakcheck import unique
 from ledger_support import LAB
-from service_support import ledger_for, require_or_skip, wait_for_service
-from test_service_browser import (
-    ARTIFACTS,
-    browser,  # noqa: F401  (the fixture)
-    click,
-    docker_problem,
-    log_in,
-    save_screenshot,
-    wait_until,
-)
+from service_support import docker_problem, ledger_for, require_or_skip, wait_for_service
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser]
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 
 import pytest
 from browser_support import ARTIFACTS, click, log_in, save_screenshot, wait_until
-from hubtools import docker_available
 from leakcheck import unique
 from service_support import (
     IMAGE,
     PREFIX,
+    docker_problem,
     ledger_for,
     real_servers,
     require_or_skip,
@@ -33,16 +32,6 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 pytestmark = [pytest.mark.docker]
 
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
-
-
-def docker_problem() -> str | None:
-    problem = docker_available()
-    if problem:
-        return problem
-    r = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"the image {IMAGE} is not built (images/build-singleuser.sh builds it)"
-    return None
 
 
 @pytest.fixture(scope="module")

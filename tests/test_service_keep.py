@@ -17,27 +17,20 @@ from datetime import datetime, timezone
 
 import pytest
 import requests
+from browser_support import ARTIFACTS, click, log_in, save_screenshot, wait_until
 from leakcheck import unique
 from service_support import (
     IMAGE,
     POLICIES,
     PREFIX,
     PROFILES,
+    docker_problem,
     ledger_for,
     login,
     require_or_skip,
     start_hub,
     user_token,
     wait_for_service,
-)
-from test_service_browser import (
-    ARTIFACTS,
-    browser,  # noqa: F401  (the fixture)
-    click,
-    docker_problem,
-    log_in,
-    save_screenshot,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
