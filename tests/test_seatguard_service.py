@@ -51,6 +51,7 @@ class RecordingEngine(Backend):
 
     servers = get_file = storage = image_labels = run_once = gateway = _no
     containers = inspect_container = info = _no
+    create_server = start_server = remove_server = _no
 
 
 def gpulab() -> GPULab:
