@@ -1,4 +1,4 @@
-"""The Swarm backend's pure parts, without an engine: the service spec (spawner/swarmspec.py), what
+"""The Swarm backend's pure parts, without an engine: the service spec (backends/swarmspec.py), what
 a service's tasks say (swarmtasks.py) and Swarm's nodes by lab name (swarmnodes.py). The same
 rules run against the real Swarm in test_swarm_e2e.py."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from jupyterhub_gpulab.backends.swarmspec import constraints_for, mounts_from_binds, service_spec
 from jupyterhub_gpulab.spawner import container as ct
 from jupyterhub_gpulab.spawner.swarmnodes import NODE_LABEL, address_of, engine_nodes
-from jupyterhub_gpulab.spawner.swarmspec import constraints_for, mounts_from_binds, service_spec
 from jupyterhub_gpulab.spawner.swarmtasks import (
     current_task,
     published_port,

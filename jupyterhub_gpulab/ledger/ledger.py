@@ -2,6 +2,9 @@
 
 All methods are synchronous (the spawner calls them in a thread). One :class:`Ledger` per process;
 several processes (hub, service, a second hub replica on PostgreSQL) may share one database.
+
+Long because the claim and the release, the two halves of the invariant, stay in one body; the
+reads are in :mod:`.queries`, the queue in :mod:`.waitlist`, bookings in :mod:`.placement`.
 """
 
 from __future__ import annotations

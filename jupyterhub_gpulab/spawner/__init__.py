@@ -9,7 +9,7 @@
 - the Docker backend: :mod:`.gpudocker` (``GPUDockerSpawner``), :mod:`.engine` (the engine
   survey), :mod:`.network`;
 - the Docker Swarm backend: :mod:`.gpuswarm` (``GPUSwarmSpawner``), :mod:`.swarmservice` (the
-  service's create, wait, address, poll), pure :mod:`.swarmspec` (the service spec),
+  service's create, wait, address, poll), pure :mod:`~jupyterhub_gpulab.backends.swarmspec` (the service spec),
   :mod:`.swarmtasks` (task states) and :mod:`.swarmnodes` (Swarm's nodes by lab name);
 - :mod:`.reconcile` (the continuous reconcile pass), :mod:`.runtime` (one lab per hub process),
   :mod:`.configcheck` (the spawner's refused settings, as the hub and check-config say them);

@@ -6,7 +6,7 @@ choice, re-adoption after a hub restart); what differs is where a server runs:
 
 - ``start()``: the ledger claims a (node, slice) among every node's free slices
   (:meth:`_claim_node` is ``None``: the allocation is on its slice's node); the service
-  (:mod:`.swarmspec`) is pinned to that node by a placement constraint on its Swarm node id, gets
+  (:mod:`~jupyterhub_gpulab.backends.swarmspec`) is pinned to that node by a placement constraint on its Swarm node id, gets
   ``NVIDIA_VISIBLE_DEVICES=<the slice's UUID>``, the profile's limits, the hardened defaults and
   the lab's labels, and publishes its port in host mode on its node. Swarm places and runs the
   task; a task it cannot place ("no suitable node": the node is down, drained, paused) or that
@@ -33,10 +33,11 @@ from __future__ import annotations
 from dockerspawner import SwarmSpawner
 from traitlets import Dict, Unicode, validate
 
+from ..backends import swarmspec
 from ..errors import SpawnRefused
 from ..lab.profile import Profile
 from . import container as ct
-from . import swarmspec, swarmtasks
+from . import swarmtasks
 from .backendbase import EngineBackend
 from .core import SliceSpawnerCore
 from .formmixin import ProfileFormMixin

@@ -11,11 +11,12 @@ import asyncio
 import time
 from datetime import datetime, timezone
 
-from docker.errors import NotFound
 from traitlets import HasTraits
 
+from ..backends import swarmspec
+from ..backends.dockerengine import NotFound
 from ..ledger import aio
-from . import swarmspec, swarmtasks
+from . import swarmtasks
 from .swarmnodes import engine_nodes
 
 #: How long a read of Swarm's nodes is reused (seconds): a spawn storm asks once.
@@ -119,7 +120,7 @@ class SwarmService(HasTraits):
     # -- SwarmSpawner's object, in gpulab's terms (after the core in the MRO: its poll wraps) --
 
     async def create_object(self):
-        """Create the server's service (:mod:`.swarmspec`), pinned and labelled."""
+        """Create the server's service (:mod:`~jupyterhub_gpulab.backends.swarmspec`), pinned and labelled."""
         s = self._current_slice
         await self._placement(s)
         kwargs = swarmspec.service_spec(

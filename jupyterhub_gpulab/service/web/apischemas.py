@@ -3,6 +3,9 @@
 Every object lists the fields it always carries as ``required``: a client may rely on them, and
 the hub tests validate every real response against these schemas, so a renamed or dropped field
 fails there. ``null`` is allowed only where the value can truly be absent ("null: ..." says when).
+
+Long because it is one document: each response body's schema, cross-referenced by name (split
+by resource, the parts would import one another's shapes).
 """
 
 from __future__ import annotations
