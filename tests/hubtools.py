@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -22,6 +23,9 @@ import time
 from pathlib import Path
 
 import requests
+
+# A line of a test polling the hub (``200 GET … (tests@…)``) or the proxy's periodic route check.
+_POLL_LINE = re.compile(r" 200 (GET|HEAD) \S+ \(tests@| GET /api/routes")
 
 DOCKER_GATEWAY = "172.17.0.1"
 
@@ -128,11 +132,17 @@ class Hub:
             time.sleep(0.2)
         raise TimeoutError(f"jupyterhub did not answer within {timeout}s:\n{self.log_tail()}")
 
-    def log_tail(self, n: int = 60) -> str:
+    def log_tail(self, n: int = 60, skip_polls: bool = False) -> str:
+        """The log's last ``n`` lines; with ``skip_polls``, the last ``n`` that are not a test's
+        own polling (a 200 to ``tests@`` or the proxy's route check), so a failed wait shows what
+        the hub did rather than forty lines of the test asking."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+            lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return ""
+        if skip_polls:
+            lines = [ln for ln in lines if not _POLL_LINE.search(ln)]
+        return "\n".join(lines[-n:])
 
     def stop(self, timeout: float = 120) -> None:
         if self.proc is None:
@@ -228,7 +238,8 @@ def wait_for(what: str, check, timeout: float = 60, hub: Hub | None = None, ever
         if got:
             return got
         time.sleep(every)
-    raise AssertionError(f"{what} within {timeout}s" + (f":\n{hub.log_tail(40)}" if hub else ""))
+    tail = f":\n{hub.log_tail(60, skip_polls=True)}" if hub else ""
+    raise AssertionError(f"{what} within {timeout}s{tail}")
 
 
 def docker_available() -> str | None:
