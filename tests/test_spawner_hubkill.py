@@ -74,6 +74,18 @@ def post_start_running(container: str) -> bool:
     return info["State"]["Running"] and bool(info.get("ExecIDs"))
 
 
+def server_listening(container: str) -> bool:
+    """The single-user server in the container listens (Jupyter Server's "is running at" line).
+
+    jupyterhub-singleuser asks the hub for its version before it listens, and exits after five
+    failed tries (~46 s, JupyterHub's ``check_hub_version``): a hub killed before that answer
+    leaves a server that never listens, which is a different case from the one tested here."""
+    logs = subprocess.run(
+        ["docker", "logs", container], capture_output=True, text=True, check=False
+    )
+    return "is running at" in logs.stdout + logs.stderr
+
+
 def saved_state(hub, user: str) -> dict:
     """The server's state as JupyterHub saved it in its database (the REST API shows the live
     one)."""
@@ -271,6 +283,7 @@ def test_a_server_that_started_while_the_hub_died_is_adopted_at_its_real_address
     assert hub.spawn("ann", {"profile": "a40"}).status_code == 202
     name = f"{hub.workdir.name}-ann"
     wait_for("ann's post-start command", lambda: post_start_running(name), hub=hub)
+    wait_for("ann's server listening", lambda: server_listening(name), 90, hub=hub)
     led = ledger_of(hub)
     (aid,) = held_by(led).values()
     assert "gpulab_allocation" not in saved_state(hub, "ann")
