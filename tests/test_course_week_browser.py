@@ -91,8 +91,22 @@ def test_the_instructors_week_in_the_browser(lab, browser):  # noqa: F811
     def shot(step: str) -> None:
         save_screenshot(b, ARTIFACTS / f"course-week-{step}.png")
 
-    def flash() -> str:
-        return wait_until(lambda: b.find_elements(By.ID, "gpulab-flash"), 60, "the message")[0].text
+    def flash(old=None) -> str:
+        """The page's message once the page that shows it has loaded: not ``old`` (the message of
+        the page the button was pressed on, which the browser may still show for a moment, then
+        drop: its text is read inside the wait, which takes a stale element as "not yet")."""
+
+        def shown():
+            found = b.find_elements(By.ID, "gpulab-flash")
+            return [found[0].text] if found and found[0] != old else None
+
+        return wait_until(shown, 60, "the message")[0]
+
+    def press(button) -> str:
+        """Press ``button`` (it posts a form); the message of the page it leads to."""
+        old = b.find_elements(By.ID, "gpulab-flash")
+        click(b, button)
+        return flash(old[0] if old else None)
 
     def submit(form: str, fields: dict[str, str], button: str = "button") -> str:
         """Fill the form (a CSS selector) and press its ``button``; the page's message."""
@@ -101,8 +115,7 @@ def test_the_instructors_week_in_the_browser(lab, browser):  # noqa: F811
             field = form.find_element(By.NAME, name)
             # date/time inputs take their value as the form sends it (keys are locale-bound)
             b.execute_script("arguments[0].value = arguments[1];", field, value)
-        click(b, form.find_element(By.CSS_SELECTOR, button))
-        return flash()
+        return press(form.find_element(By.CSS_SELECTOR, button))
 
     try:
         # Monday: an admin creates the course on the courses page
@@ -157,8 +170,7 @@ def test_the_instructors_week_in_the_browser(lab, browser):  # noqa: F811
         # Collect: the report stays in the assignment table
         b.get(page)
         b.find_element(By.ID, "collect-assignment").send_keys("hw1")
-        click(b, b.find_element(By.ID, "collect"))
-        flash()
+        press(b.find_element(By.ID, "collect"))
         b.get(page)
         row = b.find_element(By.CSS_SELECTOR, "tr.assignment[data-name='hw1']")
         collected = row.find_element(By.CSS_SELECTOR, "td.collected").text
@@ -189,8 +201,7 @@ def test_the_instructors_week_in_the_browser(lab, browser):  # noqa: F811
         # Return: the report stays too
         b.get(page)
         b.find_element(By.ID, "return-assignment").send_keys("hw1")
-        click(b, b.find_element(By.ID, "return"))
-        flash()
+        press(b.find_element(By.ID, "return"))
         b.get(page)
         row = b.find_element(By.CSS_SELECTOR, "tr.assignment[data-name='hw1']")
         returned = row.find_element(By.CSS_SELECTOR, "td.returned").text
