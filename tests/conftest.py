@@ -124,6 +124,31 @@ def service_hub(tmp_path_factory):
         yield hub
 
 
+@pytest.fixture(scope="module")
+def ledger(hub):
+    """A ledger on the database of the module's own ``hub`` fixture (``service_support.ledger_for``:
+    the database its config names, the service's too), closed after the module. A module whose
+    hub keeps its ledger elsewhere defines its own ``ledger``."""
+    from service_support import ledger_for
+
+    ledger = ledger_for(hub)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture
+def lab_left_empty(request):
+    """After a test that used the module's ``hub`` (and ``ledger``): no server running, no slice
+    held (``ledger_support.empty_lab``); a test without the hub is left alone. Use it as
+    ``pytestmark = pytest.mark.usefixtures("lab_left_empty")``."""
+    yield
+    if "hub" not in request.fixturenames:
+        return
+    from ledger_support import empty_lab
+
+    empty_lab(request.getfixturevalue("hub"), request.getfixturevalue("ledger"))
+
+
 # -- a real browser (tests/browser_support.py) ------------------------------------------------
 
 
@@ -154,6 +179,7 @@ NEEDS = ("docker", "postgres", "hub", "browser", "swarm", "sso")
 HUB_STARTERS = {
     "hubtools": {"Hub"},
     "service_support": {"make_hub", "start_hub", "running_service_hub"},
+    "inprocess_support": {"inprocess_service_hub"},
     "e2e_support": {"new_hub", "DockerHub"},
     "course_support": {"course_hub", "running_course"},
     "swarm_support": {"new_swarm_hub", "SwarmHub"},

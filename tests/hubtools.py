@@ -206,6 +206,23 @@ class Hub:
     def server(self, user: str, name: str = "") -> dict | None:
         return self.user_model(user).get("servers", {}).get(name)
 
+    def spawn_ready(
+        self, user: str, options: dict | None = None, name: str = "", timeout: float = 90
+    ) -> dict:
+        """Start ``user``'s server ``name`` with ``options`` (the hub must accept it: 201 or
+        202) and wait until it is ready: its server model (:meth:`wait_ready`)."""
+        r = self.spawn(user, options, name=name)
+        assert r.status_code in (201, 202), r.text
+        return self.wait_ready(user, name, timeout=timeout)
+
+    def stop_all_servers(self, users=None) -> None:
+        """Stop every server of ``users`` (default: every user the hub lists), one at a time
+        (:meth:`stop_server`)."""
+        for u in self.api("GET", "/users").json():
+            if users is None or u["name"] in users:
+                for name in list(u.get("servers") or {}):
+                    self.stop_server(u["name"], name)
+
     def wait_ready(self, user: str, name: str = "", timeout: float = 90) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,4 +1,5 @@
-"""Shared helpers for ledger tests: a small lab inventory and per-backend empty databases."""
+"""Shared helpers for ledger tests: a small lab inventory, per-backend empty databases, and a
+real hub's lab emptied between tests (:func:`empty_lab`)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,27 @@ def new_ledger(backend: str, tmp_path, inventory=None) -> Ledger:
     ledger = Ledger(make_url(backend, tmp_path))
     ledger.sync_inventory(inventory or lab_inventory())
     return ledger
+
+
+def release_all(ledger: Ledger) -> None:
+    """Release every open allocation of ``ledger`` (reason ``test-cleanup``)."""
+    for a in ledger.open_allocations():
+        ledger.release(a.id, "test-cleanup")
+
+
+def undrain_all(ledger: Ledger) -> None:
+    """Return every drained device of ``ledger`` to service."""
+    for d in ledger.devices():
+        if d["drained"]:
+            ledger.set_drained(d["uuid"], False)
+
+
+def empty_lab(hub, ledger: Ledger, *, users=None, warnings: bool = False) -> None:
+    """Leave ``hub``'s lab as a test found it: no server of ``users`` running (default: anyone's,
+    ``hubtools.Hub.stop_all_servers``), no allocation open in ``ledger`` (released as
+    ``test-cleanup``), and with ``warnings`` no notice left for those users (all who have one)."""
+    hub.stop_all_servers(users)
+    release_all(ledger)
+    if warnings:
+        for name in users if users is not None else {w.user for w in ledger.warnings()}:
+            ledger.clear_warnings(name)

@@ -21,6 +21,7 @@ from course_support import (
     work_of,
 )
 from e2e_support import require_docker
+from hubtools import wait_for
 from service_support import PREFIX, ledger_for, login, user_token, wait_for_service
 from service_support import service_api as api
 
@@ -56,16 +57,6 @@ def lab(tmp_path_factory):
         repo.stop()
 
 
-def wait_for(what, timeout, message, hub=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(1)
-    raise AssertionError(f"timed out: {message}\n" + (hub.log_tail(150) if hub else ""))
-
-
 def local(dt: datetime) -> str:
     """A lab-local wall-clock time as the record takes it (the test lab's zone is UTC)."""
     return dt.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
@@ -92,7 +83,7 @@ def test_an_assignment_is_collected_at_its_deadline_once(lab):
         done = view["assignments"][0]["collected"]
         return view if done and done != "running" else None
 
-    view = wait_for(collected, 60, "the deadline's collect")
+    view = wait_for("the deadline's collect", collected, 60, every=1)
     assert view["assignments"][0]["collected"] == "1 of 3 submitted"
     time.sleep(6)  # three more passes of the schedule: nothing is collected again
     audit = api(hub, tokens["ta"], "GET", "courses/sched/audit").json()["audit"]
@@ -112,13 +103,15 @@ def test_a_prestart_cut_off_by_a_killed_hub_resumes_after_the_restart(lab):
         with ledger.engine.connect() as conn:
             return conn.execute(sa.text("SELECT finished_at FROM course_prestarts")).all()
 
-    rows = wait_for(begun, 30, "the pre-start to begin")
+    rows = wait_for("the pre-start to begin", begun, 30, every=1)
     assert rows[0][0] is None  # running
     hub.kill()  # SIGKILL, mid pre-start: its service exits by itself within a second
     hub.start()
     wait_for_service(hub)
     # the next service finds the run cut off (no heartbeat) and finishes it
-    rows = wait_for(lambda: [r for r in begun() if r[0] is not None], 240, "the resumed run", hub)
+    rows = wait_for(
+        "the resumed run", lambda: [r for r in begun() if r[0] is not None], 240, hub, every=1
+    )
     assert len(rows) == 1
     for u in ROSTER:
         hub.wait_ready(u, "sched", timeout=120)
@@ -137,7 +130,7 @@ def test_a_prestart_cut_off_by_a_killed_hub_resumes_after_the_restart(lab):
     assert r.returncode != 0 and "Read-only" in r.stderr
     # stopping them ends every allocation of the course's servers
     assert api(hub, tokens["ta"], "POST", "courses/sched/stop").status_code == 200
-    wait_for(lambda: not containers_of(hub.node, "sched"), 60, "the servers to stop")
+    wait_for("the servers to stop", lambda: not containers_of(hub.node, "sched"), 60, every=1)
     assert [a for a in ledger.open_allocations() if a.server_name == "sched"] == []
 
 

@@ -20,14 +20,11 @@ from pathlib import Path
 
 import pytest
 import requests
+from inprocess_support import InProcessService, inprocess_service_hub
 from service_support import (
     PREFIX,
-    InProcessService,
-    ledger_for,
     login,
-    make_hub,
     service_xsrf,
-    start_hub,
     user_token,
 )
 
@@ -74,19 +71,9 @@ for role in c.JupyterHub.load_roles:
     if role["name"] == "gpulab-service":
         role["scopes"] = list(role["scopes"]) + ["admin:groups", "servers"]
 """
-    hub = make_hub(workdir, managed=False, api_token=token, extra=extra)
-    try:
-        boot = InProcessService(hub, token).start()
-        try:
-            start_hub(hub.workdir, hub=hub)
-        finally:
-            boot.stop()
-        hub.create_user("ta1", ["ml101-staff"])
-        for name in STUDENTS:
-            hub.create_user(name, ["ml101"])
+    users = {"ta1": ["ml101-staff"], **{name: ["ml101"] for name in STUDENTS}}
+    with inprocess_service_hub(workdir, token, extra=extra, users=users) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +101,6 @@ def admin_api(hub, admin):
 @pytest.fixture(scope="module")
 def ta_api(hub, ta):
     return {"Authorization": f"token {user_token(hub, ta, 'ta1')}"}
-
-
-@pytest.fixture
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
 
 
 def api(hub, method: str, path: str, headers: dict, **kw) -> requests.Response:

@@ -23,7 +23,7 @@ import pytest
 import requests
 from e2e_support import IMAGE, gpulab_config, require_docker
 from html_support import parse_html
-from hubtools import Hub, free_port
+from hubtools import Hub, free_port, wait_for
 from leakcheck import unique
 from service_support import PREFIX, login, user_token, wait_for_service
 
@@ -53,16 +53,6 @@ def running(container: str, docker=gdocker) -> str | None:
         return None
     info = json.loads(r.stdout)[0]
     return info["Id"] if info["State"]["Running"] else None
-
-
-def wait_for(cond, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise TimeoutError(f"{what} not met in {timeout}s")
 
 
 def service_lines(port: int, workdir: Path) -> str:
@@ -353,9 +343,9 @@ def test_containers_from_before_lab_ids_are_told_apart_after_the_upgrade(main_en
     assert hub.spawn("cat", {"profile": "cpu"}).status_code in (201, 202)
     hub.wait_ready("cat")  # its start started the reconcile
     # bob's container is ours and holds no open allocation: removed, as before lab ids
-    wait_for(lambda: running(bob_c, mdocker) is None, what="bob's orphan container removed")
+    wait_for("bob's orphan container removed", lambda: running(bob_c, mdocker) is None, 30)
     # ann's is ours too, and no server of this hub runs it: removed, her allocation closed
-    wait_for(lambda: running(ann_c, mdocker) is None, what="ann's unserved container removed")
+    wait_for("ann's unserved container removed", lambda: running(ann_c, mdocker) is None, 30)
     led = Ledger(url)
     assert led.open_allocations() == []
     assert led.get(ann.id).end_reason == "reconciled:no-server"

@@ -74,7 +74,7 @@ def test_the_gpulab_page_says_the_same_from_the_hubs_list_of_servers():
 
 
 def waitlist_section(servers) -> str:
-    from jupyterhub_gpulab.service.app import jinja_env
+    from jupyterhub_gpulab.service.web.application import jinja_env
 
     data = {
         "waitlist": [

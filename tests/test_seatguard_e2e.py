@@ -16,11 +16,13 @@ from pathlib import Path
 import hub_fakes
 import pytest
 from culling_support import eventually, home_announcement, running
-from e2e_support import IMAGE, remove_node_containers, require_docker
+from e2e_support import IMAGE, require_docker
 from fake_nvml import P40_UUID, FakeNVML, FakeProcess, GiB
 from html_support import parse_html
+from inprocess_support import InProcessService, inprocess_service_hub
 from leakcheck import unique
-from service_support import PREFIX, InProcessService, ledger_for, login, make_hub, start_hub
+from ledger_support import empty_lab
+from service_support import PREFIX, login
 
 pytestmark = pytest.mark.docker
 
@@ -57,24 +59,12 @@ def token():
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, token):
     require_docker()
-    workdir = tmp_path_factory.mktemp("seatguard-hub")
     node = unique("gpulabseat")
-    hub = make_hub(
-        workdir, managed=False, api_token=token, extra=config(node) + hub_fakes.config_snippet()
-    )
-    hub.env[hub_fakes.ENV] = "1"
-    hub.write_config()
-    try:
-        boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
-        try:
-            start_hub(hub.workdir, hub=hub)
-        finally:
-            boot.stop()
-        hub.create_user("sam", [])
+    with inprocess_service_hub(
+        tmp_path_factory.mktemp("seatguard-hub"), token, extra=config(node),
+        users={"sam": []}, nvml=FakeNVML.mixed_lab(), fakes=True, node=node,
+    ) as hub:  # fmt: skip
         yield hub
-    finally:
-        hub.stop()
-        remove_node_containers(node)
 
 
 @pytest.fixture
@@ -88,22 +78,11 @@ def fake():
 
 
 @pytest.fixture
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture
 def svc(hub, token, fake, at, ledger):
     svc = InProcessService(hub, token, nvml=fake).start()
     yield svc
     svc.stop()
-    for name in list(hub.api("GET", "/users/sam").json().get("servers") or {}):
-        hub.stop_server("sam", name)
-    for a in ledger.open_allocations():
-        ledger.release(a.id, "test-cleanup")
-    ledger.clear_warnings("sam")
+    empty_lab(hub, ledger, users={"sam"}, warnings=True)
 
 
 def start_seat(hub, ledger):

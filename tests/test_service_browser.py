@@ -20,7 +20,6 @@ from service_support import (
     IMAGE,
     PREFIX,
     docker_problem,
-    ledger_for,
     real_servers,
     require_or_skip,
     running_service_hub,
@@ -29,7 +28,7 @@ from service_support import (
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 
-pytestmark = [pytest.mark.docker]
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("lab_left_empty")]
 
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
 
@@ -46,40 +45,13 @@ def hub(tmp_path_factory):
         yield hub
 
 
-@pytest.fixture(scope="module")
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture(autouse=True)
-def _lab_left_empty(request):
-    """Each test starts from the same lab: no server running, no slice held."""
-    yield
-    if "hub" not in request.fixturenames:
-        return
-    hub, ledger = request.getfixturevalue("hub"), request.getfixturevalue("ledger")
-    for u in hub.api("GET", "/users").json():
-        for name in list(u.get("servers") or {}):
-            hub.stop_server(u["name"], name)
-    for a in ledger.open_allocations():
-        ledger.release(a.id, "test-cleanup")
-
-
-def spawn_ready(hub, user: str, profile: str) -> None:
-    r = hub.spawn(user, {"profile": profile})
-    assert r.status_code in (201, 202), r.text
-    hub.wait_ready(user, timeout=90)
-
-
 @pytest.mark.browser
 def test_admin_drains_a_device_and_stops_a_server_in_the_browser(hub, ledger, browser):
     from selenium.webdriver.common.by import By
 
     # a researcher runs a real server, whose spawner claimed the A40; a student's allocation
     # is stale: no server holds it
-    spawn_ready(hub, "researcher", "a40")
+    hub.spawn_ready("researcher", {"profile": "a40"})
     [a40] = ledger.open_allocations("researcher")
     assert a40.slice_id == "GPU-a40-0001"
     ledger.claim(MIG_1G, user="student", profile="mig-small", server_name="homework",
@@ -139,7 +111,7 @@ def test_spawns_keep_working_while_the_service_is_down(hub, ledger):
     pid = service_pid(hub)
     os.kill(pid, signal.SIGSTOP)
     try:
-        spawn_ready(hub, "instructor", "mig-small")
+        hub.spawn_ready("instructor", {"profile": "mig-small"})
         [held] = ledger.open_allocations("instructor")
         hub.stop_server("instructor")
         assert not ledger.get(held.id).open
@@ -151,7 +123,7 @@ def test_spawns_keep_working_while_the_service_is_down(hub, ledger):
 def test_student_finds_their_gpu_page_from_the_hub_home_page(hub, ledger, browser):
     from selenium.webdriver.common.by import By
 
-    spawn_ready(hub, "student", "shared-seat")
+    hub.spawn_ready("student", {"profile": "shared-seat"})
     [seat] = ledger.open_allocations("student")
     log_in(browser, hub, "student", "/hub/home")
 

@@ -29,18 +29,16 @@ from culling_support import (
     running,
     step,
 )
-from e2e_support import IMAGE, remove_node_containers, require_docker
+from e2e_support import IMAGE, require_docker
 from fake_nvml import A40_UUID, P40_UUID, FakeNVML
 from html_support import parse_html
+from inprocess_support import InProcessService, inprocess_service_hub
 from leakcheck import unique
+from ledger_support import empty_lab
 from service_support import (
     PREFIX,
-    InProcessService,
-    ledger_for,
     login,
-    make_hub,
     real_servers,
-    start_hub,
     user_token,
 )
 
@@ -69,30 +67,14 @@ def token():
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, token):
     require_docker()
-    workdir = tmp_path_factory.mktemp("culling-hub")
     node = unique("gpulabcull")
     today = datetime.now(timezone.utc).date()
-    hub = make_hub(
-        workdir,
-        managed=False,
-        api_token=token,
-        extra=lab_config(today) + spawner_config(node) + hub_fakes.config_snippet(),
-    )
-    hub.env[hub_fakes.ENV] = "1"
-    hub.extra_config += f'c.GPULabService.proxy_url = "{hub.url}"\n'
-    hub.write_config()
-    try:
-        boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
-        try:
-            start_hub(hub.workdir, hub=hub)
-        finally:
-            boot.stop()
-        for name, groups in USERS.items():
-            hub.create_user(name, groups)
+    with inprocess_service_hub(
+        tmp_path_factory.mktemp("culling-hub"), token,
+        extra=lab_config(today) + spawner_config(node), users=USERS,
+        nvml=FakeNVML.mixed_lab(), fakes=True, proxy_url=True, node=node,
+    ) as hub:  # fmt: skip
         yield hub
-    finally:
-        hub.stop()  # also when it failed to start: its proxy may run
-        remove_node_containers(node)
 
 
 @pytest.fixture
@@ -110,24 +92,11 @@ def fake():
 
 
 @pytest.fixture
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture
 def svc(hub, token, fake, at, ledger):
     svc = InProcessService(hub, token, nvml=fake).start()
     yield svc
     svc.stop()
-    for u in hub.api("GET", "/users").json():
-        for name in list(u.get("servers") or {}):
-            hub.stop_server(u["name"], name)
-    for a in ledger.open_allocations():
-        ledger.release(a.id, "test-cleanup")
-    for name in {w.user for w in ledger.warnings()}:
-        ledger.clear_warnings(name)
+    empty_lab(hub, ledger, warnings=True)
 
 
 def spawn(hub, ledger, user: str, profile: str, name: str = ""):

@@ -20,7 +20,7 @@ import pytest
 from clock_support import MINUTE
 from culling_support import lab_config, rules, running, step
 from fake_nvml import FakeNVML
-from service_support import InProcessService, ledger_for, make_hub, start_hub
+from inprocess_support import InProcessService, inprocess_service_hub
 
 STANDIN = Path(__file__).with_name("standin_singleuser.py")
 
@@ -42,21 +42,13 @@ c.SimpleLocalProcessSpawner.home_dir_template = {str(home) + "/{username}"!r}
 c.GPULab.node_name = "kernels-{secrets.token_hex(3)}"
 """
     today = datetime.now(timezone.utc).date()
-    hub = make_hub(workdir, managed=False, api_token=token, extra=lab_config(today) + spawner)
-    hub.extra_config += f'c.GPULabService.proxy_url = "{hub.url}"\n'
-    hub.write_config()
-    hub.home = home
-    try:
-        boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
-        try:
-            start_hub(hub.workdir, hub=hub)
-        finally:
-            boot.stop()
-        for name in ("eve", "fay"):
-            hub.create_user(name, ["students"])
+    with inprocess_service_hub(
+        workdir, token, extra=lab_config(today) + spawner,
+        users={"eve": ["students"], "fay": ["students"]},
+        nvml=FakeNVML.mixed_lab(), proxy_url=True,
+    ) as hub:  # fmt: skip
+        hub.home = home
         yield hub
-    finally:
-        hub.stop()
 
 
 # ``at`` (conftest.py) moves this process's clock only: this hub's gpulab keeps real time (no
@@ -64,20 +56,11 @@ c.GPULab.node_name = "kernels-{secrets.token_hex(3)}"
 
 
 @pytest.fixture
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture
 def svc(hub, token, at, ledger):
     svc = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
     yield svc
     svc.stop()
-    for u in hub.api("GET", "/users").json():
-        for name in list(u.get("servers") or {}):
-            hub.stop_server(u["name"], name)
+    hub.stop_all_servers()
 
 
 def test_only_a_busy_kernel_saves_a_server_from_the_idle_rule(hub, svc, at, ledger):

@@ -18,10 +18,10 @@ from api_contract import check_body
 from html_support import parse_html
 from hubtools import docker_available
 from leakcheck import unique
+from ledger_support import release_all, undrain_all
 from service_support import (
     PEOPLE,
     PREFIX,
-    ledger_for,
     login,
     real_servers,
     require_or_skip,
@@ -52,13 +52,6 @@ def hub(tmp_path_factory):
         tmp_path_factory.mktemp("service-hub"), extra=SPAWNER, node=NODE
     ) as hub:
         yield hub
-
-
-@pytest.fixture(scope="module")
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
 
 
 @pytest.fixture(scope="module")
@@ -111,12 +104,9 @@ def ctx(hub, ledger, sessions, tokens):
     ctx = Ctx(hub, ledger, sessions, tokens)
     yield ctx
     # every cell starts from the same lab: nothing drained, nothing held
-    for d in ledger.devices():
-        if d["drained"]:
-            ledger.set_drained(d["uuid"], False)
+    undrain_all(ledger)
     ledger.set_node_drained(NODE, False)
-    for a in ledger.open_allocations():
-        ledger.release(a.id, "test-cleanup")
+    release_all(ledger)
 
 
 # -- the matrix ---------------------------------------------------------------------------------

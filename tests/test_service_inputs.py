@@ -9,7 +9,8 @@ import json
 
 import pytest
 import requests
-from service_support import PREFIX, ledger_for, login, user_token
+from ledger_support import release_all, undrain_all
+from service_support import PREFIX, login, user_token
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 
@@ -25,13 +26,6 @@ MAX_MESSAGE = 300
 @pytest.fixture(scope="module")
 def hub(service_hub):
     return service_hub
-
-
-@pytest.fixture(scope="module")
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +49,8 @@ def lab(ledger):
         ),
         a,
     )
-    for d in ledger.devices():
-        if d["drained"]:
-            ledger.set_drained(d["uuid"], False)
-    for x in ledger.open_allocations():
-        ledger.release(x.id, "test-cleanup")
+    undrain_all(ledger)
+    release_all(ledger)
 
 
 def deep_json(depth: int) -> bytes:

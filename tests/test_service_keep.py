@@ -11,7 +11,6 @@ refusals are asked with the student's own token, or with the login cookie and no
 
 from __future__ import annotations
 
-import subprocess
 import time
 from datetime import datetime, timezone
 
@@ -25,15 +24,14 @@ from service_support import (
     PREFIX,
     PROFILES,
     docker_problem,
-    ledger_for,
     login,
+    real_servers,
     require_or_skip,
-    start_hub,
+    running_service_hub,
     user_token,
-    wait_for_service,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract")]
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("api_contract", "lab_left_empty")]
 
 #: the MIG profile's GPU-idle window and the warning's lead, seconds: a warning 25 s into an
 #: idle stretch, the stop at 40 s, a Keep moving it to 40 s after the click
@@ -44,66 +42,25 @@ PROFILES_HERE = [
 ]
 POLICIES_HERE = {**POLICIES, "students": {**POLICIES["students"], "keeps_per_day": 1}}
 NODE = unique("gpulabkeep")
-EXTRA = f"""
-c.JupyterHub.spawner_class = "gpulab"
-c.GPUDockerSpawner.attach_mode = "env"
-c.GPULab.node_name = {NODE!r}
+EXTRA = (
+    real_servers(NODE, image=IMAGE, http_timeout=60, hold_rows=True)
+    + f"""
 c.GPULab.profiles = {PROFILES_HERE!r}
 c.GPULab.group_policies = {POLICIES_HERE!r}
-c.DockerSpawner.image = {IMAGE!r}
-c.DockerSpawner.prefix = {NODE!r}
-c.DockerSpawner.pull_policy = "never"
-c.Spawner.start_timeout = 60
-c.Spawner.http_timeout = 60
-c.GPUDockerSpawner.reconcile_interval = 3600
 c.GPULabService.cull_every = "1s"
 c.GPULabService.cull_warn_before = "{WARN_S}s"
 c.GPULabService.sample_interval = 1
 c.GPULabService.max_sample_gap = "10s"
 c.GPULabService.unknown_utilization = "idle"
 """
+)
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     require_or_skip(docker_problem(), "Docker")
-    hub = start_hub(tmp_path_factory.mktemp("keep-hub"), extra=EXTRA)
-    try:
-        wait_for_service(hub)
+    with running_service_hub(tmp_path_factory.mktemp("keep-hub"), extra=EXTRA, node=NODE) as hub:
         yield hub
-    finally:
-        hub.stop()
-        ids = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"name={NODE}"], capture_output=True, text=True
-        ).stdout.split()
-        if ids:
-            subprocess.run(["docker", "rm", "-f", *ids[:20]], capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture(autouse=True)
-def _lab_left_empty(request):
-    yield
-    if "hub" not in request.fixturenames:
-        return
-    hub, ledger = request.getfixturevalue("hub"), request.getfixturevalue("ledger")
-    for u in hub.api("GET", "/users").json():
-        for name in list(u.get("servers") or {}):
-            hub.stop_server(u["name"], name)
-    for a in ledger.open_allocations():
-        ledger.release(a.id, "test-cleanup")
-
-
-def spawn_ready(hub, user: str, profile: str) -> None:
-    r = hub.spawn(user, {"profile": profile})
-    assert r.status_code in (201, 202), r.text
-    hub.wait_ready(user, timeout=90)
 
 
 def gpu_idle_warning(ledger, user: str, timeout: float):
@@ -115,8 +72,8 @@ def gpu_idle_warning(ledger, user: str, timeout: float):
 
 
 def test_keep_and_move_refuse_what_is_not_the_callers_to_choose(hub, ledger):
-    spawn_ready(hub, "student", "mig-small")
-    spawn_ready(hub, "instructor", "cpu")
+    hub.spawn_ready("student", {"profile": "mig-small"})
+    hub.spawn_ready("instructor", {"profile": "cpu"})
     api = hub.url + PREFIX + "api/users/"
     session = login(hub, "student")
     mine = {"Authorization": f"token {user_token(hub, session, 'student')}"}
@@ -169,7 +126,7 @@ def _server_profile(hub, user: str) -> str | None:
 def test_a_student_keeps_their_gpu_then_moves_to_cpu_in_the_browser(hub, ledger, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
 
-    spawn_ready(hub, "student", "mig-small")
+    hub.spawn_ready("student", {"profile": "mig-small"})
     [held] = ledger.open_allocations("student")
     first = gpu_idle_warning(ledger, "student", GPU_IDLE_S + 30)
     log_in(browser, hub, "student", PREFIX + "me", heading="My GPU")
@@ -231,7 +188,7 @@ def test_keeps_are_refused_on_the_api_once_used_up(hub, ledger):
     says when it renews."""
     day = datetime.now(timezone.utc).date().isoformat()
     used = ledger.keeps_used("student", day)
-    spawn_ready(hub, "student", "mig-small")
+    hub.spawn_ready("student", {"profile": "mig-small"})
     gpu_idle_warning(ledger, "student", GPU_IDLE_S + 30)
     session = login(hub, "student")
     auth = {"Authorization": f"token {user_token(hub, session, 'student')}"}

@@ -9,16 +9,14 @@ import secrets
 import pytest
 from fake_nvml import A40_UUID, A100_MIGS, A100_UUID, FakeNVML, GiB
 from html_support import parse_html
+from inprocess_support import InProcessService, inprocess_service_hub
 from service_support import (
     OLD_1G,
     PREFIX,
-    InProcessService,
     ledger_for,
     login,
-    make_hub,
     rebooted_lab,
     service_xsrf,
-    start_hub,
 )
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
@@ -33,23 +31,14 @@ def token():
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, token):
-    hub = make_hub(
-        tmp_path_factory.mktemp("live-hub"),
-        managed=False,
-        api_token=token,
-        extra='c.GPULab.inventory = []\nc.GPULab.inventory_source = "nvml"\n',
-    )
     # an external service runs before the hub starts (the hub waits for it); the tests start
     # their own instance of it afterwards
-    boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
-    try:
-        start_hub(hub.workdir, hub=hub)
-    finally:
-        boot.stop()
-    try:
+    with inprocess_service_hub(
+        tmp_path_factory.mktemp("live-hub"), token,
+        extra='c.GPULab.inventory = []\nc.GPULab.inventory_source = "nvml"\n',
+        users={}, nvml=FakeNVML.mixed_lab(),
+    ) as hub:  # fmt: skip
         yield hub
-    finally:
-        hub.stop()
 
 
 @pytest.fixture

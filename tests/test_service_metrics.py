@@ -14,7 +14,6 @@ import sqlalchemy as sa
 from metrics_support import samples, value
 from service_support import (
     PREFIX,
-    ledger_for,
     login,
     running_service_hub,
     user_token,
@@ -37,13 +36,6 @@ SEAT = SliceRequest(kind=SliceKind.SHARED)
 def hub(tmp_path_factory):
     with running_service_hub(tmp_path_factory.mktemp("metrics-hub"), extra=PROMETHEUS) as hub:
         yield hub
-
-
-@pytest.fixture(scope="module")
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
 
 
 def scrape(hub, token: str | None = TOKEN) -> requests.Response:

@@ -14,7 +14,6 @@ import pytest
 import requests
 from service_support import (
     PREFIX,
-    ledger_for,
     login,
     running_service_hub,
     user_token,
@@ -36,13 +35,6 @@ def hub(tmp_path_factory):
             hub.tokens = getattr(hub, "tokens", {})
             hub.tokens[who] = user_token(hub, login(hub, who), who)
         yield hub
-
-
-@pytest.fixture(scope="module")
-def ledger(hub):
-    led = ledger_for(hub)
-    yield led
-    led.close()
 
 
 def report_of(boards: str, node: str) -> dict:

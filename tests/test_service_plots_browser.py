@@ -15,15 +15,13 @@ from datetime import timedelta
 import pytest
 from browser_support import ARTIFACTS, browser_problem, log_in, save_screenshot
 from fake_nvml import A40_UUID, P40_UUID, FakeNVML
+from inprocess_support import InProcessService, inprocess_service_hub
 from service_support import (
     POLICIES,
     PREFIX,
-    InProcessService,
     ledger_for,
     login,
-    make_hub,
     require_or_skip,
-    start_hub,
 )
 
 from jupyterhub_gpulab import clock
@@ -55,21 +53,16 @@ def fake():
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, token, fake):
     require_or_skip(browser_problem(), "A headless chromium")
-    hub = make_hub(
-        tmp_path_factory.mktemp("plots-hub"), managed=False, api_token=token, extra=EXTRA
-    )
-    boot = InProcessService(hub, token, nvml=FakeNVML.mixed_lab()).start()
-    try:
-        start_hub(hub.workdir, hub=hub)
-    finally:
-        boot.stop()
-    svc = InProcessService(hub, token, nvml=fake).start()
-    hub.svc = svc
-    try:
-        yield hub
-    finally:
-        svc.stop()
-        hub.stop()
+    with inprocess_service_hub(
+        tmp_path_factory.mktemp("plots-hub"), token, extra=EXTRA, users={},
+        nvml=FakeNVML.mixed_lab(),
+    ) as hub:  # fmt: skip
+        svc = InProcessService(hub, token, nvml=fake).start()
+        hub.svc = svc
+        try:
+            yield hub
+        finally:
+            svc.stop()
 
 
 def log_in_to(browser, hub, name: str, page: str) -> None:  # noqa: F811

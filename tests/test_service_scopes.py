@@ -12,10 +12,10 @@ import time
 import pytest
 import requests
 from html_support import parse_html
+from inprocess_support import InProcessService
+from ledger_support import release_all, undrain_all
 from service_support import (
     PREFIX,
-    InProcessService,
-    ledger_for,
     login,
     make_hub,
     start_hub,
@@ -40,13 +40,6 @@ def hub(service_hub):
 
 
 @pytest.fixture(scope="module")
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture(scope="module")
 def admin(hub):
     return login(hub, "admin")
 
@@ -54,11 +47,8 @@ def admin(hub):
 @pytest.fixture(autouse=True)
 def clean_lab(ledger):
     yield
-    for d in ledger.devices():
-        if d["drained"]:
-            ledger.set_drained(d["uuid"], False)
-    for a in ledger.open_allocations():
-        ledger.release(a.id, "test-cleanup")
+    undrain_all(ledger)
+    release_all(ledger)
 
 
 def make_token(hub, session: requests.Session, name: str, scopes: list[str] | None = None):

@@ -5,16 +5,15 @@ passes to the next in line."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
+from hubtools import wait_for
 from leakcheck import unique
 from service_support import (
     POLICIES,
     PREFIX,
-    ledger_for,
     login,
     real_servers,
     running_service_hub,
@@ -53,23 +52,6 @@ def hub(tmp_path_factory):
         yield hub
 
 
-@pytest.fixture(scope="module")
-def ledger(hub):
-    ledger = ledger_for(hub)
-    yield ledger
-    ledger.close()
-
-
-def wait_for(what, timeout=20.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.25)
-    raise AssertionError("timed out")
-
-
 def test_a_queued_student_is_offered_a_freed_slice_and_their_spawn_takes_it(hub, ledger):
     # Both 1g.5gb MIG slices of the lab are held by others.
     others = [
@@ -86,7 +68,7 @@ def test_a_queued_student_is_offered_a_freed_slice_and_their_spawn_takes_it(hub,
     assert joined.status_code == 201 and "number 1 in line" in joined.json()["message"]
 
     ledger.release(others[0].allocation.id, "stopped")
-    hold = wait_for(lambda: ledger.open_allocations("student"))[0]
+    hold = wait_for("the student's hold", lambda: ledger.open_allocations("student"), 20)[0]
     assert hold.hold_until is not None and hold.slice_id == others[0].allocation.slice_id
     mine = requests.get(api + "waitlist", headers=auth, timeout=30).json()["entries"]
     assert [(e["state"], e["position"]) for e in mine] == [("offered", 0)]
@@ -113,10 +95,10 @@ def test_an_offer_nobody_takes_passes_to_the_next(hub, ledger):
     ledger.join_waitlist("student", "mig-small", MIG_1G)
     try:
         ledger.release(holders[0].allocation.id, "stopped")
-        first = wait_for(lambda: ledger.open_allocations("admin"))[0]
+        first = wait_for("the admin's hold", lambda: ledger.open_allocations("admin"), 20)[0]
         assert first.hold_until is not None
         # nobody starts a server: after the 4 s hold it lapses and the student gets it
-        second = wait_for(lambda: ledger.open_allocations("student"))[0]
+        second = wait_for("the student's hold", lambda: ledger.open_allocations("student"), 20)[0]
         assert second.slice_id == first.slice_id
         assert [e.state for e in ledger.entries_of("admin")][0] == "lapsed"
         assert ledger.get(first.id).end_reason == "offer-lapsed"
@@ -247,11 +229,13 @@ def test_a_queued_student_whose_budget_ran_out_is_skipped_and_told_why(hub, ledg
         ledger.release(holders[0].allocation.id, "stopped")
         # the pass after the slice freed skips her (and holds nothing for her)
         [entry] = wait_for(
+            "bea's entry refused",
             lambda: [
                 e
                 for e in requests.get(api, headers=auth, timeout=30).json()["entries"]
                 if e["state"] == "refused"
-            ]
+            ],
+            20,
         )
         assert ledger.open_allocations("bea") == []
         said = entry["message"]
@@ -321,7 +305,7 @@ def test_an_offer_while_the_default_server_runs_says_to_start_a_named_one(hub, l
         ledger.join_waitlist("student", "mig-small", MIG_1G)
         session = login(hub, "student")
         ledger.release(others[0].allocation.id, "stopped")
-        wait_for(lambda: ledger.open_allocations("student"))
+        wait_for("the student's hold", lambda: ledger.open_allocations("student"), 20)
         home = " ".join(session.get(hub.url + "/hub/home", timeout=30).text.split())
         assert "held for you" in home
         assert "Start your server to take it" not in home

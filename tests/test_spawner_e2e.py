@@ -64,16 +64,10 @@ def _stop_everything(request):
         time.sleep(0.3)
 
 
-def spawn_ready(hub, user, profile, name=""):
-    r = hub.spawn(user, {"profile": profile}, name=name)
-    assert r.status_code in (201, 202), r.text
-    return hub.wait_ready(user, name)
-
-
 def test_each_user_gets_their_own_slice_and_cpu_gets_void(hub, ledger):
-    a = spawn_ready(hub, "student1", "mig")["state"]
-    b = spawn_ready(hub, "student2", "mig")["state"]
-    c = spawn_ready(hub, "student3", "cpu")["state"]
+    a = hub.spawn_ready("student1", {"profile": "mig"})["state"]
+    b = hub.spawn_ready("student2", {"profile": "mig"})["state"]
+    c = hub.spawn_ready("student3", {"profile": "cpu"})["state"]
     env_a, env_b, env_c = (
         hub.env_of(a["object_name"]),
         hub.env_of(b["object_name"]),
@@ -98,8 +92,8 @@ def test_each_user_gets_their_own_slice_and_cpu_gets_void(hub, ledger):
 
 
 def test_a_full_lab_refuses_within_a_second_then_admits_after_a_stop(hub, ledger):
-    spawn_ready(hub, "student1", "mig")
-    spawn_ready(hub, "student2", "mig")
+    hub.spawn_ready("student1", {"profile": "mig"})
+    hub.spawn_ready("student2", {"profile": "mig"})
     t0 = time.monotonic()
     r = hub.spawn("student3", {"profile": "mig"})
     elapsed = time.monotonic() - t0
@@ -108,7 +102,7 @@ def test_a_full_lab_refuses_within_a_second_then_admits_after_a_stop(hub, ledger
     assert elapsed < 1.0
     assert hub.server("student3") is None
     hub.stop_server("student1")
-    spawn_ready(hub, "student3", "mig")
+    hub.spawn_ready("student3", {"profile": "mig"})
     assert sorted(a.user for a in ledger.open_allocations()) == ["student2", "student3"]
     assert (
         ledger.refusals_since(ledger.open_allocations()[0].started_at.replace(year=2000))[
@@ -143,7 +137,7 @@ def test_twenty_concurrent_spawns_for_five_seats(hub, ledger):
 
 
 def test_a_killed_container_frees_its_slice_at_the_next_poll(hub, ledger):
-    state = spawn_ready(hub, "researcher1", "a40")["state"]
+    state = hub.spawn_ready("researcher1", {"profile": "a40"})["state"]
     hub.kill_object(state["object_name"])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and ledger.open_allocations():
@@ -157,7 +151,7 @@ def test_a_killed_container_frees_its_slice_at_the_next_poll(hub, ledger):
     while time.monotonic() < deadline and hub.server("researcher1") is not None:
         time.sleep(0.3)
     assert hub.server("researcher1") is None
-    spawn_ready(hub, "researcher1", "a40")
+    hub.spawn_ready("researcher1", {"profile": "a40"})
 
 
 def test_not_entitled_and_unknown_profiles_are_400_with_the_choices(hub):
@@ -177,25 +171,25 @@ def test_users_cannot_override_the_gpu_variables(hub):
     assert r.status_code == 400 and "Unknown option" in r.json()["message"]
     r = hub.spawn("student1", {"profile": "cpu", "image": "busybox"})
     assert r.status_code == 400
-    state = spawn_ready(hub, "student1", "cpu")["state"]
+    state = hub.spawn_ready("student1", {"profile": "cpu"})["state"]
     assert hub.env_of(state["object_name"])["NVIDIA_VISIBLE_DEVICES"] == "void"
 
 
 def test_named_servers_count_against_the_per_user_limit(hub, ledger):
-    spawn_ready(hub, "researcher1", "mig", name="one")
-    spawn_ready(hub, "researcher1", "seat", name="two")
-    spawn_ready(hub, "researcher1", "a40", name="three")
+    hub.spawn_ready("researcher1", {"profile": "mig"}, "one")
+    hub.spawn_ready("researcher1", {"profile": "seat"}, "two")
+    hub.spawn_ready("researcher1", {"profile": "a40"}, "three")
     r = hub.spawn("researcher1", {"profile": "seat"}, name="four")
     assert r.status_code == 429
     assert "You already hold 3 GPU slices" in r.json()["message"]
     # CPU servers hold no slice and are not counted
-    spawn_ready(hub, "researcher1", "cpu", name="four")
+    hub.spawn_ready("researcher1", {"profile": "cpu"}, "four")
     assert len(ledger.open_allocations(user="researcher1")) == 3
 
 
 def test_the_form_shows_entitled_profiles_with_capacity_and_disables_full_ones(hub):
-    spawn_ready(hub, "student1", "mig")
-    spawn_ready(hub, "student2", "mig")
+    hub.spawn_ready("student1", {"profile": "mig"})
+    hub.spawn_ready("student2", {"profile": "mig"})
     s = hub_login(hub, "student3")
     page = s.get(f"{hub.url}/hub/spawn")
     assert page.status_code == 200
@@ -219,7 +213,7 @@ def test_the_form_shows_entitled_profiles_with_capacity_and_disables_full_ones(h
 
 
 def test_an_admin_restart_reuses_the_users_last_profile(hub):
-    spawn_ready(hub, "student4", "seat")
+    hub.spawn_ready("student4", {"profile": "seat"})
     hub.stop_server("student4")
     # no options: the REST API an admin uses
     r = hub.spawn("student4", {})

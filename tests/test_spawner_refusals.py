@@ -16,6 +16,7 @@ from e2e_support import (
     new_hub,
     require_docker,
 )
+from hubtools import wait_for
 
 from jupyterhub_gpulab.ledger import Ledger
 
@@ -34,15 +35,6 @@ def hub(tmp_path):
     kill_and_stop(h)
 
 
-def _wait_for_log(hub, text: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in hub.log_path.read_text(errors="replace"):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{text!r} not in the hub log:\n{hub.log_tail()}")
-
-
 def test_a_refusal_does_not_wait_for_another_servers_slow_stop(hub):
     for u in ("ann", "bob", "cat"):
         hub.create_user(u, ["students"])
@@ -54,7 +46,14 @@ def test_a_refusal_does_not_wait_for_another_servers_slow_stop(hub):
     stopper = threading.Thread(target=hub.api, args=("DELETE", hub.server_path("ann")))
     stopper.start()
     try:
-        _wait_for_log(hub, f"Stopping container {names['ann']}")
+        stopping = f"Stopping container {names['ann']}"
+        wait_for(
+            f"{stopping!r} in the hub log",
+            lambda: stopping in hub.log_path.read_text(errors="replace"),
+            30,
+            hub,
+            every=0.1,
+        )
         time.sleep(0.5)
         t0 = time.monotonic()
         r = hub.spawn("cat", {"profile": "mig"})

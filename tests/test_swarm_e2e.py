@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 import pytest
 import requests
 from html_support import parse_html
+from hubtools import wait_for
 from service_support import PREFIX, login, user_token
 from swarm_support import (
     ENGINES,
@@ -94,12 +95,6 @@ def service_api(hub, method, path, **kw):
     )
 
 
-def spawn_ready(hub, user, profile, name=""):
-    r = hub.spawn(user, {"profile": profile}, name=name)
-    assert r.status_code in (201, 202), r.text
-    return hub.wait_ready(user, name)["state"]
-
-
 def node_ids() -> dict[str, str]:
     rows = sdocker("node", "ls", "--format", "{{.Hostname}} {{.ID}} {{.Status}}").stdout
     return {h: i for h, i, st in (line.split() for line in rows.splitlines()) if st == "Ready"}
@@ -114,21 +109,11 @@ def reach(hub, user) -> int:
     return r.status_code
 
 
-def wait_for(what, check, timeout, hub):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what} within {timeout}s:\n{hub.log_tail(40)}")
-
-
 def test_spawns_land_on_the_node_holding_their_slice_and_its_runtime_gets_the_uuid(hub):
     states = {
-        "ann": spawn_ready(hub, "ann", "mig"),
-        "bob": spawn_ready(hub, "bob", "seat"),
-        "rex": spawn_ready(hub, "rex", "a40"),
+        "ann": hub.spawn_ready("ann", {"profile": "mig"})["state"],
+        "bob": hub.spawn_ready("bob", {"profile": "seat"})["state"],
+        "rex": hub.spawn_ready("rex", {"profile": "a40"})["state"],
     }
     ids = node_ids()
     led = hub.ledger()
@@ -180,7 +165,9 @@ def test_spawns_land_on_the_node_holding_their_slice_and_its_runtime_gets_the_uu
 
 
 def test_a_cpu_server_lands_on_any_node_and_never_on_a_drained_one(hub):
-    placed = {spawn_ready(hub, f"s{i}", "cpu")["object_name"] for i in range(1, 4)}
+    placed = {
+        hub.spawn_ready(f"s{i}", {"profile": "cpu"})["state"]["object_name"] for i in range(1, 4)
+    }
     nodes = {hub.task(n)["node"] for n in placed}
     assert nodes <= set(NODES)
     assert all(hub.env_of(n)["NVIDIA_VISIBLE_DEVICES"] == "void" for n in placed)
@@ -190,12 +177,14 @@ def test_a_cpu_server_lands_on_any_node_and_never_on_a_drained_one(hub):
     assert r.status_code == 200, r.text
     drained = {n["name"]: n for n in service_api(hub, "GET", "nodes").json()["nodes"]}
     assert drained["gpulab-swn1"]["state"] == "drained"
-    placed = [spawn_ready(hub, f"s{i}", "cpu")["object_name"] for i in range(4, 7)]
+    placed = [
+        hub.spawn_ready(f"s{i}", {"profile": "cpu"})["state"]["object_name"] for i in range(4, 7)
+    ]
     assert "gpulab-swn1" not in {hub.task(n)["node"] for n in placed}
     avoid = hub.service(placed[0])["Spec"]["TaskTemplate"]["Placement"]["Constraints"]
     assert avoid == [f"node.id!={node_ids()['gpulab-swn1']}"]
     # a drained GPU node: its slices are not handed out, its running servers stay
-    rex = spawn_ready(hub, "rex", "a40")
+    rex = hub.spawn_ready("rex", {"profile": "a40"})["state"]
     assert service_api(hub, "POST", "nodes/gpulab-swn3/drain").status_code == 200
     r = hub.spawn("ray", {"profile": "a40"})
     assert r.status_code == 503 and "out of service" in r.json()["message"]
@@ -228,8 +217,8 @@ def engine_pid(node: str) -> int:
 
 
 def test_killing_a_workers_engine_closes_its_allocations_with_a_reason_and_tells_the_user(hub):
-    rex = spawn_ready(hub, "rex", "a40")  # on gpulab-swn3
-    ann = spawn_ready(hub, "ann", "mig")  # on gpulab-swn2
+    rex = hub.spawn_ready("rex", {"profile": "a40"})["state"]  # on gpulab-swn3
+    ann = hub.spawn_ready("ann", {"profile": "mig"})["state"]  # on gpulab-swn2
     led = hub.ledger()
     try:
         os.kill(engine_pid("gpulab-swn3"), signal.SIGKILL)
@@ -255,7 +244,10 @@ def test_killing_a_workers_engine_closes_its_allocations_with_a_reason_and_tells
     finally:
         revive_swarm()
     wait_for("gpulab-swn3 back in service", lambda: led.node("gpulab-swn3").available, 60, hub)
-    assert hub.task(spawn_ready(hub, "ray", "a40")["object_name"])["node"] == "gpulab-swn3"
+    assert (
+        hub.task(hub.spawn_ready("ray", {"profile": "a40"})["state"]["object_name"])["node"]
+        == "gpulab-swn3"
+    )
     led.close()
 
 
@@ -268,7 +260,7 @@ def spawn_form(session, hub) -> dict[str, dict]:
 
 
 def test_a_node_whose_agent_stops_reporting_leaves_the_form_and_its_servers_stay(hub):
-    rex = spawn_ready(hub, "rex", "seat")  # a T4 seat on gpulab-swn3
+    rex = hub.spawn_ready("rex", {"profile": "seat"})["state"]  # a T4 seat on gpulab-swn3
     ray = login(hub, "ray")
     assert not spawn_form(ray, hub)["a40"]["disabled"]
     hub.stop_agent("gpulab-swn3")
@@ -293,9 +285,9 @@ def test_a_node_whose_agent_stops_reporting_leaves_the_form_and_its_servers_stay
 
 
 def test_a_hub_restart_readopts_running_services(hub):
-    ann = spawn_ready(hub, "ann", "mig")
-    cyd = spawn_ready(hub, "cyd", "cpu")
-    bob = spawn_ready(hub, "bob", "seat")
+    ann = hub.spawn_ready("ann", {"profile": "mig"})["state"]
+    cyd = hub.spawn_ready("cyd", {"profile": "cpu"})["state"]
+    bob = hub.spawn_ready("bob", {"profile": "seat"})["state"]
     led = hub.ledger()
     before = sorted((a.id, a.slice_id, a.node) for a in led.open_allocations())
     hub.kill()  # SIGKILL: servers, proxy and service keep running
@@ -313,7 +305,7 @@ def test_a_hub_restart_readopts_running_services(hub):
 
 def test_every_node_shows_in_the_api_the_metrics_and_the_cli(hub):
     # the hub records Swarm's nodes from its first server on (and at every reconcile pass)
-    spawn_ready(hub, "cyd", "cpu")
+    hub.spawn_ready("cyd", {"profile": "cpu"})
     nodes = {n["name"]: n for n in service_api(hub, "GET", "nodes").json()["nodes"]}
     assert set(nodes) == set(NODES)
     for name in NODES:
@@ -423,7 +415,7 @@ def test_the_agent_runs_as_a_swarm_global_service_on_every_gpu_node(hub, tmp_pat
             "gpulab-swn2", "gpulab-swn3"
         ]  # fmt: skip
         assert (
-            spawn_ready(hub, "rex", "a40")["gpulab_slice"]
+            hub.spawn_ready("rex", {"profile": "a40"})["state"]["gpulab_slice"]
             == "GPU-e2e0a400-0000-4000-8000-000000000002"
         )
     finally:

@@ -1,6 +1,7 @@
 """The service's side of courses: the stored records (saved together with their sessions'
 reservations), who is staff, pre-start runs (on "Start all", and scheduled: :mod:`.schedule`),
-stop all, distribute, collect and return.
+stop all; distribute is mixed in from :mod:`.distribute`, collect and return from
+:mod:`.assignments`.
 
 Runs in the gpulab service's event loop; ledger calls go through ``aio.call``.
 """
@@ -19,6 +20,7 @@ from ..hubapi.client import HubClient, HubError
 from ..ledger import aio
 from ..ledger.notices import COURSE_PREFIX
 from .access import roster_profile_problems
+from .assignments import AssignmentActions
 from .config import GPULabCourses
 from .distribute import ContentActions
 from .hubhook import prestart_token
@@ -40,7 +42,7 @@ class RosterLocked(Exception):
     """The roster's group is not the hub's to edit (campus SSO, LTI): ``str(e)`` says whose."""
 
 
-class CourseManager(ContentActions):
+class CourseManager(ContentActions, AssignmentActions):
     def __init__(
         self,
         store: CourseStore,
@@ -355,55 +357,3 @@ class CourseManager(ContentActions):
     async def check_due(self) -> None:
         """The scheduled pass: pre-starts, deadlines, reservations (:mod:`.schedule`)."""
         await run_pass(self)
-
-    # -- files: collect, return, distribute (the backend, blocking: one thread per action) -----
-
-    def _files(self, course: Course, students=()):
-        """The lab's course storage (blocking); on a Swarm a staff folder made now is made beside
-        the course work of the first of ``students`` with some (:func:`.coursenode.first_node`)."""
-        from .coursenode import first_node
-
-        image = (
-            self.settings.helper_image
-            or self.images.get(course.profile)
-            or next(iter(self.images.values()), "")
-        )
-        files = self.backend.storage(image)
-        works = [self.settings.work_of(course.slug, u) for u in sorted(students)]
-        near = first_node(files, works) if works else None
-        return self.backend.storage(image, near=near) if near else files
-
-    async def collect(self, course: Course, assignment: str, *, by: str) -> dict:
-        """Collect ``assignment`` from every roster member (:func:`.collect.collect`)."""
-        from .collect import collect
-
-        return await self._copy_assignment(collect, "collect", course, assignment, by)
-
-    async def give_back(self, course: Course, assignment: str, *, by: str) -> dict:
-        """Return feedback on ``assignment`` to every roster member (:func:`.collect.give_back`)."""
-        from .collect import give_back
-
-        return await self._copy_assignment(give_back, "return", course, assignment, by)
-
-    async def _copy_assignment(self, copy, action: str, course: Course, assignment: str, by: str):
-        """Run ``copy`` (collect or give_back) for the roster, audit it as ``action``; the
-        per-student report."""
-        students = await roster_of(self.hub, course)
-        s = self.settings
-        extra = {"owner": tuple(s.staff_owner)} if action == "collect" else {}
-
-        def run():  # in a thread: finding a staff folder's node asks the engines
-            return copy(
-                self._files(course, students if action == "collect" else ()),
-                assignment=assignment,
-                students=students,
-                volume_of=lambda user: s.work_of(course.slug, user),
-                course_volume=s.staff_of(course.slug),
-                max_bytes=course.collect_max_bytes,
-                **extra,
-            )
-
-        report = await aio.call(run)
-        detail = {"assignment": assignment, "report": report}
-        await aio.call(self.store.record, course.slug, by, action, detail)
-        return report

@@ -2,7 +2,8 @@
 
 A **booking** reserves ``count`` slices satisfying a profile's slice request for the members of
 ``groups`` (a course's roster and staff group) from ``lead_s`` before ``starts_at`` until
-``ends_at``. The rule, checked by :meth:`Reservations._guard` inside the claim's transaction:
+``ends_at``. The rule, read by :meth:`Reservations._guard` inside the claim's transaction and
+judged by :class:`.claimguard.ClaimGuard`:
 
 - While a booking *protects* (``starts_at - lead_s <= now < starts_at + grace_s``) its
   ``count - used`` unclaimed seats (``used``: open allocations charged to it) must stay free: a
@@ -38,6 +39,7 @@ from .. import clock
 from ..clock import as_utc
 from ..inventory.model import SliceRequest
 from .bookings import Booking, BookingConflict, Reserved, _Row, booking_values
+from .claimguard import BookingLimit, ClaimGuard, overlaps
 from .models import slice_from_row
 from .queries import slice_filter
 from .schema import allocations, bookings, slices
@@ -50,79 +52,6 @@ _OPEN_BOOKINGS = sa.select(bookings).where(
 
 #: The PostgreSQL advisory lock every claim takes while any booking protects seats.
 _LOCK_KEY = zlib.crc32(b"gpulab:reservations") - 2**31
-
-
-class _Limit:
-    """The protecting bookings of one slice request, as one claim's transaction read them.
-
-    ``free``: free slices of ``request`` (in service, held by nobody), counted only up to
-    ``sum(counts) + 1``, the most the rule ever needs (so the count costs O(bookings' seats), not
-    O(slices)); ``counts``/``used``: per booking id. The rule (the module docstring's): after the
-    claim, the unclaimed seats of these bookings must still be free: ``free - 1 >= Σ unclaimed``
-    for an uncharged claim, and ``free - 1 >= Σ unclaimed of the other bookings`` for one charged
-    to ``a`` (it takes one of ``a``'s own seats). ``free`` is read before ``used``, so a release
-    committing in between can only make the check stricter (a release raises ``free`` and
-    ``Σ unclaimed`` alike); a claim, the only thing that lowers ``free``, holds the
-    reservations lock. ``total`` (available slices of the request, for the notes) is counted
-    only when a note is wanted: a refusal or the form."""
-
-    def __init__(self, request, free, counts, used, bookings, total):
-        self.request, self.free, self.counts, self.used = request, free, counts, used
-        self._bookings, self._total = bookings, total
-
-    def _unclaimed(self, booking_id: int) -> int:
-        return max(0, self.counts[booking_id] - self.used.get(booking_id, 0))
-
-    def allows(self, charged_id: int | None) -> bool:
-        kept = sum(self._unclaimed(b) for b in self.counts if b != charged_id)
-        return self.free - 1 >= kept
-
-    @property
-    def notes(self) -> list[Reserved]:
-        total = self._total() if callable(self._total) else self._total
-        self._total = total
-        return [
-            Reserved(b.holder, b.profile, self._unclaimed(b.id), b.count, total, b.release_at,
-                     b.id)
-            for b in self._bookings
-        ]  # fmt: skip
-
-
-class _Guard:
-    """One claim's view of the bookings (built inside its transaction)."""
-
-    def __init__(self, request, charged, limits, now=None):
-        self.request = request
-        #: the booking a member's claim is charged to, or None
-        self.charged: Booking | None = charged
-        self.limits: list[_Limit] = limits
-        #: the claim takes a seat its member's booking keeps now (inside lead..grace)
-        self.seat_kept = charged is not None and now is not None and charged.protects(now)
-
-    @property
-    def _charged_id(self):
-        return self.charged.id if self.charged is not None else None
-
-    def allows(self, row) -> bool:
-        s = slice_from_row(row)
-        return all(lim.allows(self._charged_id) for lim in self.limits if lim.request.matches(s))
-
-    def blocks_everything(self) -> bool:
-        """True when no slice of the claim's own request may be taken."""
-        return any(
-            lim.request == self.request and not lim.allows(self._charged_id) for lim in self.limits
-        )
-
-    def notes(self) -> list[Reserved]:
-        """The seats kept from this claim by bookings of its own kind of slice (a booking of
-        shared seats says nothing to someone asking for a whole GPU)."""
-        return [
-            n
-            for lim in self.limits
-            if lim.request == self.request or _overlaps(lim.request, self.request)
-            for n in lim.notes
-            if n.unclaimed > 0 and (self.charged is None or n.booking_id != self.charged.id)
-        ]
 
 
 class Reservations:
@@ -288,7 +217,7 @@ class Reservations:
         groups: Collection[str],
         now: datetime,
         server_name: str | None = None,
-    ) -> _Guard | None:
+    ) -> ClaimGuard | None:
         """The bookings' limits on one claim of ``server_name``, read inside its transaction
         (``None``: no booking is open now). Takes the reservations lock on PostgreSQL while any
         booking protects."""  # fmt: skip
@@ -302,13 +231,13 @@ class Reservations:
         ]
         if not open_now:
             return None
-        protecting = [b for b in open_now if _overlaps(b.request, request) and b.protects(now)]
+        protecting = [b for b in open_now if overlaps(b.request, request) and b.protects(now)]
         if protecting:
             self._lock_reservations(conn)
         by_request: dict[SliceRequest, list[Booking]] = {}
         for b in protecting:  # only bookings whose slices this claim could take
             by_request.setdefault(b.request, []).append(b)
-        # free first, then used: see _Limit
+        # free first, then used: see BookingLimit
         free = {req: self._free_up_to(conn, req, sum(b.count for b in bs) + 1)
                 for req, bs in by_request.items()}  # fmt: skip
         used = self._used(conn, [b.id for b in open_now])
@@ -323,11 +252,11 @@ class Reservations:
             None,
         )
         limits = [
-            _Limit(req, free[req], {b.id: b.count for b in bs}, used, bs,
+            BookingLimit(req, free[req], {b.id: b.count for b in bs}, used, bs,
                    lambda req=req: self._available_count(req))
             for req, bs in by_request.items()
         ]  # fmt: skip
-        return _Guard(request, charged, limits, now)
+        return ClaimGuard(request, charged, limits, now)
 
     def _available_count(self, request: SliceRequest) -> int:
         """Slices of ``request`` in service, held or not (the notes' "of N")."""
@@ -398,7 +327,3 @@ class Reservations:
                     }
                 )
         return out
-
-
-def _overlaps(a: SliceRequest, b: SliceRequest) -> bool:
-    return a.kind == b.kind and a.wanted_mig_profile == b.wanted_mig_profile

@@ -4,22 +4,18 @@
 
 It reads ``c.GPULab`` (inventory, profiles, policies, ``db_url``) and ``c.GPULabService`` from
 the hub's own config file (the process and its command line: :mod:`.launcher`), opens the same ledger, records the inventory it reads at start, and
-listens where ``$JUPYTERHUB_SERVICE_URL`` says. The hub's spawner never calls it: spawns keep
-working while it is down.
+listens where ``$JUPYTERHUB_SERVICE_URL`` says (the Tornado application itself, its routes and
+templates: :mod:`.web.application`). The hub's spawner never calls it: spawns keep working while
+it is down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader
-from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth
-from tornado import web
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Integer, Unicode
 
@@ -33,26 +29,15 @@ from ..ledger.jobmap import JobMap
 from .cullconfig import CullerTraits
 from .culling import Culler
 from .lifetime import listen_when_free
-from .metrics import Exposition
 from .nodes import NodeReports, NodeTraits
 from .seatguard import SeatGuard
 from .state import LabState
 from .waitlist import WaitlistKeeper, WaitlistTraits
-from .web.api import api_handlers
-from .web.base import OAuthCallback
-from .web.courseapi import course_handlers
-from .web.courseroutes import course_pages
-from .web.filters import FILTERS
+from .web.application import make_app
 from .web.grants import RoleGrants
 from .web.inputs import MAX_BODY_READ
-from .web.keeppages import KeepAction
-from .web.metricsapi import MetricsHandler
-from .web.pages import ActionPage, AdminPage, UserPage
-from .web.queuepages import WaitlistAction
 
 log = logging.getLogger("gpulab.service")
-
-TEMPLATES = Path(__file__).parent / "web" / "templates"
 
 
 class GPULabService(CullerTraits, WaitlistTraits, NodeTraits):
@@ -120,85 +105,6 @@ class GPULabService(CullerTraits, WaitlistTraits, NodeTraits):
         help="""Seconds between NVML utilisation samples: shown on the pages, and kept as the
         history the culler reads (``utilization_history``). ``c.GPULabService.sample_interval =
         10``""",
-    )
-
-
-def jinja_env() -> Environment:
-    """One environment for the service's life: our templates, then JupyterHub's (for
-    ``page.html``); autoescaped, as JupyterHub's are."""
-    env = Environment(
-        loader=ChoiceLoader(
-            [
-                FileSystemLoader(str(TEMPLATES)),
-                FileSystemLoader(os.path.join(DATA_FILES_PATH, "templates")),
-            ]
-        ),
-        autoescape=True,
-    )
-    env.filters.update(FILTERS)
-    return env
-
-
-def make_app(
-    state: LabState,
-    hub: HubClient,
-    hub_auth: HubOAuth,
-    *,
-    cookie_secret: bytes,
-    prefix: str,
-    hub_base: str = "/",
-    grants: RoleGrants | None = None,
-    courses=None,
-    nodes: NodeReports | None = None,
-    metrics_user_labels: bool = False,
-    culler: Culler | None = None,
-) -> web.Application:
-    """The Tornado application under ``prefix`` (``/services/gpulab/``); ``grants``: the gpulab
-    scopes the hub's roles give each user, asked for at page logins (none by default);
-    ``metrics_user_labels``: ``c.GPULabService.metrics_user_labels``; ``culler``: the service's
-    culler, whose settings Keep judges by (:mod:`.keeping`; ``None``: Keep answers 503)."""
-    handlers = [
-        (prefix, AdminPage),
-        (prefix + "me", UserPage),
-        (prefix + "me/waitlist", WaitlistAction),
-        (prefix + "me/(?P<action>keep|move-to-cpu)", KeepAction),
-        (prefix + "actions/(?P<action>[a-z]+)", ActionPage),
-        (prefix + "oauth_callback", OAuthCallback),
-        *course_pages(prefix),
-        *course_handlers(prefix),
-        (prefix + "metrics", MetricsHandler),
-        *api_handlers(prefix),
-    ]
-    return web.Application(
-        handlers,
-        cookie_secret=cookie_secret,
-        xsrf_cookies=True,
-        hub_auth=hub_auth,
-        gpulab_state=state,
-        gpulab_hub=hub,
-        gpulab_prefix=prefix,
-        gpulab_hub_base=hub_base,
-        gpulab_grants=grants or RoleGrants(),
-        gpulab_jinja=jinja_env(),
-        gpulab_courses=courses,
-        gpulab_nodes=nodes or NodeReports(state, timeout_s=60),
-        gpulab_metrics=Exposition(state, hub, user_labels=metrics_user_labels),
-        gpulab_culler=culler,
-        log_function=_log_request,
-    )
-
-
-def _log_request(handler: web.RequestHandler) -> None:
-    status = handler.get_status()
-    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
-    # the path only: query strings may carry tokens or OAuth codes
-    log.log(
-        level,
-        "%d %s %s %.1fms",
-        status,
-        handler.request.method,
-        handler.request.path,
-        1000 * handler.request.request_time(),
     )
 
 

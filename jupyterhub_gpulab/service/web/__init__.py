@@ -3,6 +3,7 @@ show (:mod:`.data` gathers, :mod:`.views` and :mod:`.usageview` build plain dict
 :mod:`.openapi` (the API's contract), :mod:`.filters` and ``templates/`` (Jinja, extending the
 hub's ``page.html``).
 
-Where it runs: the gpulab service process only (``python -m jupyterhub_gpulab.service``), wired
-together by :mod:`jupyterhub_gpulab.service.app`. Importing this package imports nothing.
+Where it runs: the gpulab service process only (``python -m jupyterhub_gpulab.service``): the
+routes and the Jinja environment in :mod:`.application`, built by
+:mod:`jupyterhub_gpulab.service.app`. Importing this package imports nothing.
 """
