@@ -5,11 +5,14 @@ the service's schema refusing a malformed or oversized process list with a messa
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pynvml
 import pytest
 from fake_nvml import P40_UUID, FakeNVML, FakeProcess, GiB, p40_gpu
 
 from jupyterhub_gpulab.agent.report import build_report
+from jupyterhub_gpulab.fairuse.seatguard import HeldSeat, device_reads, judge
 from jupyterhub_gpulab.inventory.wire import MAX_PROCESSES, MAX_REPORT_PROCESSES
 from jupyterhub_gpulab.service.web.inputs import MAX_BODY
 from jupyterhub_gpulab.service.web.nodeapi import report_problem
@@ -118,3 +121,37 @@ def test_a_report_from_an_older_agent_without_processes_is_taken(tmp_path):
     body = _valid(tmp_path)
     del body["processes"]
     assert report_problem(body) is None
+
+
+# -- the service's one decision, on a node's reports ----------------------------------------------
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+SEAT = HeldSeat(f"{P40_UUID}/seat-0", P40_UUID, GiB, A[:12], "alice", "")
+
+
+def _reads_of_node(tmp_path, used_bytes, count, **gpu):
+    """``count`` reports of a node, 5 s apart, with alice's pid 100 holding ``used_bytes``."""
+    _proc(tmp_path, 100, A)
+    return [
+        device_reads(
+            _report(tmp_path, [FakeProcess(100, used_bytes, 10)], **gpu)["processes"],
+            T0 + timedelta(seconds=5 * i),
+        )[P40_UUID]
+        for i in range(count)
+    ]
+
+
+def test_a_node_seat_over_its_cap_past_the_grace_is_ended_by_the_same_rule(tmp_path):
+    series = _reads_of_node(tmp_path, 2 * GiB, 4)
+    assert judge(SEAT, series[:1], T0, grace_s=10).action == "warn"
+    v = judge(SEAT, series, T0 + timedelta(seconds=15), grace_s=10)
+    assert (v.action, v.pids, v.used_bytes) == ("kill", (100,), 2 * GiB)
+    within = _reads_of_node(tmp_path / "b", GiB // 2, 4)
+    assert judge(SEAT, within, T0 + timedelta(seconds=15), grace_s=10).action == "ok"
+
+
+def test_a_vgpu_nodes_seat_is_judged_soft_not_ended(tmp_path):
+    series = _reads_of_node(
+        tmp_path, 4 * GiB, 4, running_processes_error=pynvml.NVML_ERROR_NOT_SUPPORTED
+    )
+    assert judge(SEAT, series, T0 + timedelta(seconds=15), grace_s=10).action == "soft"
