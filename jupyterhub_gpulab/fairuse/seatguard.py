@@ -41,6 +41,7 @@ __all__ = [
     "HeldSeat",
     "HostProcess",
     "Verdict",
+    "device_reads",
     "judge",
     "judge_all",
     "same_container",
@@ -90,6 +91,26 @@ class DeviceRead:
         """The processes of ``container`` (a full or short id, compared by prefix)."""
         near = self._by_prefix.get(container[:12], ()) if container else ()
         return [p for p in near if same_container(p.container, container)]
+
+
+def device_reads(processes: Mapping[str, Mapping], at: datetime) -> dict[str, DeviceRead]:
+    """A node agent's ``processes`` (its report's field, already valid against the service's
+    ``NodeReport`` schema: ``{GPU uuid: {"readable", "processes": [{"pid", "container",
+    "memory_used_bytes"}]}}``) as the reads the service makes of its own host, taken ``at`` (aware
+    UTC), so one decision (:func:`judge`) covers seats on the hub's host and on nodes."""
+    return {
+        uuid: DeviceRead(
+            at,
+            bool(read["readable"]),
+            tuple(
+                HostProcess(int(p["pid"]), p["container"], p["memory_used_bytes"])
+                for p in read["processes"]
+            )
+            if read["readable"]
+            else (),
+        )
+        for uuid, read in processes.items()
+    }
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,13 @@ from .errors import InventoryError
 from .model import Device, Inventory, SharedSettings, Slice, SliceKind, Utilization
 from .slices import assemble, offered_slices
 
+#: processes one GPU lists in a node report, at most (the agent keeps the largest users of GPU
+#: memory; the service's schema refuses more): above any seat count a GPU holds (a P40: 24)
+MAX_PROCESSES = 64
+#: processes one whole report lists, at most (~110 bytes each, so a full report stays well
+#: inside the service's 64 KiB request body limit)
+MAX_REPORT_PROCESSES = 320
+
 
 def hardware(inventory: Inventory) -> dict:
     """``{"source", "warnings", "devices": [...], "mig": [...]}`` of an inventory read by NVML

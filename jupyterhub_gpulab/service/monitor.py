@@ -29,7 +29,6 @@ host``, or the host's ``/proc`` mounted read-only and ``proc_root`` pointing at 
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,30 +36,12 @@ from typing import Any
 
 from .. import clock
 from ..fairuse.seatguard import DeviceRead, HostProcess, same_container
+from ..inventory.containers import container_of_pid
 from ..inventory.model import Inventory, Slice, SliceKind, Utilization
 from ..inventory.nvml import sample_utilization
 from ..inventory.nvml_sampling import GpmActivity, ProcessReport, process_utilization
 
 __all__ = ["UtilizationMonitor", "container_of_pid"]
-
-# cgroup v1 ".../docker/<id>", cgroup v2 with the systemd driver ".../docker-<id>.scope", and the
-# cgroupfs driver on v2 "/docker/<id>"; nested Docker lists the outer container first.
-_DOCKER_ID = re.compile(r"/docker[-/]([0-9a-f]{64})(?:\.scope)?(?=/|$)")
-
-
-def container_of_pid(pid: int, proc_root: str | Path = "/proc") -> str | None:
-    """The 64-hex Docker container id that process ``pid`` runs in, from
-    ``<proc_root>/<pid>/cgroup``; ``None`` for a process outside Docker or one that is gone."""
-    try:
-        text = (Path(proc_root) / str(int(pid)) / "cgroup").read_text()
-    except (OSError, ValueError):
-        return None
-    found = None
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        for match in _DOCKER_ID.finditer(path):
-            found = match.group(1)  # the innermost container
-    return found
 
 
 class UtilizationMonitor:

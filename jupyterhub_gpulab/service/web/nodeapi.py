@@ -37,7 +37,11 @@ def report_problem(body: dict) -> str | None:
         return None
     e = errors[0]
     where = "/".join(str(p) for p in e.absolute_path) or "the body"
-    if e.validator == "pattern":  # every pattern of the report is a GPU or MIG UUID
+    if e.validator in ("maxItems", "maxProperties"):  # not the whole oversized value
+        return f"{where}: {len(e.instance)} entries, more than the {e.validator_value} allowed"
+    if e.validator == "pattern" and list(e.absolute_path)[-1:] == ["container"]:
+        return f"{where}: {inputs.shown(e.instance)} is not a 64-hex Docker container id"[:300]
+    if e.validator == "pattern":  # every other pattern of the report is a GPU or MIG UUID
         return f"{where}: {inputs.shown(e.instance)} is {inputs.NVML_UUID_FORM}"[:300]
     return f"{where}: {e.message}"[:300]
 

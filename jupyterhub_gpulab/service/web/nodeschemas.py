@@ -5,10 +5,13 @@ every UUID in NVML's exact form) and the answers to it and to a new node token; 
 
 from __future__ import annotations
 
+from ...inventory.wire import MAX_PROCESSES
 from .apischemas import BOOL, INTEGER, STATUS_MESSAGE, STRING, _described, obj
 from .inputs import MAX_BYTES, MAX_CPUS, MAX_RANK, NVML_GPU_UUID, NVML_MIG_UUID, NVML_UUID
 
 __all__ = ["NODE_REPORT", "node_schemas"]
+#: Linux's largest pid (``/proc/sys/kernel/pid_max`` can be at most 2**22)
+MAX_PID = 2**22
 
 _UUID = {"type": "string", "pattern": NVML_GPU_UUID, "description": "GPU-<uuid> as NVML prints it"}
 _MIG_UUID = {
@@ -95,6 +98,42 @@ NODE_REPORT = {
                 "properties": {
                     "gpu_percent": {"type": ["number", "null"], "minimum": 0, "maximum": 100},
                     "memory_used_bytes": _BYTES_OR_NULL,
+                },
+            },
+        },
+        "processes": {
+            "type": "object",
+            "description": "by GPU UUID: the processes NVML lists on it (host pids) and their "
+            "Docker container from the host's cgroups; absent from older agents (the node's "
+            "seats stay soft)",
+            "maxProperties": 64,
+            "propertyNames": {"pattern": NVML_GPU_UUID},
+            "additionalProperties": {
+                "type": "object",
+                "required": ["readable", "processes"],
+                "additionalProperties": False,
+                "properties": {
+                    "readable": _described(
+                        BOOL, "false: NVML cannot list this GPU's processes (vGPU guests)"
+                    ),
+                    "processes": {
+                        "type": "array",
+                        "maxItems": MAX_PROCESSES,
+                        "items": {
+                            "type": "object",
+                            "required": ["pid", "container", "memory_used_bytes"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "pid": {"type": "integer", "minimum": 1, "maximum": MAX_PID},
+                                "container": {
+                                    "type": ["string", "null"],
+                                    "pattern": "^[0-9a-f]{64}$",
+                                    "description": "64-hex Docker container id",
+                                },
+                                "memory_used_bytes": _BYTES_OR_NULL,
+                            },
+                        },
+                    },
                 },
             },
         },
