@@ -453,3 +453,41 @@ def test_the_hub_mounts_no_shared_folder_outside_the_root(tmp_path):
     finally:
         close_shared_ledgers()
         led.close()
+
+
+def test_a_course_created_a_moment_ago_is_a_course_server_at_its_first_start(tmp_path):
+    """Pre-start begins within the service's 2-s look after a course is created: the hub's
+    hook, whose last read of the ledger predates the course, must still start it as the
+    course's server (its command pulls the content; its home is the course work), never as a
+    plain named server on the personal home (CI at 27759fe: 'dl201/intro.py' absent)."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from jupyterhub_gpulab.courses.config import GPULabCourses
+    from jupyterhub_gpulab.courses.hubhook import make_pre_spawn_hook
+    from jupyterhub_gpulab.ledger.ledger import close_shared_ledgers
+
+    url = f"sqlite:///{tmp_path / 'l.sqlite'}"
+    led = Ledger(url)
+    store = CourseStore(led.engine)
+    store.declare([parse_course({"slug": "old101"})])
+    hook = make_pre_spawn_hook(url, GPULabCourses())
+
+    def spawner(name):
+        user = SimpleNamespace(name="ann", groups=[SimpleNamespace(name=name)], admin=False)
+        return SimpleNamespace(name=name, user=user, user_options={}, cmd=None,
+                               volumes={"gpulab-home-ann": "/home/jovyan"},
+                               log=logging.getLogger("t"), _log_name=name)  # fmt: skip
+
+    try:
+        asyncio.run(hook(spawner("old101")))  # the hook has read the ledger now
+        content = [{"repo": "https://git.example.edu/dl201.git", "dir": "dl201"}]
+        store.put(parse_course({"slug": "dl201", "content": content}), by="admin")
+        new = spawner("dl201")
+        asyncio.run(hook(new))
+        assert new.cmd is not None and "gitpuller" in new.cmd[2]
+        assert new.volumes == {"gpulab-coursework-dl201--ann": "/home/jovyan"}
+    finally:
+        close_shared_ledgers()
+        led.close()

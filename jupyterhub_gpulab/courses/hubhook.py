@@ -76,7 +76,9 @@ def prestart_token(secret: bytes, slug: str) -> str:
 
 class _CourseCache:
     """The ledger's courses as the hook sees them (:class:`~.store.StoredCourse`), re-read at
-    most every ``ttl`` seconds."""
+    most every ``ttl`` seconds, and at once for a name it does not hold: a course created a
+    moment ago (pre-start begins within the service's 2-s look) must not start as a plain
+    server on the personal home because the last read predates it."""
 
     def __init__(self, db_url: str, ttl: float = 5.0):
         self.db_url, self.ttl = db_url, ttl
@@ -84,7 +86,7 @@ class _CourseCache:
         self._courses: dict = {}
 
     def get(self, slug: str):
-        if time.monotonic() - self._at > self.ttl:
+        if slug not in self._courses or time.monotonic() - self._at > self.ttl:
             from ..ledger import shared_ledger
             from .store import CourseStore
 
