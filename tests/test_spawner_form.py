@@ -347,3 +347,20 @@ def test_configure_service_gives_the_spawn_form_its_waitlist_link():
     c = Config()
     configure_service(c)
     assert c.GPUDockerSpawner.waitlist_url == "services/gpulab/me#my-waitlist"
+
+
+def test_a_full_profile_the_user_fills_himself_offers_no_waitlist():
+    """A researcher whose default server holds a seat (all taken) opens the form for a named
+    server: the row says his own server holds one, not 'join the waitlist' (the queue's next
+    free slice could be his own); a user who holds another profile's slice is offered it."""
+    rows = form_rows(PROFILES, capacity_of(FREE), preselect=None, mine={"seat": 1})
+    page = parse_html(render_form(rows, waitlist_url="/services/gpulab/me#my-waitlist"))
+    assert radios(render_form(rows))["seat"]["why"] == (
+        "All taken right now, 1 by your own server: stop it to use it here, or pick another "
+        "profile."
+    )
+    assert not page.find_all("a")
+    others = form_rows(PROFILES, capacity_of(FREE), preselect=None, mine={"mig-1g": 1})
+    assert radios(render_form(others))["seat"]["why"] == (
+        "All taken right now; join the waitlist or try again later."
+    )

@@ -299,6 +299,16 @@ async def test_the_form_preselects_what_a_start_without_a_choice_would_run(lab):
         assert sp._pick_profile(sp.runtime()).slug == runs
 
 
+async def test_the_form_tells_a_user_whose_own_server_fills_a_profile_instead_of_the_queue(lab):
+    """The researcher's default server holds the lab's one A40; his form for a named server says
+    so, where it offered the waitlist for his own slice (issue 25, a small friction)."""
+    make = lab(profiles=[{**p, "image": IMAGE} for p in PROFILES])
+    sp = make("rita", ["researchers"])
+    make.ledger.claim(SliceRequest(kind=SliceKind.GPU), user="rita", profile="a40")
+    why = radios(await sp._render_options_form())["a40"]["why"]
+    assert why.startswith("All taken right now, 1 by your own server"), why
+
+
 # -- the GPU-hour budget, checked before any slice is claimed ----------------------------------
 
 

@@ -61,6 +61,7 @@ def form_rows(
     reserved: Callable[[Profile], Sequence] | None = None,
     image_gate: Callable[[Profile], tuple[SliceRequest, str | None, bool]] | None = None,
     held: Mapping[str, datetime] | None = None,
+    mine: Mapping[str, int] | None = None,
 ) -> list[FormRow]:
     """One row per entitled profile. ``capacity(request)`` gives ``(free, total)`` in service;
     ``out_of_service(request)`` counts matching slices that are drained; ``quota_reason`` (the
@@ -75,7 +76,11 @@ def form_rows(
     ``held`` maps the slug of each profile a slice is held for this user (a waitlist offer,
     :meth:`~..ledger.Ledger.holds_of`) to the hold's end (UTC): a claim of that profile takes the
     held slice before it checks anything else, so its row is pickable ("held for you until 01:21
-    UTC") and preselected over the saved choice."""
+    UTC") and preselected over the saved choice.
+
+    ``mine`` maps a profile's slug to the slices this user's own servers hold for it (holds
+    apart): a full profile that the user fills is not offered the waitlist, whose next free
+    slice would be their own."""
     rows = []
     for p in entitled:
         reason = note = None
@@ -108,6 +113,12 @@ def form_rows(
                 reason = "Out of service for maintenance right now; try again later."
             elif total == 0:
                 reason = "This lab has no such GPU slice right now."
+            elif free == 0 and reason is None and mine and mine.get(p.slug):
+                reason = (
+                    f"All taken right now, {mine[p.slug]} by your own "
+                    f"{plural(mine[p.slug], 'server')}: stop it to use it here, or pick "
+                    "another profile."
+                )
             elif free == 0 and reason is None:
                 reason = "All taken right now; join the waitlist or try again later."
             elif quota_reason:

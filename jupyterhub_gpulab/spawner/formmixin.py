@@ -193,15 +193,19 @@ class ProfileFormMixin(HasTraits):
 
     def _slice_use(
         self, rt: LabRuntime, ctx: PolicyContext, entitled
-    ) -> tuple[int, int | None, dict] | None:
-        """``(slices the user's servers hold, per-user limit, {profile: hold})`` for the form
-        (holds: :meth:`~jupyterhub_gpulab.ledger.Ledger.holds_of`, slices held for the user to
-        take), or ``None`` without GPU profiles (blocks: reads the ledger)."""
+    ) -> tuple[int, int | None, dict, dict[str, int]] | None:
+        """``(slices the user's servers hold, per-user limit, {profile: hold}, {profile: slices
+        the user's servers hold for it})`` for the form (holds:
+        :meth:`~jupyterhub_gpulab.ledger.Ledger.holds_of`, slices held for the user to take), or
+        ``None`` without GPU profiles (blocks: reads the ledger)."""
         if not any(p.wants_gpu for p in entitled):
             return None
         holds = rt.ledger.holds_of(self.user.name)
-        open_ = rt.ledger.count_open(user=self.user.name)
-        return max(0, open_ - len(holds)), ctx.user_limit, holds
+        mine: dict[str, int] = {}
+        for a in rt.ledger.open_allocations(self.user.name):
+            if a.hold_until is None:  # a hold is an offer, not a server's slice
+                mine[a.profile] = mine.get(a.profile, 0) + 1
+        return sum(mine.values()), ctx.user_limit, holds, mine
 
     def _course_of_server(self, rt: LabRuntime) -> tuple[str, tuple[str, ...]] | None:
         """``(title, profiles)`` of the course this named server is (a server called as a
@@ -244,7 +248,7 @@ class ProfileFormMixin(HasTraits):
 
         def build():
             use = self._slice_use(rt, ctx, entitled)
-            held, limit, holds = use if use is not None else (0, None, {})
+            held, limit, holds, mine = use if use is not None else (0, None, {}, {})
             names = {p.slug: p.display_name for p in entitled}
             # the claim counts holds toward the limit of any other profile (ledger.claim)
             quota_reason = limit_reason(held, limit, [names.get(h, h) for h in holds])
@@ -267,6 +271,7 @@ class ProfileFormMixin(HasTraits):
                 ),
                 image_gate=gate,
                 held={slug: a.hold_until for slug, a in holds.items()},
+                mine=mine,
             )
             return render_form(
                 rows,
