@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from ..ledger import aio
+from ..spawner.container import LABEL_COURSE
 from .contentstatus import one_line
 from .model import Course
 from .roster import roster_of
@@ -20,6 +21,22 @@ log = logging.getLogger("gpulab.courses")
 
 #: Distribute's line for a server whose pull wrote no status (an image without git or sh).
 NO_REPORT = "failed: the pull wrote no report (see ~/.gpulab/content.log)"
+#: Distribute's line for a running server of the course's name that is not its course server.
+NOT_COURSE = "not a course server: restart it as the course's server"
+
+
+def split_course_servers(servers, course: Course) -> tuple[list, list]:
+    """``(course servers, others)`` of ``servers`` (:class:`~..backends.base.Server`, listed by
+    ``course``'s server name): a course server carries the course's label
+    (:data:`~..spawner.container.LABEL_COURSE`), which only the courses' pre-spawn hook sets, at
+    a start it made a course server's (course-work volume, not the personal home). A named
+    server merely called like the course (started before the course existed, or by a version
+    without the label) mounts the personal home: Distribute never writes into it and its
+    content is not read; it is a course server again once restarted."""
+    ours, others = [], []
+    for server in servers:
+        (ours if (server.labels or {}).get(LABEL_COURSE) == course.slug else others).append(server)
+    return ours, others
 
 
 class ContentActions:
@@ -32,15 +49,18 @@ class ContentActions:
         (``docker exec`` of the same pull as at start, as the container's user, one server
         after the other). ``{"message", "report": {user: one line}, "content": {user: state}}``:
         the message counts the servers pulled into and names those that failed; the line is
-        ``not running`` or the student's content line, the state
+        ``not running``, :data:`NOT_COURSE` (a server of the course's name without its label,
+        :func:`split_course_servers`: left untouched), or the student's content line, the state
         :func:`.contentstatus.describe`'s (running servers only)."""
         if not course.content:
             return {"message": "Nothing to pull: the course has no repository.", "report": {},
                     "content": {}}  # fmt: skip
         students = await roster_of(self.hub, course)
         found = await aio.call(self._distribute, course, students)
+        strays = sorted(u for u, v in found.items() if v == NOT_COURSE)
+        found = {u: v for u, v in found.items() if v != NOT_COURSE}
         content = {u: self._describe(v) for u, v in found.items() if not isinstance(v, str)}
-        report = {u: "not running" for u in students}
+        report = {u: NOT_COURSE if u in strays else "not running" for u in students}
         for u, v in found.items():
             if isinstance(v, str):  # the exec itself failed
                 report[u] = v
@@ -53,6 +73,9 @@ class ContentActions:
         message = f"Pulled into {len(found) - len(failed)} of {len(found)} running servers."
         if failed:
             message += f" Failed in {len(failed)}: {', '.join(failed[:10])} (see the roster)."
+        if strays:
+            message += (f" Not a course server, left alone in {len(strays)}: "
+                        f"{', '.join(strays[:10])} (restart it as the course's server).")  # fmt: skip
         return {"message": message, "report": report, "content": content}
 
     async def check_content(self, course: Course, repo: str, branch: str) -> str | None:
@@ -93,9 +116,16 @@ class ContentActions:
 
         return describe(sources, lambda t: t.astimezone(self.tz).strftime("%a %Y-%m-%d %H:%M %Z"))
 
-    def _course_servers(self, course: Course) -> list:
-        """The running servers of ``course``'s server name in this lab (blocking)."""
-        return self.backend.servers(course.server_name, self.lab_id or None)
+    def _course_servers(self, course: Course) -> tuple[list, list]:
+        """``(course servers, others)``: the running servers of ``course``'s server name in
+        this lab, split by :func:`split_course_servers` (blocking)."""
+        found = self.backend.servers(course.server_name, self.lab_id or None)
+        ours, others = split_course_servers(found, course)
+        for c in others:
+            log.info("Course %s: %s's server %r is not a course server (no %s label): "
+                     "left alone until restarted", course.slug, c.user, course.server_name,
+                     LABEL_COURSE)  # fmt: skip
+        return ours, others
 
     def _read_content(self, course: Course, *, again: bool = False) -> dict:
         """Read the content status of ``course``'s running servers into the cache (blocking);
@@ -104,7 +134,7 @@ class ContentActions:
 
         known = self._content.setdefault(course.slug, {})
         read = {}
-        for c in self._course_servers(course):
+        for c in self._course_servers(course)[0]:
             user = c.user
             if not user or (not again and known.get(user, ("", ()))[0] == c.id):
                 continue
@@ -125,7 +155,8 @@ class ContentActions:
 
         script = pull_script(course.content, self.settings.home_path)
         ran: dict = {}
-        for c in self._course_servers(course):
+        ours, others = self._course_servers(course)
+        for c in ours:
             user = c.user
             if user not in students:
                 continue
@@ -136,4 +167,5 @@ class ContentActions:
                 log.warning("Distribute of %s to %s failed: %s", course.slug, user, e)
                 ran[user] = f"failed: {one_line(str(e))}"
         read = self._read_content(course, again=True)
-        return {u: read.get(u, ()) if v == () else v for u, v in ran.items()}
+        found = {u: read.get(u, ()) if v == () else v for u, v in ran.items()}
+        return {**{c.user: NOT_COURSE for c in others if c.user in students}, **found}

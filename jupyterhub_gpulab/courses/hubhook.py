@@ -13,7 +13,10 @@ What it adds (after ``configure_service``)::
                                only where an admin set ``mount_home``; at the first start the
                                home's course folders are copied in), it mounts the course's
                                ``shared_folder`` read-only at ~/<slug>-shared, and a staff
-                               member's also mounts the course folder at ~/<slug>-staff
+                               member's also mounts the course folder at ~/<slug>-staff;
+                               its object is labelled with the course
+                               (``org.jupyter.gpulab.course``), the one mark Distribute and
+                               the content read trust (:mod:`.distribute`)
     c.JupyterHub.load_roles    per course known at hub start (declared, or stored by an admin):
                                gpulab-course-<slug>-staff for the staff group: the roster's
                                names and activity and the gpulab service, no hub rights over any
@@ -191,6 +194,7 @@ def make_pre_spawn_hook(db_url: str, settings, before=None):
     async def hook(spawner):
         if hasattr(spawner, "course_node"):
             spawner.course_node = None  # set again below for a course server (a Swarm's)
+        spawner.course_slug = None  # set below once this start is a course server's
         if before is not None:
             r = before(spawner)
             if hasattr(r, "__await__"):
@@ -242,6 +246,7 @@ def make_pre_spawn_hook(db_url: str, settings, before=None):
                 "mode": "ro",
             }
         spawner.volumes = volumes
+        spawner.course_slug = course.slug  # labelled: Distribute acts on course servers only
         spawner.log.info(
             "%s is course %s's server: profile %s, %d content source(s)",
             spawner._log_name,

@@ -50,6 +50,10 @@ class EngineBackend:
     _label_reads: dict[str, asyncio.Task] = {}
     #: the engine seam of each spawner class and configuration (one per hub process)
     _lab_backends: dict[tuple[type, int], Backend] = {}
+    #: the course whose server this start is (set by the courses' pre-spawn hook at each start,
+    #: :mod:`jupyterhub_gpulab.courses.hubhook`): labelled on the server's object
+    #: (:data:`.container.LABEL_COURSE`); ``None``: not a course server
+    course_slug: str | None = None
 
     def docker(self, method, *args, **kwargs):
         """DockerSpawner's seam for every engine call (a future, on its one engine thread): a
@@ -123,6 +127,7 @@ class EngineBackend:
             node=node,
             lab=rt.identity.uuid,
             lab_name=rt.identity.name,
+            course=self.course_slug,
         )
 
     def lab_backend(self) -> Backend:

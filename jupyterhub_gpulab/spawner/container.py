@@ -23,6 +23,10 @@ LABEL_NODE = "org.jupyter.gpulab.node"
 #: inherits its image's labels.)
 LABEL_LAB = "org.jupyter.gpulab.lab-id"
 LABEL_LAB_NAME = "org.jupyter.gpulab.lab-name"
+#: The course slug of a course server: set only when the courses' pre-spawn hook decided this start
+#: is that course's server (:mod:`jupyterhub_gpulab.courses.hubhook`); Distribute and the content
+#: read act only on servers that carry it (a named server merely called like a course has none).
+LABEL_COURSE = "org.jupyter.gpulab.course"
 
 ATTACH_MODES = ("device_request", "cdi", "env")
 
@@ -133,9 +137,11 @@ def labels(
     node: str,
     lab: str,
     lab_name: str | None = None,
+    course: str | None = None,
 ) -> dict[str, str]:
     """The labels that let a restarted hub match containers to allocations, and tell this
-    lab's containers (``lab``: the ledger's lab id) from another lab's on the same engine."""
+    lab's containers (``lab``: the ledger's lab id) from another lab's on the same engine;
+    ``course``: the slug of the course whose server this is (``None``: not a course server)."""
     out = {
         LABEL_LAB: lab,
         LABEL_USER: user,
@@ -149,6 +155,8 @@ def labels(
         out[LABEL_ALLOCATION] = str(allocation_id)
     if slice_id is not None:
         out[LABEL_SLICE] = slice_id
+    if course:
+        out[LABEL_COURSE] = course
     return out
 
 
