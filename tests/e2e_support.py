@@ -233,6 +233,23 @@ def slow_stop_hub(tmp_path: Path, extra: str) -> Iterator[DockerHub]:
         kill_and_stop(h)
 
 
+# -- the GPU-simulating engine (scripts/ensure-gpusim-docker.sh; test_spawner_gpusim.py) ----------
+
+GPUSIM_HOST = os.environ.get("GPULAB_GPUSIM_DOCKER_HOST", "unix:///var/run/gpulab-gpusim.sock")
+GPUSIM_GATEWAY = os.environ.get("GPULAB_GPUSIM_GATEWAY", "172.30.0.1")
+
+
+def gdocker(*args, check=True) -> subprocess.CompletedProcess:
+    """``docker *args`` on the GPU-simulating engine."""
+    return subprocess.run(
+        ["docker", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        env=dict(os.environ, DOCKER_HOST=GPUSIM_HOST),
+    )
+
+
 # -- a hub's pages as a user reads them -----------------------------------------------------------
 
 
