@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import jupyterhub
@@ -215,6 +217,37 @@ def kill_and_stop(hub: Hub) -> None:
         subprocess.run(["docker", "kill", *ids], capture_output=True)
     hub.stop()
     remove_node_containers(hub.workdir.name)
+
+
+@contextmanager
+def slow_stop_hub(tmp_path: Path, extra: str) -> Iterator[DockerHub]:
+    """A started hub (:func:`new_hub` with ``extra`` config lines, e.g. a slow ``docker stop``),
+    torn down with :func:`kill_and_stop`; skipped or failed (:func:`require_docker`) without an
+    engine. A fixture's body: ``with slow_stop_hub(tmp_path, SLOW_STOP) as h: yield h``."""
+    require_docker()
+    h = new_hub(tmp_path, extra=extra)
+    h.start()
+    try:
+        yield h
+    finally:
+        kill_and_stop(h)
+
+
+# -- the GPU-simulating engine (scripts/ensure-gpusim-docker.sh; test_spawner_gpusim.py) ----------
+
+GPUSIM_HOST = os.environ.get("GPULAB_GPUSIM_DOCKER_HOST", "unix:///var/run/gpulab-gpusim.sock")
+GPUSIM_GATEWAY = os.environ.get("GPULAB_GPUSIM_GATEWAY", "172.30.0.1")
+
+
+def gdocker(*args, check=True) -> subprocess.CompletedProcess:
+    """``docker *args`` on the GPU-simulating engine."""
+    return subprocess.run(
+        ["docker", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        env=dict(os.environ, DOCKER_HOST=GPUSIM_HOST),
+    )
 
 
 # -- a hub's pages as a user reads them -----------------------------------------------------------

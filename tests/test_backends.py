@@ -133,6 +133,54 @@ def test_the_lab_backend_follows_the_spawner_class_and_its_network_and_asks_noth
     assert set(swarm.nodes) == {"n1"}
 
 
+class _SurveyedEngine:
+    """The three words the survey of other labs' containers asks a backend, recorded."""
+
+    def __init__(self, rows, inspected):
+        self.rows, self.inspected, self.asked = rows, inspected, []
+
+    def containers(self, all=False):
+        self.asked.append(("containers", all))
+        return self.rows
+
+    def inspect_container(self, cid):
+        self.asked.append(("inspect_container", cid))
+        return self.inspected[cid]
+
+    def info(self):
+        self.asked.append(("info",))
+        return {"DefaultRuntime": "runc"}
+
+
+async def test_the_reconcile_s_survey_asks_the_lab_s_backend_and_no_raw_client():
+    from types import SimpleNamespace
+
+    from ledger_support import lab_inventory
+
+    from jupyterhub_gpulab.spawner.engine import EngineSurvey
+
+    rows = [{"Id": "f" * 64, "Names": ["/trainer"], "Labels": {}, "State": "running"}]
+    gpu = {"Driver": "nvidia", "DeviceIDs": ["GPU-t4-0002"], "Capabilities": [["gpu"]]}
+    engine = _SurveyedEngine(rows, {"f" * 64: {"HostConfig": {"DeviceRequests": [gpu]}}})
+    survey = EngineSurvey().look(engine, None, lab_inventory(), rows=rows)
+    assert [(f.container_name, f.devices) for f in survey.foreign] == [
+        ("trainer", ("GPU-t4-0002",))
+    ]
+    assert engine.asked == [("info",), ("inspect_container", "f" * 64)]
+
+    # GPUDockerSpawner's listing hands the survey the lab's backend (not DockerSpawner's client)
+    handed = []
+
+    async def docker(method, **kwargs):
+        assert (method, kwargs) == ("containers", {"all": True})
+        return rows
+
+    runtime = SimpleNamespace(our_containers=lambda backend, got: handed.append(backend) or [])
+    spawner = SimpleNamespace(docker=docker, runtime=lambda: runtime, lab_backend=lambda: engine)
+    assert await GPUDockerSpawner._list_lab_objects(spawner) == []
+    assert handed == [engine]
+
+
 def _unreachable():
     from jupyterhub_gpulab.backends.dockerengine import Engine, api_client
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from e2e_support import IMAGE, gpulab_config, require_docker
+from e2e_support import GPUSIM_GATEWAY, GPUSIM_HOST, IMAGE, gdocker, gpulab_config, require_docker
 from html_support import parse_html
 from hubtools import Hub, free_port, wait_for
 from leakcheck import unique
@@ -31,19 +31,7 @@ from jupyterhub_gpulab.ledger import Ledger, db
 
 pytestmark = pytest.mark.docker
 
-GPUSIM_HOST = os.environ.get("GPULAB_GPUSIM_DOCKER_HOST", "unix:///var/run/gpulab-gpusim.sock")
-GPUSIM_GATEWAY = os.environ.get("GPULAB_GPUSIM_GATEWAY", "172.30.0.1")
 GPULAB = str(Path(sys.executable).with_name("gpulab"))
-
-
-def gdocker(*args, check=True) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["docker", *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        env=dict(os.environ, DOCKER_HOST=GPUSIM_HOST),
-    )
 
 
 def running(container: str, docker=gdocker) -> str | None:

@@ -28,7 +28,8 @@ def modules(root: Path = PACKAGE) -> dict[str, Path]:
 
 
 def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """``{module: the package's modules it imports}``, anywhere in its body."""
+    """``{module: the package's modules it imports}``, anywhere in its body: every name of an
+    import statement (``from . import a, b``: both), each as the module it is or is in."""
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for m, f in mods.items():
         here = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
@@ -38,7 +39,8 @@ def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
                 if node.level:
                     parent = here[: len(here) - (node.level - 1)]
                     base = ".".join(parent + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+                # a name that is no module (a function, a class) stands for the module it is in
+                targets = [f"{base}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
@@ -48,7 +50,6 @@ def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
                     t = t.rsplit(".", 1)[0]
                 if t in mods and t != m:
                     edges[m].add(t)
-                    break
     return edges
 
 
@@ -113,6 +114,19 @@ def test_the_circle_check_sees_a_deferred_import(tmp_path):
     assert circles(imports(mods), mods) == [["pkg.a", "pkg.b"]]
     (pkg / "b.py").write_text("def f():\n    pass\n")
     assert circles(imports(modules(pkg)), modules(pkg)) == []
+
+
+def test_the_circle_check_follows_every_name_of_one_import(tmp_path):
+    """``from . import c, b``: the circle runs through ``b``, the second name."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import c, b\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n")
+    (pkg / "c.py").write_text("")
+    mods = modules(pkg)
+    assert imports(mods)["pkg.a"] == {"pkg.b", "pkg.c"}
+    assert circles(imports(mods), mods) == [["pkg.a", "pkg.b"]]
 
 
 def test_every_long_module_says_why_it_is_long():

@@ -8,11 +8,7 @@ admin's stop with 202 (still stopping) and the closing goes on in the background
 from __future__ import annotations
 
 import pytest
-from e2e_support import (
-    kill_and_stop,
-    new_hub,
-    require_docker,
-)
+from e2e_support import slow_stop_hub
 
 from jupyterhub_gpulab.hubapi.client import HubClient
 from jupyterhub_gpulab.lab.config import GPULab, load_config_file
@@ -34,11 +30,8 @@ c.JupyterHub.tornado_settings = {"slow_stop_timeout": 1}
 
 @pytest.fixture
 def hub(tmp_path):
-    require_docker()
-    h = new_hub(tmp_path, extra=SLOW_STOP)
-    h.start()
-    yield h
-    kill_and_stop(h)
+    with slow_stop_hub(tmp_path, SLOW_STOP) as h:
+        yield h
 
 
 async def test_an_admin_stop_still_in_flight_finishes_before_the_service_exits(hub):

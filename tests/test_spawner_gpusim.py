@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
-from e2e_support import gpulab_config, require_docker
+from e2e_support import GPUSIM_GATEWAY, GPUSIM_HOST, gdocker, gpulab_config, require_docker
 from hubtools import Hub
 from leakcheck import unique
 
@@ -23,19 +22,7 @@ from jupyterhub_gpulab.ledger import Ledger
 
 pytestmark = pytest.mark.docker
 
-GPUSIM_HOST = os.environ.get("GPULAB_GPUSIM_DOCKER_HOST", "unix:///var/run/gpulab-gpusim.sock")
-GPUSIM_GATEWAY = os.environ.get("GPULAB_GPUSIM_GATEWAY", "172.30.0.1")
 HOOK_LOG = "/var/log/gpulab-gpusim-hook.jsonl"
-
-
-def gdocker(*args, check=True) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["docker", *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        env=dict(os.environ, DOCKER_HOST=GPUSIM_HOST),
-    )
 
 
 @pytest.fixture

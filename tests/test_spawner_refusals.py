@@ -11,11 +11,7 @@ import threading
 import time
 
 import pytest
-from e2e_support import (
-    kill_and_stop,
-    new_hub,
-    require_docker,
-)
+from e2e_support import slow_stop_hub
 from hubtools import wait_for
 
 from jupyterhub_gpulab.ledger import Ledger
@@ -28,11 +24,8 @@ SLOW_STOP = 'c.DockerSpawner.extra_create_kwargs = {"stop_signal": "SIGWINCH", "
 
 @pytest.fixture
 def hub(tmp_path):
-    require_docker()
-    h = new_hub(tmp_path, extra=SLOW_STOP)
-    h.start()
-    yield h
-    kill_and_stop(h)
+    with slow_stop_hub(tmp_path, SLOW_STOP) as h:
+        yield h
 
 
 def test_a_refusal_does_not_wait_for_another_servers_slow_stop(hub):

@@ -8,9 +8,10 @@ both ask :meth:`ImageNeeds.request_for` for the profile's slice request narrowed
 an offer never holds a slice that the spawn would then refuse, and "2 free" means two the user
 could start on.
 
-Labels are read from the Docker engine the service reaches (``DOCKER_HOST``, else the local
-socket: on one host, and on a Swarm's manager, the engine that holds the images), cached
-``CACHE_S`` seconds. An image that engine lacks, or an engine that does not answer, needs nothing
+Labels are read through the lab's backend (:class:`~.state.LabState` passes
+:func:`~jupyterhub_gpulab.backends.backend_for` of the lab's configuration: the spawner's engine,
+``DOCKER_HOST`` with ``c.DockerSpawner.tls_config`` / ``client_kwargs``; on a Swarm, the manager,
+which holds the images), cached ``CACHE_S`` seconds. An image that engine lacks, or an engine that does not answer, needs nothing
 (as the spawner treats an image it cannot inspect); labels that are not versions are logged and
 need nothing here (the spawner refuses such a profile as ``misconfigured``).
 """

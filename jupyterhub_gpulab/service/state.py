@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import clock
+from ..backends import backend_for
 from ..inventory import Inventory, SliceKind, Utilization, discover, load_shared
 from ..lab.config import GPULab, Lab
 from ..ledger import Allocation, Ledger, SyncReport
@@ -80,8 +81,9 @@ class LabState:
         self.node = gpulab.node_name
         self.lab: Lab = gpulab.load(nvml)
         #: each profile's slice request narrowed to the GPUs its image can use (waitlist offers,
-        #: the user page's free slices): the spawner's gate, as the service sees it
-        self.image_needs = ImageNeeds()
+        #: the user page's free slices): the spawner's gate, as the service sees it, reading the
+        #: labels through the lab's backend (made, and connected, on the first read)
+        self.image_needs = ImageNeeds(lambda: backend_for(gpulab.config))
         self.inventory: Inventory = self.lab.inventory
         self.nvml_problem: str | None = None
         self._local = Sample()

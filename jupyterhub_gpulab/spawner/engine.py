@@ -194,19 +194,20 @@ class EngineSurvey:
 
     def look(
         self,
-        client,
+        backend,
         lab: LabIdentity | None,
         inventory: Inventory,
         ledger=None,
         rows: list[dict] | None = None,
     ) -> Survey:
-        """List the engine's running containers (``client``: a docker-py ``APIClient``) and sort
-        them for ``lab`` (``None``: a lab without a ledger yet, so nothing is ours). ``ledger``
-        answers ``allocations_by_id`` for containers from before lab ids. ``rows``: a listing
-        already made (``containers(all=True)``, for the reconcile): ``ours`` then holds our
-        containers in any state, the rest looks at running ones only. Blocking (Docker and
-        database calls): run it in a thread."""
-        containers = client.containers(all=False) if rows is None else rows
+        """List the engine's running containers and sort them for ``lab`` (``None``: a lab
+        without a ledger yet, so nothing is ours). ``backend``: the lab's
+        :class:`~jupyterhub_gpulab.backends.Backend` (its ``containers``, ``inspect_container``
+        and ``info``). ``ledger`` answers ``allocations_by_id`` for containers from before lab
+        ids. ``rows``: a listing already made (``containers(all=True)``, for the reconcile):
+        ``ours`` then holds our containers in any state, the rest looks at running ones only.
+        Blocking (engine and database calls): run it in a thread."""
+        containers = backend.containers(all=False) if rows is None else rows
         legacy = {
             aid
             for c in containers
@@ -231,7 +232,7 @@ class EngineSurvey:
                 survey.other_labs[name] = (
                     LabIdentity(other, labels.get(LABEL_LAB_NAME)) if other else None
                 )
-            att = self._attached_to(client, cid, gpulab=who != NONE)
+            att = self._attached_to(backend, cid, gpulab=who != NONE)
             ours = held(att, inventory) if att else ()
             if ours:
                 survey.foreign.append(
@@ -249,12 +250,12 @@ class EngineSurvey:
             del self._attached[gone]
         return survey
 
-    def _attached_to(self, client, cid: str, *, gpulab: bool) -> Attached:
+    def _attached_to(self, backend, cid: str, *, gpulab: bool) -> Attached:
         if cid not in self._attached:
             if self._default_runtime is None:
-                self._default_runtime = (client.info() or {}).get("DefaultRuntime") or "runc"
+                self._default_runtime = (backend.info() or {}).get("DefaultRuntime") or "runc"
             try:
-                info = client.inspect_container(cid)
+                info = backend.inspect_container(cid)
             except Exception:  # gone between the listing and now
                 log.debug("Could not inspect container %s", cid[:12], exc_info=True)
                 return Attached()

@@ -152,9 +152,10 @@ class GPUDockerSpawner(
 
     async def _list_lab_objects(self) -> list[LabObject]:
         """This lab's containers on the engine, in any state (``docker ps -a``, sorted by
-        :meth:`~.runtime.LabRuntime.our_containers`), for the reconcile."""
+        :meth:`~.runtime.LabRuntime.our_containers`, which inspects others' containers through
+        the lab's backend), for the reconcile."""
         rows = await self.docker("containers", all=True)
-        ours = await aio.call(self.runtime().our_containers, self.client, rows)
+        ours = await aio.call(self.runtime().our_containers, self.lab_backend(), rows)
         return [LabObject.from_ps(r) for r in ours]
 
     def _attach_slice(self, create_kwargs: dict, s) -> None:

@@ -78,13 +78,14 @@ class LabRuntime:
             )
         self.ledger.listeners.append(jobmap)
 
-    def our_containers(self, docker_client, rows: list[dict]) -> list[dict]:
+    def our_containers(self, backend, rows: list[dict]) -> list[dict]:
         """This lab's containers among ``rows`` (``docker ps -a``: docker-py's
         ``APIClient.containers(all=True)``), in any state; running containers of others that
-        hold this lab's GPUs are recorded and logged on the way (see :mod:`.engine`). Blocking
-        (Docker and database calls): run it in a thread."""
+        hold this lab's GPUs are recorded and logged on the way (see :mod:`.engine`), inspected
+        through ``backend`` (the lab's :class:`~jupyterhub_gpulab.backends.Backend`). Blocking
+        (engine and database calls): run it in a thread."""
         survey = self.engine.look(
-            docker_client, self.identity, self.lab.inventory, self.ledger, rows=rows
+            backend, self.identity, self.lab.inventory, self.ledger, rows=rows
         )
         try:
             self._report_foreign(survey.foreign)
