@@ -45,7 +45,11 @@ if os.environ.get("GPULAB_P40_DECLARED"):
 else:
     c.GPULab.inventory_source = "nvml"
     c.GPULab.shared_devices = {P40_UUID: SEATS}
-c.GPULab.seat_overcommit = "refuse"  # a layout that does not fit stops the hub, not a lecture
+# A layout that does not fit is an error, on the declared twin and on NVML's P40 alike:
+# check-config fails naming what fits, and no server starts until it does (not a lecture's
+# worth of out-of-memory errors). NVML counts the card's usable memory, less than 24 GiB with
+# ECC on: run check-config on the host, it names the seat that fits there.
+c.GPULab.seat_overcommit = "refuse"
 c.GPULab.db_url = f"sqlite:///{state}/gpulab.sqlite"
 
 # 2. What a student may pick: a PyTorch seat, a TensorFlow seat, or CPU only. Both framework
