@@ -8,7 +8,7 @@
 #   gpulab/pytorch:<v>-<variant>    base + torch (cpu: the 2.13.0+cpu wheel; cuda: PyPI's CUDA 13
 #                                   build with its nvidia-* wheels, and torchvision; cuda12-legacy:
 #                                   PyPI's torch 2.7.1, a CUDA 12.6 build from sm_50, for GPUs
-#                                   before Turing such as a Tesla P40: see docs/pending/p40.md)
+#                                   before Turing such as a Tesla P40: docs/source/admin/images.md)
 #   gpulab/tensorflow:<v>-<variant> base + tensorflow-cpu (cpu) or tensorflow[and-cuda] (cuda,
 #                                   with LD_LIBRARY_PATH on its pip-installed CUDA libraries)
 # --variant (default cpu, or $GPULAB_IMAGE_VARIANT) picks the framework build; base has none;

@@ -3,11 +3,16 @@
 #
 # Run on a host with an NVIDIA GPU, its driver and the NVIDIA Container Toolkit, as root, from
 # a clone (no GPU on the development and CI machines: there it only says so and exits 2).
-#  1. builds the CUDA PyTorch image (images/build-image.sh --variant cuda pytorch; several GB
-#     the first time);
-#  2. picks a slice from `gpulab inventory --json` (the first MIG instance, else the first GPU;
-#     or SLICE_UUID, a GPU-… or MIG-… UUID) and checks the image's labels against it with the
-#     gate gpulab uses at claim time (compute capability, driver);
+#  1. picks a slice from NVML, as gpulab's inventory reads it (the first MIG instance, else the
+#     first GPU; or SLICE_UUID, a GPU-… or MIG-… UUID), and the PyTorch variant it can run, by
+#     the gate gpulab uses at claim time (compute capability, driver) on the CUDA 13 image's
+#     labels (its CUDA facts, imagelabels.facts_labels): `cuda` where the gate lets it on,
+#     else `cuda12-legacy` (CUDA 12.6 wheels from sm_50: Pascal and Volta such as a Tesla P40,
+#     or a driver before R580); GPU_CHECK_VARIANT overrides the choice;
+#  2. builds that PyTorch image (images/build-image.sh --variant VARIANT base pytorch; several
+#     GB the first time) and checks the built image's own labels against the slice with the
+#     same gate: where it still refuses (a GPU older than either build, a driver too old), the
+#     JSON says "ok": false with the gate's reason, since nothing could be checked;
 #  3. starts a container with a Docker device request for that one UUID (`--gpus device=UUID`,
 #     what GPUDockerSpawner sends) and, in it: torch.cuda.device_count() == 1, the device's
 #     name and memory are the slice's (NVML's figures), a matmul on the GPU matches the CPU's,
@@ -25,28 +30,63 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || {
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
     echo '{"ran": false, "why": "no NVIDIA GPU or driver on this host (nvidia-smi -L failed)"}'
     exit 2
-}
+fi
 PYTHON=$(scripts/ensure-venv.sh | tail -n 1)
 scripts/ensure-docker.sh
-echo "gpu-check: building the CUDA PyTorch image (first time: several GB)" >&2
-image=$(images/build-image.sh --variant cuda base pytorch | tail -n 1)
-"$PYTHON" - "$image" "${1:-}" <<'EOF'
+# Step 1: which variant this GPU can run (its last line: the variant; or a JSON line and exit 1)
+picked=$("$PYTHON" - "${1:-}" "${GPU_CHECK_VARIANT:-}" <<'PICK'
+import json, sys
+
+from jupyterhub_gpulab.inventory import discover
+from jupyterhub_gpulab.lab.imagelabels import facts_labels
+from jupyterhub_gpulab.lab.images import device_problem, requirements_from_labels
+
+wanted, forced = sys.argv[1], sys.argv[2]
+inv = discover()
+slices = [s for s in inv.slices if s.kind.value in ("mig", "gpu")]
+pick = next((s for s in slices if s.visible_id == wanted), None) if wanted else (
+    next((s for s in slices if s.kind.value == "mig"), None) or (slices[0] if slices else None))
+if pick is None:
+    print(json.dumps({"ran": True, "ok": False, "checked": False,
+                      "why": f"no slice {wanted or ''} in NVML's inventory: {list(inv.warnings)}"}))
+    sys.exit(1)
+if forced:
+    print(forced)
+    sys.exit(0)
+cuda13 = requirements_from_labels("cuda13", facts_labels("torch", 13))
+why = device_problem(cuda13, pick.describe(), pick.compute_capability, pick.driver_version)
+if why:
+    print(f"gpu-check: the CUDA 13 PyTorch cannot run here ({why}): cuda12-legacy", file=sys.stderr)
+print("cuda12-legacy" if why else "cuda")
+PICK
+) || { printf '%s\n' "$picked" | tail -n 1; exit 1; }
+variant=$(printf '%s\n' "$picked" | tail -n 1)
+case "$variant" in cuda|cuda12-legacy) ;; *)
+    echo "{\"ran\": true, \"ok\": false, \"checked\": false, \"why\": \"no PyTorch variant $variant (use cuda or cuda12-legacy)\"}"
+    exit 1 ;;
+esac
+# Step 2: build it
+echo "gpu-check: building the $variant PyTorch image (first time: several GB)" >&2
+image=$(images/build-image.sh --variant "$variant" base pytorch | tail -n 1)
+"$PYTHON" - "$image" "${1:-}" "$variant" <<'EOF'
 import json, subprocess, sys
 
 from jupyterhub_gpulab.inventory import discover
 from jupyterhub_gpulab.lab.images import device_problem, requirements_from_labels
 
-image, wanted = sys.argv[1], sys.argv[2]
+image, wanted, variant = sys.argv[1], sys.argv[2], sys.argv[3]
 inv = discover()
 slices = [s for s in inv.slices if s.kind.value in ("mig", "gpu")]
 pick = next((s for s in slices if s.visible_id == wanted), None) if wanted else (
     next((s for s in slices if s.kind.value == "mig"), None) or (slices[0] if slices else None))
-result = {"ran": True, "image": image, "driver": inv.devices[0].driver_version if inv.devices else None}
+result = {"ran": True, "image": image, "variant": variant,
+          "driver": inv.devices[0].driver_version if inv.devices else None}
 if pick is None:
-    print(json.dumps({**result, "ok": False, "why": f"no slice {wanted or ''} in {inv.warnings}"}))
+    print(json.dumps({**result, "ok": False, "checked": False,
+                      "why": f"no slice {wanted or ''} in {inv.warnings}"}))
     sys.exit(1)
 labels = json.loads(subprocess.run(["docker", "image", "inspect", "--format",
                                     "{{json .Config.Labels}}", image], capture_output=True,
@@ -56,9 +96,10 @@ problem = device_problem(need, pick.describe(), pick.compute_capability, pick.dr
 result.update(slice=pick.visible_id, slice_kind=pick.kind.value, name=pick.device_name,
               memory_bytes=pick.memory_bytes, compute_capability=pick.compute_capability,
               needs=need.describe(), gate=problem or "serves")
-if problem:  # the gate refuses this slice; a claim would skip it, so the run would be pointless
-    print(json.dumps({**result, "ok": True, "note": "the gate keeps this image off this GPU"}))
-    sys.exit(0)
+if problem:  # the gate keeps the image off this slice: a claim would skip it, nothing to run
+    print(json.dumps({**result, "ok": False, "checked": False,
+                      "why": f"nothing was checked: the gate keeps {image} off this GPU ({problem})"}))
+    sys.exit(1)
 CHECK = r'''
 import json, os, torch
 out = {"device_count": torch.cuda.device_count()}
@@ -153,7 +194,7 @@ for label, env in (("capped", ["-e", f"GPULAB_SEAT_MEMORY_BYTES={2**30}"]), ("un
     r = subprocess.run(["docker", "run", "--rm", "--gpus", f"device={pick.visible_id}", *env,
                         image, "python", "-c", CHECK], capture_output=True, text=True)
     if r.returncode:
-        print(json.dumps({**result, "ok": False, "why": r.stderr[-2000:]}))
+        print(json.dumps({**result, "ok": False, "checked": True, "why": r.stderr[-2000:]}))
         sys.exit(1)
     runs[label] = json.loads(r.stdout.strip().splitlines()[-1])
 c, u = runs["capped"], runs["uncapped"]
@@ -173,7 +214,7 @@ checks = {
     and host["caught_after_s"] <= host["grace_s"] + 2.0,
     "host_kill_ends_it": host["ended"],
 }
-print(json.dumps({**result, "runs": runs, "host": host, "checks": checks,
+print(json.dumps({**result, "runs": runs, "host": host, "checks": checks, "checked": True,
                   "ok": all(checks.values())}))
 sys.exit(0 if all(checks.values()) else 1)
 EOF

@@ -28,7 +28,7 @@ def _check(config: Path, state: Path) -> subprocess.CompletedProcess:
 def test_the_p40_example_passes_check_config_with_24_seats_that_fit(tmp_path):
     proc = _check(EXAMPLE, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "24 slice(s) (24 shared seat), 2 profile(s), 1 group policy(ies)" in proc.stdout
+    assert "24 slice(s) (24 shared seat), 3 profile(s), 2 group policy(ies)" in proc.stdout
     assert "CUDA context" not in proc.stdout  # no overcommit warning: the seats fit
 
 

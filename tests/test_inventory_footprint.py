@@ -2,8 +2,8 @@
 
 The rule (:func:`~jupyterhub_gpulab.inventory.slices.footprint_problem`) on the seed's lab (one
 Tesla P40, 24 GiB, shared by 24 students), through every source that splits a GPU in seats:
-a declared inventory (warn, or refuse with ``c.GPULab.seat_overcommit``), NVML
-(``shared_devices``, the fake NVML) and the installed ``gpulab check-config``.
+a declared inventory and NVML (``shared_devices``, the fake NVML), each warning or refusing
+with ``c.GPULab.seat_overcommit``, and the installed ``gpulab check-config``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,16 @@ import sys
 import pytest
 from fake_nvml import P40_UUID, FakeNVML
 
-from jupyterhub_gpulab.inventory import InventoryError, SharedSettings, discover, load_declared
+from jupyterhub_gpulab.errors import ConfigError
+from jupyterhub_gpulab.inventory import (
+    InventoryError,
+    SharedSettings,
+    discover,
+    load_declared,
+    load_inventory,
+)
 from jupyterhub_gpulab.inventory.slices import CUDA_CONTEXT_BYTES, footprint_problem
+from jupyterhub_gpulab.lab.config import GPULab
 
 pytestmark = pytest.mark.unit
 
@@ -91,6 +99,41 @@ def test_an_nvml_p40_split_in_seats_warns_the_same_way():
     (warning,) = inv.warnings
     assert "overcommits its memory" in warning
     assert "at most 18 seats of 1 GiB, or 24 of 724 MiB" in warning
+
+
+def test_refuse_makes_an_overcommitted_nvml_p40_an_error_too():
+    # the seed lab's host: the P40 read from NVML and split by c.GPULab.shared_devices
+    def load(per_seat: int, overcommit: str):
+        settings = SharedSettings(seats=24, memory_bytes=per_seat, compute_share=1 / 24)
+        return load_inventory(
+            "nvml", None, nvml=FakeNVML.p40(), shared={P40_UUID: settings}, overcommit=overcommit
+        )
+
+    with pytest.raises(InventoryError) as e:
+        load(GiB, "refuse")
+    (line,) = e.value.errors
+    assert line.startswith(f"GPU 0 (Tesla P40) ({P40_UUID}) overcommits its memory: "), line
+    assert "at most 18 seats of 1 GiB, or 24 of 724 MiB" in line
+    assert "c.GPULab.seat_overcommit = 'refuse'" in line
+    assert len(load(724 * MiB, "refuse").slices) == 24  # what it names fits
+    assert len(load(GiB, "warn").slices) == 24  # warn keeps them, as before
+
+
+def test_the_lab_config_refuses_the_nvml_layout_as_check_config_and_the_hub_read_it(tmp_path):
+    gl = GPULab(
+        db_url=f"sqlite:///{tmp_path}/gpulab.sqlite",
+        inventory_source="nvml",
+        shared_devices={P40_UUID: {"seats": 24, "memory_per_seat": "1GiB"}},
+        seat_overcommit="refuse",
+        profiles=[
+            {"slug": "seat", "display_name": "Seat", "image": "x", "slice": {"kind": "shared"}}
+        ],
+    )
+    with pytest.raises(ConfigError) as e:
+        gl.load(nvml=FakeNVML.p40())
+    assert any("or 24 of 724 MiB" in m for m in e.value.errors), e.value.errors
+    gl.shared_devices = {P40_UUID: {"seats": 24, "memory_per_seat": "700MiB"}}
+    assert len(gl.load(nvml=FakeNVML.p40()).inventory.slices) == 24
 
 
 def _check_config(tmp_path, extra: str = "") -> subprocess.CompletedProcess:

@@ -11,123 +11,28 @@ engine and a real hub: test_spawner_e2e.py and test_spawner_lifecycle.py.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import sys
 import time
 from datetime import timedelta
 
 import pytest
-import requests
 import sqlalchemy as sa
-from docker.errors import APIError, NotFound
-from dockerspawner import DockerSpawner
+from docker.errors import APIError
 from e2e_support import LAB, PROFILES
+from enginefree_support import NO_ENGINE, EngineFreeSpawner, spawner_maker
 from form_support import radios
 from jupyterhub import orm
-from jupyterhub.objects import Hub
-from jupyterhub.user import User
 from traitlets.config import Config
 
 from jupyterhub_gpulab import clock
-from jupyterhub_gpulab.backends import backend_for
 from jupyterhub_gpulab.errors import SpawnRefused
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger.schema import allocations
-from jupyterhub_gpulab.spawner import GPUDockerSpawner
 from jupyterhub_gpulab.spawner.backendbase import EngineBackend
 from jupyterhub_gpulab.spawner.runtime import forget_runtimes, get_runtime
 
 IMAGE = "gpulab/singleuser:engine-free"
-
-
-def _not_found(what: str) -> NotFound:
-    response = requests.Response()
-    response.status_code = 404
-    return NotFound(f"No such container: {what}", response=response)
-
-
-class EngineRecorder(DockerSpawner):
-    """DockerSpawner whose ``docker()`` seam answers from a dict of containers instead of an
-    engine, and records every call as ``(method, args, kwargs)`` in ``engine_calls``.
-
-    ``fail`` maps a method name to the exception that call raises (as the engine would)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.engine_calls: list[tuple[str, tuple, dict]] = []
-        self.containers: dict[str, dict] = {}
-        self.fail: dict[str, Exception] = {}
-
-    def calls(self, method: str) -> list[tuple[tuple, dict]]:
-        return [(a, kw) for m, a, kw in self.engine_calls if m == method]
-
-    def _find(self, ref: str) -> dict:
-        for c in self.containers.values():
-            if ref in (c["Id"], c["Name"]):
-                return c
-        raise _not_found(ref)
-
-    async def docker(self, method, *args, **kwargs):
-        return self._answer(method, args, kwargs)
-
-    def _answer(self, method, args, kwargs):
-        self.engine_calls.append((method, args, kwargs))
-        if method in self.fail:
-            raise self.fail[method]
-        if method == "inspect_image":
-            return {"Config": {"Cmd": ["jupyterhub-singleuser"]}}
-        if method == "inspect_container":
-            return self._find(args[0])
-        if method == "create_container":
-            cid = secrets.token_hex(32)
-            self.containers[cid] = {
-                "Id": cid,
-                "Name": kwargs["name"],
-                "State": {"Running": False, "ExitCode": 0, "Error": "", "FinishedAt": ""},
-                "Config": {"Env": kwargs["environment"], "Labels": kwargs.get("labels") or {}},
-                "HostConfig": kwargs["host_config"],
-            }
-            return {"Id": cid}
-        if method == "start":
-            self._find(args[0])["State"]["Running"] = True
-            return None
-        if method == "port":
-            self._find(args[0])
-            return [{"HostIp": "127.0.0.1", "HostPort": "49153"}]
-        if method == "stop":
-            self._find(args[0])["State"]["Running"] = False
-            return None
-        if method == "remove_container":
-            self.containers.pop(self._find(args[0])["Id"])
-            return None
-        raise AssertionError(f"the spawner made an unexpected engine call: {method}")
-
-
-class _RecorderClient:
-    """docker-py's ``APIClient`` as the backend calls it (``client.create_container(...)``),
-    answered by an :class:`EngineRecorder`."""
-
-    def __init__(self, recorder: EngineRecorder):
-        self._recorder = recorder
-
-    def __getattr__(self, method):
-        return lambda *args, **kwargs: self._recorder._answer(method, args, kwargs)
-
-
-class EngineFreeSpawner(GPUDockerSpawner, EngineRecorder):
-    """GPUDockerSpawner with the recorder under it: GPUDockerSpawner.docker() (which adds the
-    device request and labels) runs first, then hands each call to the recorder."""
-
-    def lab_backend(self):
-        """The lab's backend on this recorder's stand-in client: a server's create, start and
-        removal and an image's labels (which the spawner sends to the backend object) answer
-        from the same dict and are recorded as the engine calls they make."""
-        if getattr(self, "_recorder_backend", None) is None:
-            self._recorder_backend = backend_for(self.config, lambda: _RecorderClient(self))
-        return self._recorder_backend
-
-
 NODE = "enginefree"
 
 
@@ -146,10 +51,7 @@ def lab_config(tmp_path, **gpulab) -> Config:
         setattr(c.GPULab, name, value)
     c.DockerSpawner.pull_policy = "never"
     # an engine no call may reach: only the docker() seam answers
-    c.DockerSpawner.client_kwargs = {
-        "base_url": "unix:///nonexistent/docker.sock",
-        "version": "1.43",
-    }
+    c.DockerSpawner.client_kwargs = NO_ENGINE
     c.GPUDockerSpawner.attach_mode = "device_request"
     return c
 
@@ -166,17 +68,7 @@ def lab(tmp_path):
         rt = get_runtime(GPULab(config=config))
         rt.reconciled = True  # reconcile lists containers on the engine itself (Docker tests)
         made["config"], made["ledger"] = config, rt.ledger
-
-        def make(name: str, groups=(), admin: bool = False) -> EngineFreeSpawner:
-            orm_user = orm.User(name=name, admin=admin)
-            db.add(orm_user)
-            for g in groups:
-                group = db.query(orm.Group).filter_by(name=g).one_or_none() or orm.Group(name=g)
-                orm_user.groups.append(group)
-            db.commit()
-            user = User(orm_user, {"config": config, "hub": Hub()})
-            return user._new_spawner("", spawner_class=EngineFreeSpawner)
-
+        make = spawner_maker(config, db)
         make.ledger = rt.ledger
         return make
 

@@ -1,6 +1,8 @@
 """The lab gpulab was first described for: one Tesla P40 (24 GB, Pascal, compute capability 6.1)
 shared by 24 students, one capped seat each, PyTorch from the cuda12-legacy image (CUDA 12.6
-wheels that still carry sm_60 code; see the admin guide's "Framework images").
+wheels that still carry sm_60 code; see the admin guide's "Framework images") or TensorFlow
+from the cuda image (CUDA 12 wheels built from sm_60), and one course, dl101, whose roster
+starts course servers on the PyTorch seat.
 
 On the P40 host:  ``gpulab check-config -f examples/p40-lab/jupyterhub_config.py`` then
 ``jupyterhub -f examples/p40-lab/jupyterhub_config.py``. Set ``P40_UUID`` to the card's GPU UUID
@@ -43,10 +45,17 @@ if os.environ.get("GPULAB_P40_DECLARED"):
 else:
     c.GPULab.inventory_source = "nvml"
     c.GPULab.shared_devices = {P40_UUID: SEATS}
-c.GPULab.seat_overcommit = "refuse"  # a layout that does not fit stops the hub, not a lecture
+# A layout that does not fit is an error, on the declared twin and on NVML's P40 alike:
+# check-config fails naming what fits, and no server starts until it does (not a lecture's
+# worth of out-of-memory errors). NVML counts the card's usable memory, less than 24 GiB with
+# ECC on: run check-config on the host, it names the seat that fits there.
+c.GPULab.seat_overcommit = "refuse"
 c.GPULab.db_url = f"sqlite:///{state}/gpulab.sqlite"
 
-# 2. What a student may pick: a PyTorch seat, or CPU only.
+# 2. What a student may pick: a PyTorch seat, a TensorFlow seat, or CPU only. Both framework
+# images carry labels (CUDA major, lowest compute capability, driver) that the image gate and
+# check-config read: the cuda12-legacy PyTorch and the CUDA 12 TensorFlow are let onto a 6.1
+# card, the CUDA 13 PyTorch (gpulab/pytorch:<v>-cuda) is not.
 hub = jupyterhub.__version__  # the images are tagged with it (images/build-image.sh)
 c.GPULab.profiles = [
     {
@@ -56,14 +65,41 @@ c.GPULab.profiles = [
         "slice": {"kind": "shared"},
         "default": True,
     },
+    {
+        "slug": "tensorflow-seat",
+        "display_name": "TensorFlow (P40 seat, 700 MiB for tensors)",
+        "image": f"gpulab/tensorflow:{hub}-cuda",
+        "slice": {"kind": "shared"},
+    },
     {"slug": "cpu", "display_name": "CPU only", "image": f"gpulab/base:{hub}"},
 ]
+ONE_SEAT = {"max_slices_per_user": 1}  # per person, all their servers (course ones too)
 c.GPULab.group_policies = {
-    "students": {"profiles": ["pytorch-seat", "cpu"], "max_slices_per_user": 1},
+    "students": {"profiles": ["pytorch-seat", "tensorflow-seat", "cpu"], **ONE_SEAT},
+    # a course's roster must be able to pick the course's profile on its own (instructor guide)
+    "dl101": {"profiles": ["pytorch-seat", "cpu"], **ONE_SEAT},
 }
-c.GPULab.default_policy = {"profiles": ["cpu"], "max_slices_per_user": 1}
+c.GPULab.default_policy = {"profiles": ["cpu"], **ONE_SEAT}
 
-# 3. The hub: campus sign-on would go here (configure(sso=...)); the demo's dummy login otherwise.
+# 3. A course: its roster (dl101) gets course servers on the PyTorch seat; its staff
+# (dl101-staff) run it from /services/gpulab/courses/dl101 (content, sessions, assignments: the
+# instructor guide). The roster's seats come out of the same 24: a course server is a student's
+# one seat.
+c.JupyterHub.allow_named_servers = True  # course servers are named servers
+c.GPULabCourses.home_volume = "gpulab-home-{username}"  # the same as DockerSpawner.volumes
+c.GPULabCourses.staff_owner = [1000, 1000]  # the framework images' user (uid, gid)
+c.GPULabCourses.courses = [
+    {
+        "slug": "dl101",
+        "title": "Deep learning 101 on the P40",
+        "term": "2026-fall",
+        "roster_group": "dl101",
+        "staff_group": "dl101-staff",
+        "profiles": ["pytorch-seat"],
+    }
+]
+
+# 4. The hub: campus sign-on would go here (configure(sso=...)); the demo's dummy login otherwise.
 c.JupyterHub.spawner_class = "gpulab"
 c.GPUDockerSpawner.attach_mode = os.environ.get("GPULAB_ATTACH_MODE", "device_request")
 c.DockerSpawner.volumes = {"gpulab-home-{username}": "/home/jovyan"}
@@ -71,8 +107,12 @@ c.JupyterHub.db_url = f"sqlite:///{state}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = f"{state}/jupyterhub_cookie_secret"
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
-c.JupyterHub.load_groups = {"students": {"users": [f"student{i}" for i in range(1, 25)]}}
+c.JupyterHub.load_groups = {
+    "students": {"users": [f"student{i}" for i in range(1, 25)]},
+    "dl101": {"users": [f"student{i}" for i in range(1, 13)]},
+    "dl101-staff": {"users": ["instructor1"]},
+}
 c.Authenticator.admin_users = {"admin"}
 
-# 4. Everything else in one call: the gpulab service (pages, API, culler), metrics, courses.
+# 5. Everything else in one call: the gpulab service (pages, API, culler), metrics, courses.
 jupyterhub_gpulab.configure(c, config_file=__file__)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .declared import load_declared
+from .declared import OVERCOMMIT_REFUSED, load_declared
 from .errors import InventoryError
 from .model import Inventory, SharedSettings, SliceKind, SliceRequest, Utilization
 from .nvml import discover, gpu_instance_ids, sample_utilization
 from .seatsettings import load_shared
+from .slices import overcommit_note
 
 __all__ = [
     "Inventory",
@@ -45,14 +46,17 @@ def load_inventory(
     - ``"nvml"``: NVML only (``declared`` is ignored); ``shared`` maps GPU UUIDs to seat settings
       (see :func:`load_shared`);
     - ``"declared"``: ``declared`` only, its whole GPUs named in ``shared`` split in seats
-      (:func:`load_declared`; ``overcommit`` says whether seats that overcommit their GPU warn
-      or refuse); an empty or missing one is an error;
+      (:func:`load_declared`); an empty or missing one is an error;
     - ``"agents"``: none here: every node's inventory comes from its node agent's reports
       (a lab of several nodes, :mod:`.wire`); an empty inventory with ``source="agents"``.
 
+    ``overcommit`` (``c.GPULab.seat_overcommit``) says what seats that overcommit their GPU once
+    each seat's CUDA context is counted (:func:`.slices.footprint_problem`) are, on a declared
+    or an NVML GPU alike: warnings (``"warn"``) or errors (``"refuse"``).
+
     Raises :class:`InventoryError` for an unknown ``source``, a missing declared inventory with
-    ``"declared"``, or a bad declared inventory. A host without NVML is not an error: it gives an
-    empty inventory with a warning.
+    ``"declared"``, a bad declared inventory, or, with ``"refuse"``, overcommitted seats. A host
+    without NVML is not an error: it gives an empty inventory with a warning.
     """
     if source not in SOURCES:
         raise InventoryError(
@@ -71,4 +75,9 @@ def load_inventory(
                 header="invalid inventory source",
             )
         return load_declared(declared, node=node, shared=shared, overcommit=overcommit)
-    return discover(node=node, nvml=nvml, shared=shared)
+    inventory = discover(node=node, nvml=nvml, shared=shared)
+    if overcommit == "refuse" and shared:
+        refused = [overcommit_note(d, shared.get(d.uuid)) for d in inventory.devices]
+        if any(refused):
+            raise InventoryError([f"{line} ({OVERCOMMIT_REFUSED})" for line in refused if line])
+    return inventory

@@ -72,11 +72,13 @@ from .slices import (
     whole_slice,
 )
 
-__all__ = ["OVERCOMMIT_CHOICES", "load_declared"]
+__all__ = ["OVERCOMMIT_CHOICES", "OVERCOMMIT_REFUSED", "load_declared"]
 
 #: What to do with seats that overcommit their GPU once CUDA contexts are counted
 #: (:func:`~.slices.footprint_problem`): keep them with a warning, or refuse the inventory.
 OVERCOMMIT_CHOICES = ("warn", "refuse")
+#: How an overcommit error ends, on a declared or an NVML GPU: why it is one, and the way back.
+OVERCOMMIT_REFUSED = "c.GPULab.seat_overcommit = 'refuse'; 'warn' keeps them"
 
 DEVICE_KEYS = (
     "uuid",
@@ -135,10 +137,7 @@ def load_declared(
             slices.extend(built[1])
             overcommitted.extend(built[2])
     if overcommit == "refuse":
-        errors.extend(
-            f"{line} (c.GPULab.seat_overcommit = 'refuse'; 'warn' keeps them)"
-            for line in overcommitted
-        )
+        errors.extend(f"{line} ({OVERCOMMIT_REFUSED})" for line in overcommitted)
     if errors:
         raise InventoryError(errors)
     return assemble(devices, slices, "declared", overcommitted)

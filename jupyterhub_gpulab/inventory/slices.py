@@ -32,6 +32,7 @@ __all__ = [
     "mig_profile_name",
     "mig_slice",
     "offered_slices",
+    "overcommit_note",
     "parse_mig_profile",
     "seat_problem",
     "seat_slices",
@@ -323,12 +324,27 @@ def offered_slices(
     if settings is not None:
         problem = seat_problem(device, settings)
         if problem is None:
-            overcommit = footprint_problem(device, settings)
+            overcommit = overcommit_note(device, settings)
             if overcommit:
-                warnings.append(f"{where} overcommits its memory: {overcommit}")
+                warnings.append(overcommit)
             return seat_slices(device, settings), warnings
         warnings.append(f"{where} cannot be shared as configured: {problem}; offered whole")
     return [whole_slice(device)], warnings
+
+
+def overcommit_note(device: Device, settings: SharedSettings | None) -> str | None:
+    """``"<device> (<uuid>) overcommits its memory: …"`` (:func:`footprint_problem`) when
+    ``settings`` split ``device`` in seats that do not fit once their CUDA contexts are counted;
+    ``None`` when they fit or are not offered as seats (MIG mode, no settings, a split
+    :func:`seat_problem` rejects: :func:`offered_slices` says why)."""
+    if device.mig_enabled or settings is None or seat_problem(device, settings) is not None:
+        return None
+    problem = footprint_problem(device, settings)
+    return (
+        f"{device.describe()} ({device.uuid}) overcommits its memory: {problem}"
+        if problem
+        else None
+    )
 
 
 def assemble(

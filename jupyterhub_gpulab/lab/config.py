@@ -143,9 +143,12 @@ class GPULab(LoggingConfigurable):
         (~300 MiB per process, outside every framework's cap) is counted, e.g. 24 seats of 1 GiB
         on a 24 GiB Tesla P40 (~31 GiB): ``"warn"`` keeps the seats and ``gpulab check-config``
         warns with the most seats that fit and the largest cap for this many; ``"refuse"`` makes
-        such a declared inventory (``c.GPULab.inventory``) an error. NVML-discovered and node
-        agents' GPUs (``shared_devices``) always warn, so a hub never fails to start on them.
-        ``c.GPULab.seat_overcommit = "refuse"``
+        it an error, for a declared GPU (``c.GPULab.inventory``) and an NVML-discovered one
+        split by ``shared_devices`` alike: ``gpulab check-config`` fails naming what fits, the
+        gpulab service does not start, and the hub refuses every spawn as misconfigured (its
+        log says why) until the layout fits. NVML's memory figure is the card's usable memory (less than
+        its nominal size with ECC on), so check on the host. Node agents' GPUs always warn: a
+        node's report is never refused. ``c.GPULab.seat_overcommit = "refuse"``
         """,
     )
 
