@@ -34,9 +34,9 @@ def test_the_p40_example_passes_check_config_with_24_seats_that_fit(tmp_path):
 
 def test_the_p40_example_refuses_24_seats_of_1_gib(tmp_path):
     text = EXAMPLE.read_text()
-    assert '"memory_per_seat": "700MiB"' in text
+    assert '"memory_per_seat": "640MiB"' in text
     config = tmp_path / "jupyterhub_config.py"
-    config.write_text(text.replace('"memory_per_seat": "700MiB"', '"memory_per_seat": "1GiB"'))
+    config.write_text(text.replace('"memory_per_seat": "640MiB"', '"memory_per_seat": "1GiB"'))
     proc = _check(config, tmp_path)
     assert proc.returncode == 1
     assert "24 seats of 1 GiB on a 24 GiB Tesla P40 need ~31.0 GiB" in proc.stderr

@@ -9,10 +9,13 @@ On the P40 host:  ``gpulab check-config -f examples/p40-lab/jupyterhub_config.py
 (``nvidia-smi -L``). Without a P40 (to read the layout, or in the tests),
 ``GPULAB_P40_DECLARED=1`` declares the card instead of reading it from NVML.
 
-Why 700 MiB seats and not 1 GiB: each seat's process also holds a CUDA context outside the
+Why 640 MiB seats and not 1 GiB: each seat's process also holds a CUDA context outside the
 framework's cap (~300 MiB with CUDA lazy loading; ``inventory/slices.py`` says where the figure
 comes from), so 24 seats of 1 GiB need ~31 GiB of a 24 GiB card; ``check-config`` says so and
-names the largest seat that fits (24 of 724 MiB). 700 MiB of tensors each is what 24 can hold.
+names the largest seat that fits (24 of 724 MiB on the declared 24 GiB). A real P40 reports less
+than 24 GiB to NVML, less again with ECC on (ECC's check bits take about 1/16 of its GDDR5,
+leaving ~22.4 GiB): 24 × (640 MiB + 300 MiB) = ~22 GiB fits either way, where 700 MiB fits
+only with ECC off. ``check-config`` on the host reads the card's own figure and says what fits.
 """
 
 import os
@@ -28,7 +31,7 @@ os.makedirs(state, mode=0o700, exist_ok=True)  # ledger and secrets: the hub's u
 
 # 1. The card and its 24 seats.
 P40_UUID = os.environ.get("P40_UUID", "GPU-5a1d0c40-0000-4000-8000-000000000040")
-SEATS = {"seats": 24, "memory_per_seat": "700MiB", "compute_share": 1 / 24}
+SEATS = {"seats": 24, "memory_per_seat": "640MiB", "compute_share": 1 / 24}
 if os.environ.get("GPULAB_P40_DECLARED"):
     c.GPULab.inventory_source = "declared"
     c.GPULab.inventory = [
@@ -60,14 +63,14 @@ hub = jupyterhub.__version__  # the images are tagged with it (images/build-imag
 c.GPULab.profiles = [
     {
         "slug": "pytorch-seat",
-        "display_name": "PyTorch (P40 seat, 700 MiB for tensors)",
+        "display_name": "PyTorch (P40 seat, 640 MiB for tensors)",
         "image": f"gpulab/pytorch:{hub}-cuda12-legacy",
         "slice": {"kind": "shared"},
         "default": True,
     },
     {
         "slug": "tensorflow-seat",
-        "display_name": "TensorFlow (P40 seat, 700 MiB for tensors)",
+        "display_name": "TensorFlow (P40 seat, 640 MiB for tensors)",
         "image": f"gpulab/tensorflow:{hub}-cuda",
         "slice": {"kind": "shared"},
     },
