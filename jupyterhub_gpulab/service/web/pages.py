@@ -169,7 +169,7 @@ class AdminPage(PageHandler):
             offset_name="users_offset",
         )  # fmt: skip
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
-        data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
+        data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24, unbooked=False)
         data["keeps"] = await aio.call(keeping.keeps_today, self.state)
         data["charts"] = {
             "devices": plotview.device_charts(self.state, self.state.history_s, shown),
