@@ -172,10 +172,11 @@ class AdminPage(PageHandler):
         data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24, unbooked=False)
         data["keeps"] = await aio.call(keeping.keeps_today, self.state)
         data["charts"] = {
-            "devices": plotview.device_charts(self.state, self.state.history_s, shown),
+            "devices": plotview.device_charts(self.state, self.state.history_s, shown, empty=False),
             "weekly": await aio.call(plotview.weekly_gpu_hours, self.state),
             "hours": self.state.history_s / 3600,
         }
+        data["charts"]["unplotted"] = len(shown) - len(data["charts"]["devices"])
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
     def offset_arg(self, name: str) -> int:

@@ -70,10 +70,13 @@ def _times(state: LabState, now: datetime, span_s: float) -> tuple[tuple[float, 
     )
 
 
-def device_charts(state: LabState, span_s: float, only: set[str] | None = None) -> list[dict]:
+def device_charts(
+    state: LabState, span_s: float, only: set[str] | None = None, *, empty: bool = True
+) -> list[dict]:
     """Per device of the inventory (only the GPU UUIDs in ``only`` when given: the admin page's
     window of devices): ``{"uuid", "title", "svg", "rows"}``, ``rows`` one per slice
-    (``label``, ``last``, ``mean``, ``max`` percent, ``samples``)."""
+    (``label``, ``last``, ``mean``, ``max`` percent, ``samples``). Without ``empty``, a device
+    with no figure in the span has none (an empty chart and table are 3 kB of nothing)."""
     now = clock.utcnow()
     x_range, x_labels = _times(state, now, span_s)
     since = now - timedelta(seconds=span_s)
@@ -88,8 +91,10 @@ def device_charts(state: LabState, span_s: float, only: set[str] | None = None) 
         for d in inv.devices:
             if only is not None and d.uuid not in only:
                 continue
-            charts.append(_device_chart(state, d, by_device, since, span_s, x_range, x_labels,
-                                        node if several else None))  # fmt: skip
+            chart = _device_chart(state, d, by_device, since, span_s, x_range, x_labels,
+                                  node if several else None)  # fmt: skip
+            if empty or any(r["samples"] for r in chart["rows"]):
+                charts.append(chart)
     return charts
 
 
