@@ -255,7 +255,7 @@ def usage_sums(
     :func:`~jupyterhub_gpulab.fairuse.accounting.usage` counts (those starting before ``end``
     and by ``now``, open or ended after ``start``; one with no time inside is listed at 0, as
     there), summed by the database in one grouped query: the admin page's GPU-hours without
-    an object per allocation of the period."""
+    an object per allocation of the period. Seconds to the millisecond."""
     d = ledger.dialect
     greatest, least = (
         (sa.func.max, sa.func.min) if d == "sqlite" else (sa.func.greatest, sa.func.least)
@@ -282,4 +282,5 @@ def usage_sums(
     with ledger._read() as conn:
         for user, g, v in conn.execute(q):
             found[(user, g)] = found.get((user, g), 0.0) + float(v or 0.0)
-    return found
+    # to the millisecond SQLite's julianday() keeps: no time reads as 0, not a few µs
+    return {k: round(v, 3) for k, v in found.items()}
