@@ -20,6 +20,7 @@ from jupyterhub_gpulab.service.state import LabState
 from jupyterhub_gpulab.service.web.admindata import admin_page_data, period_sums
 from jupyterhub_gpulab.service.web.data import admin_data
 from jupyterhub_gpulab.service.web.paging import Page, device_window
+from jupyterhub_gpulab.service.web.plotview import device_charts
 from jupyterhub_gpulab.service.web.usageview import usage_view
 
 MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
@@ -97,3 +98,11 @@ def test_the_databases_gpu_hours_are_usages_at_every_edge_of_the_period(ledger, 
         assert got.by_group == pytest.approx(expected.by_group, abs=1e-3)
         assert {**usage_view(got), "rows": []} == {**usage_view(expected), "rows": []}
     assert set(got.by_user) == {"bob", "cy", "dee"}  # eve started after the shorter period
+
+
+def test_a_gpu_without_figures_gets_no_chart_unless_asked(ledger, at):
+    state = state_of(ledger, LAB)  # declared, no NVML: the sampler records unknown figures
+    state.take_sample()
+    shown = {"GPU-a40-0001", "GPU-t4s-0004"}
+    assert [c["uuid"] for c in device_charts(state, 3600, shown)] == sorted(shown)
+    assert device_charts(state, 3600, shown, empty=False) == []

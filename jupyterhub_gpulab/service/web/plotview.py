@@ -85,21 +85,26 @@ def device_charts(
     several = len(inventories) > 1
     for inv in inventories.values():
         for s in inv.slices:
-            by_device.setdefault(s.device_uuid, []).append(s)
+            if only is None or s.device_uuid in only:
+                by_device.setdefault(s.device_uuid, []).append(s)
     charts = []
     for node, inv in sorted(inventories.items()):
         for d in inv.devices:
             if only is not None and d.uuid not in only:
                 continue
             chart = _device_chart(state, d, by_device, since, span_s, x_range, x_labels,
-                                  node if several else None)  # fmt: skip
-            if empty or any(r["samples"] for r in chart["rows"]):
+                                  node if several else None, empty)  # fmt: skip
+            if chart is not None:
                 charts.append(chart)
     return charts
 
 
-def _device_chart(state, d, by_device, since, span_s, x_range, x_labels, node) -> dict:
+def _device_chart(
+    state, d, by_device, since, span_s, x_range, x_labels, node, empty
+) -> dict | None:
     series = [_series(state, s, slice_label(s), since) for s in by_device.get(d.uuid, [])]
+    if not empty and not any(y is not None for s in series for _, y in s.points):
+        return None
     where = f"{node}: " if node else ""
     title = (
         f"{where}{d.describe()}: utilisation over the last {span_s / 3600:g} h, a line per slice"
