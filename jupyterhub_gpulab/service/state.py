@@ -24,6 +24,7 @@ from ..backends import backend_for
 from ..inventory import Inventory, SliceKind, Utilization, discover, load_shared
 from ..lab.config import GPULab, Lab
 from ..ledger import Allocation, Ledger, SyncReport
+from ..ledger.listing import open_slice_presence
 from .imageneeds import ImageNeeds
 from .monitor import UtilizationMonitor
 
@@ -149,6 +150,16 @@ class LabState:
             for s in slice_rows
             if s["id"] in local or (s["node"] != self.node and s["present"])
         }
+
+    def vanished_open(self) -> list[int]:
+        """Ids of the open allocations whose slice :meth:`present_slice_ids` would not hold (the
+        admin page's alert), oldest first, from one narrow row per open allocation."""
+        local = {s.id for s in self.inventory.slices}
+        return sorted(
+            aid
+            for aid, sid, node, present in open_slice_presence(self.ledger)
+            if node is None or not (sid in local or (node != self.node and present))
+        )
 
     # -- other nodes (their agents' reports, :mod:`.nodes`) ---------------------------------
 

@@ -17,9 +17,10 @@ from ... import clock
 from ...ledger import aio, listing
 from .. import actions, keeping
 from . import inputs, paging, plotview
+from .admindata import admin_page_data, page_usage
 from .base import BaseHandler, error_message, refuse
 from .courseview import my_courses
-from .data import admin_data, allocations_page, usage_data, user_data
+from .data import allocations_page, user_data
 from .queueapi import bookings_data, my_entries
 from .usageview import warnings_view
 
@@ -140,7 +141,10 @@ class AdminPage(PageHandler):
             return
         start, end = self.period()
         page = self.page(listing.SORTS, listing.FILTERS, choices={"kind": listing.KINDS})
-        data = await admin_data(self.state, self.hub, parts=("inventory", "usage", "vanished"))
+        devices = paging.Page(
+            offset=self.offset_arg("devices_offset"), limit=paging.DEVICES_PER_PAGE
+        )
+        data = await admin_page_data(self.state, devices)
         data["allocations"], total, data["hub"] = await allocations_page(self.state, self.hub, page)
         args = {k: self.get_query_argument(k) for k in self.request.query_arguments}
         # the allocations table keeps the period and the devices' page; the devices' pager keeps
@@ -148,17 +152,12 @@ class AdminPage(PageHandler):
         data["pager"] = paging.pager(
             page, total, {k: v for k, v in args.items() if k in ("start", "end", "devices_offset")}
         )
-        devices = paging.Page(
-            offset=self.offset_arg("devices_offset"), limit=paging.DEVICES_PER_PAGE
-        )
-        inv = data["inventory"]
-        inv["nodes"], n_devices = paging.device_window(inv["nodes"], devices.offset)
         data["device_pager"] = paging.pager(
-            devices, n_devices, {k: v for k, v in args.items() if k != "devices_offset"},
+            devices, data["devices_total"], {k: v for k, v in args.items() if k != "devices_offset"},
             offset_name="devices_offset",
         )  # fmt: skip
-        shown = {d["uuid"] for n in inv["nodes"] for d in n["devices"]}
-        _, data["gpu_hours"] = await usage_data(self.state, start, end)
+        shown = {d["uuid"] for n in data["inventory"]["nodes"] for d in n["devices"]}
+        data["gpu_hours"] = await page_usage(self.state, start, end)
         # GPU-hours per user, most first: USERS_PER_PAGE at a time (?users_offset=); the CSV
         # has them all
         gh = data["gpu_hours"]
@@ -170,13 +169,14 @@ class AdminPage(PageHandler):
             offset_name="users_offset",
         )  # fmt: skip
         data["warnings"] = warnings_view(await aio.call(self.state.ledger.warnings))
-        data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24)
+        data["reservations"] = await aio.call(bookings_data, self.state, 14 * 24, unbooked=False)
         data["keeps"] = await aio.call(keeping.keeps_today, self.state)
         data["charts"] = {
-            "devices": plotview.device_charts(self.state, self.state.history_s, shown),
+            "devices": plotview.device_charts(self.state, self.state.history_s, shown, empty=False),
             "weekly": await aio.call(plotview.weekly_gpu_hours, self.state),
             "hours": self.state.history_s / 3600,
         }
+        data["charts"]["unplotted"] = len(shown) - len(data["charts"]["devices"])
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
     def offset_arg(self, name: str) -> int:

@@ -167,7 +167,9 @@ def device_window(
 ) -> tuple[list[dict], int]:
     """``(nodes, total)``: the inventory view's ``nodes`` (each with its ``devices``) cut to
     devices ``[offset, offset + limit)`` in their order, and how many devices there are. A node
-    without GPUs (CPU-only) is always kept, a node with GPUs only while some are in the window."""
+    without GPUs (CPU-only) is always kept, a node with GPUs only while some are in the window.
+    The rule the admin page's database read follows (:func:`~...ledger.listing.devices_page`,
+    :mod:`.admindata`), which its tests check against this cut of the whole inventory."""
     out, seen = [], 0
     for node in nodes:
         devices = node["devices"]

@@ -70,10 +70,13 @@ def _times(state: LabState, now: datetime, span_s: float) -> tuple[tuple[float, 
     )
 
 
-def device_charts(state: LabState, span_s: float, only: set[str] | None = None) -> list[dict]:
+def device_charts(
+    state: LabState, span_s: float, only: set[str] | None = None, *, empty: bool = True
+) -> list[dict]:
     """Per device of the inventory (only the GPU UUIDs in ``only`` when given: the admin page's
     window of devices): ``{"uuid", "title", "svg", "rows"}``, ``rows`` one per slice
-    (``label``, ``last``, ``mean``, ``max`` percent, ``samples``)."""
+    (``label``, ``last``, ``mean``, ``max`` percent, ``samples``). Without ``empty``, a device
+    with no figure in the span has none (an empty chart and table are 3 kB of nothing)."""
     now = clock.utcnow()
     x_range, x_labels = _times(state, now, span_s)
     since = now - timedelta(seconds=span_s)
@@ -82,19 +85,26 @@ def device_charts(state: LabState, span_s: float, only: set[str] | None = None) 
     several = len(inventories) > 1
     for inv in inventories.values():
         for s in inv.slices:
-            by_device.setdefault(s.device_uuid, []).append(s)
+            if only is None or s.device_uuid in only:
+                by_device.setdefault(s.device_uuid, []).append(s)
     charts = []
     for node, inv in sorted(inventories.items()):
         for d in inv.devices:
             if only is not None and d.uuid not in only:
                 continue
-            charts.append(_device_chart(state, d, by_device, since, span_s, x_range, x_labels,
-                                        node if several else None))  # fmt: skip
+            chart = _device_chart(state, d, by_device, since, span_s, x_range, x_labels,
+                                  node if several else None, empty)  # fmt: skip
+            if chart is not None:
+                charts.append(chart)
     return charts
 
 
-def _device_chart(state, d, by_device, since, span_s, x_range, x_labels, node) -> dict:
+def _device_chart(
+    state, d, by_device, since, span_s, x_range, x_labels, node, empty
+) -> dict | None:
     series = [_series(state, s, slice_label(s), since) for s in by_device.get(d.uuid, [])]
+    if not empty and not any(y is not None for s in series for _, y in s.points):
+        return None
     where = f"{node}: " if node else ""
     title = (
         f"{where}{d.describe()}: utilisation over the last {span_s / 3600:g} h, a line per slice"

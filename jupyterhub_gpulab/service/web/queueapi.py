@@ -117,15 +117,18 @@ class WaitlistEntryAPI(JSONHandler):
         self.write_json({"status": 200, "message": f"You left the queue for {profile}."})
 
 
-def bookings_data(state, hours: int) -> dict:
+def bookings_data(state, hours: int, *, unbooked: bool = True) -> dict:
     """Bookings from now and the capacity calendar for ``hours`` hours (blocks: reads the
     ledger): ``{"bookings": [...], "calendar": [{"profile", "hour", "total", "reserved",
-    "available", "holders"}]}``."""
+    "available", "holders"}]}``. Without ``unbooked`` the calendar is left empty when nothing
+    is booked (the admin page shows it only beside bookings; it reads every slice)."""
     lab, ledger = state.lab, state.ledger
     now = clock.utcnow()
     bookings = ledger.bookings(now)
-    calendar = ledger.capacity_calendar(
-        {p.slug: p.slice for p in lab.profiles if p.wants_gpu}, now, hours
+    calendar = (
+        ledger.capacity_calendar({p.slug: p.slice for p in lab.profiles if p.wants_gpu}, now, hours)
+        if bookings or unbooked
+        else []
     )
     return {
         "bookings": [

@@ -265,10 +265,13 @@ def group_view(
     policies: Mapping[str, GroupPolicy],
     open_by_group: Mapping[str, int],
     allocations: Iterable[Allocation] = (),
+    uncharged: int | None = None,
 ) -> list[dict]:
     """Per group: slices charged to it against its cap and its per-user limit. Groups holding
-    slices without a policy (one removed from the config) are listed with no limits."""
-    uncharged = sum(1 for a in allocations if a.charge_group is None)
+    slices without a policy (one removed from the config) are listed with no limits. Open
+    allocations charged to none: counted among ``allocations``, or ``uncharged`` when given."""
+    if uncharged is None:
+        uncharged = sum(1 for a in allocations if a.charge_group is None)
     rows = []
     for g in sorted(set(policies) | set(open_by_group)):
         p = policies.get(g)
