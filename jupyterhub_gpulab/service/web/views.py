@@ -30,10 +30,7 @@ def iso(dt: datetime | None) -> str | None:
 
 
 def _util(u: Utilization | None) -> dict:
-    return {
-        "gpu_percent": u.gpu_percent if u else None,
-        "memory_used_bytes": u.memory_used_bytes if u else None,
-    }
+    return {"gpu_percent": u and u.gpu_percent, "memory_used_bytes": u and u.memory_used_bytes}
 
 
 def describe_slice(row: Mapping) -> str:
@@ -267,11 +264,9 @@ def group_view(
     allocations: Iterable[Allocation] = (),
     uncharged: int | None = None,
 ) -> list[dict]:
-    """Per group: slices charged to it against its cap and its per-user limit. Groups holding
-    slices without a policy (one removed from the config) are listed with no limits. Open
-    allocations charged to none: counted among ``allocations``, or ``uncharged`` when given."""
-    if uncharged is None:
-        uncharged = sum(1 for a in allocations if a.charge_group is None)
+    """Per group: slices charged to it against its cap and its per-user limit; groups without a
+    policy (removed from the config) have no limits. ``uncharged``: else counted in allocations."""
+    uncharged = sum(a.charge_group is None for a in allocations) if uncharged is None else uncharged
     rows = []
     for g in sorted(set(policies) | set(open_by_group)):
         p = policies.get(g)
