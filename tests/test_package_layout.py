@@ -104,12 +104,19 @@ def test_no_module_of_the_package_imports_its_way_back_to_itself():
     assert not circles(imports(mods), mods)
 
 
-def test_the_circle_check_sees_a_deferred_import(tmp_path):
-    pkg = tmp_path / "pkg"
+def _package(root: Path, files: dict[str, str]) -> Path:
+    """A throwaway package ``pkg`` under ``root`` holding ``files`` (name: source)."""
+    pkg = root / "pkg"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from . import b\n")
-    (pkg / "b.py").write_text("def f():\n    from .a import x\n")
+    for name, text in {"__init__.py": "", **files}.items():
+        (pkg / name).write_text(text)
+    return pkg
+
+
+def test_the_circle_check_sees_a_deferred_import(tmp_path):
+    pkg = _package(
+        tmp_path, {"a.py": "from . import b\n", "b.py": "def f():\n    from .a import x\n"}
+    )
     mods = modules(pkg)
     assert circles(imports(mods), mods) == [["pkg.a", "pkg.b"]]
     (pkg / "b.py").write_text("def f():\n    pass\n")
@@ -118,13 +125,8 @@ def test_the_circle_check_sees_a_deferred_import(tmp_path):
 
 def test_the_circle_check_follows_every_name_of_one_import(tmp_path):
     """``from . import c, b``: the circle runs through ``b``, the second name."""
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from . import c, b\n")
-    (pkg / "b.py").write_text("def f():\n    from . import a\n")
-    (pkg / "c.py").write_text("")
-    mods = modules(pkg)
+    files = {"a.py": "from . import c, b\n", "b.py": "def f():\n    from . import a\n", "c.py": ""}
+    mods = modules(_package(tmp_path, files))
     assert imports(mods)["pkg.a"] == {"pkg.b", "pkg.c"}
     assert circles(imports(mods), mods) == [["pkg.a", "pkg.b"]]
 
