@@ -23,7 +23,9 @@ a utilisation sample for every slice, and two course reservations keeping 40 sli
 the same ledger (``state.snapshot()``), the alternative read an admin already pays for.
 
 Each is requested ``--rounds`` times after ``--warmup`` requests; latencies are wall-clock times
-of complete responses. Usage: ``python benchmarks/service.py [--rounds 200]``; ``--small`` (the
+of complete responses. Usage: ``python benchmarks/service.py [--rounds 200] [--allocations 10000]``
+(``--allocations 1000``: the hub's lab sized for 1,000 open allocations, 130 devices, 500 users;
+the metrics lab keeps its size); ``--small`` (the
 test suite's run, seconds: 10 devices, 60 allocations, a 200-slice metrics lab, 10 rounds). The
 last line printed is one JSON object (``admin_page_ms_p50/p95``, ``api_ms_p50/p95``,
 ``metrics_ms_p50/p95``, ``metrics_http_ms_p95``, sizes, targets).
@@ -39,7 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -92,6 +94,19 @@ FULL = Size()
 #: ``--small``: seconds, the test suite's run (tests/test_benchmarks.py)
 SMALL = Size(devices=10, allocations=60, users=30, m_a100=20, m_t4=4, m_open=100, m_closed=100,
              m_booked=10)  # fmt: skip
+
+
+def scaled(allocations: int) -> Size:
+    """:data:`FULL` with the hub's lab sized for ``allocations`` (``--allocations``): 13 devices
+    per 100 allocations (1,300 for 10,000, as :data:`FULL`), half as many users as allocations."""
+    if allocations < 1:
+        raise SystemExit("--allocations must be at least 1")
+    return replace(
+        FULL,
+        allocations=allocations,
+        devices=max(2, -(-allocations * 13 // 100)),
+        users=max(1, allocations // 2),
+    )
 
 
 def lab_spec(size: Size) -> list[dict]:
@@ -329,8 +344,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--small", action="store_true", help="seconds: a small lab, 10 rounds")
+    ap.add_argument(
+        "--allocations",
+        type=int,
+        default=FULL.allocations,
+        help="open allocations on the hub's lab (devices: 13 per 100 allocations, users: half "
+        "as many as allocations); the metrics lab keeps its size",
+    )
     args = ap.parse_args()
-    size = SMALL if args.small else FULL
+    size = SMALL if args.small else scaled(args.allocations)
     if args.small:
         args.rounds, args.warmup = 10, 2
 
