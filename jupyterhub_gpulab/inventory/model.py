@@ -205,7 +205,9 @@ class SliceRequest:
 
     ``min_compute_capability`` (``(7, 5)``) and ``min_driver`` (``(580, 65, 6)``) are what the
     profile's image needs of the device (:mod:`..lab.images`, from its labels; ``None``: no
-    need). A slice whose device's figure is unknown is not excluded by them.
+    need). ``max_compute_capability`` (``(9, 0)``) is the newest architecture an image without
+    PTX carries machine code for: a device of a later major cannot run it (a cubin runs on later
+    minors of its own major only). A slice whose device's figure is unknown is not excluded.
     """
 
     kind: SliceKind | None = None
@@ -214,6 +216,7 @@ class SliceRequest:
     mig_profile: str | None = None
     min_compute_capability: tuple[int, int] | None = None
     min_driver: tuple[int, ...] | None = None
+    max_compute_capability: tuple[int, int] | None = None
 
     @property
     def wants_gpu(self) -> bool:
@@ -230,7 +233,8 @@ class SliceRequest:
         The one rule, also written in SQL by :func:`~..ledger.queries.slice_filter` (a test
         checks the two agree): same kind; the same ``mig_profile`` (none unless MIG); at least
         ``min_memory_bytes``; ``model`` a case-insensitive substring of the device name; the
-        device's compute capability and driver at least the image's minimums, where known."""
+        device's compute capability and driver at least the image's minimums, and its major no
+        later than the image's newest architecture's, where known."""
         return (
             self.kind is not None
             and s.kind is self.kind
@@ -246,6 +250,11 @@ class SliceRequest:
                 self.min_driver is None
                 or s.driver_version is None
                 or s.driver_version >= self.min_driver
+            )
+            and (
+                self.max_compute_capability is None
+                or s.compute_capability is None
+                or s.compute_capability[0] <= self.max_compute_capability[0]
             )
         )
 
