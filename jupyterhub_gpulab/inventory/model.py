@@ -63,6 +63,38 @@ def isolation(
     return "soft", f"a shared seat: {caps}; not isolated from the other seats"
 
 
+#: What holds a shared seat's cap, in the one wording of the pages, the API, the spawn form and
+#: the course page (:func:`seat_check`): the image's framework hook caps it and the service checks
+#: its processes' GPU memory from the host, or only the hook holds it.
+HOST_ENFORCED = "framework-capped, host-enforced"
+SOFT = "soft"
+
+
+def seat_check(kind: SliceKind | str | None, host_checked: bool | None) -> str | None:
+    """:data:`HOST_ENFORCED` or :data:`SOFT` for a slice of ``kind`` whose memory the host
+    checks (``host_checked``: a sample's, or :func:`profile_seat_check`'s expectation), ``None``
+    unless it is a shared seat."""
+    if kind is None or SliceKind(kind) is not SliceKind.SHARED:
+        return None
+    return HOST_ENFORCED if host_checked else SOFT
+
+
+def profile_seat_check(
+    inventory: Inventory, request: SliceRequest, framework_cap: bool
+) -> str | None:
+    """:func:`seat_check` of the seats a profile asking ``request`` may get, before any is taken:
+    host-enforced only when its image caps them (``framework_cap``) and every such seat is on
+    this host (the service's guard reads no other node's seats yet) on a GPU that is not a vGPU
+    guest (whose NVML lists no process's memory); a student may land on any of them."""
+    devices = inventory.device_by_uuid()
+    seats = [s for s in inventory.slices if request.matches(s)]
+    checked = bool(seats) and all(
+        s.node == "local" and s.device_uuid in devices and devices[s.device_uuid].vgpu_type is None
+        for s in seats
+    )
+    return seat_check(request.kind, framework_cap and checked)
+
+
 def describe_slice(
     kind: SliceKind | str,
     device_index: int,
