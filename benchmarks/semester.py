@@ -50,7 +50,7 @@ The levers' figures are *measured* by the product's own rules on that demand (th
 order, ``ledger.fairshare``; the culler's ``max-age`` rule); what they would be on another lab
 rests on the *assumed* inputs above, the researchers' sessions and patience first of all.
 
-Figures and their reading: ``docs/pending/term.md``. Counting: ``term/figures.py``.
+Figures and their reading: ``docs/source/architecture/term.md``. Counting: ``term/figures.py``.
 """
 
 from __future__ import annotations

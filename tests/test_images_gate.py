@@ -243,3 +243,65 @@ def test_the_gate_compares_minor_versions_in_memory_in_its_words_and_in_the_ledg
             ledger.claim(wanted, user="bob", profile="pytorch")
     finally:
         ledger.close()
+
+
+#: A cu126 build's newest architecture is sm_90 and it carries no PTX: Hopper (9.0) runs it,
+#: Blackwell (10.0, 12.0) cannot; an sm_80-only build runs on the later Ampere/Ada minors (8.6,
+#: 8.9: a cubin runs on later minors of its major) but not on Hopper.
+TOP_LAB = [
+    {"uuid": f"GPU-{cc}", "index": i, "name": name, "memory": "24GiB", "compute_capability": cc,
+     "driver_version": "580.95.05"}
+    for i, (name, cc) in enumerate([("NVIDIA A100", "8.0"), ("NVIDIA A40", "8.6"),
+                                    ("NVIDIA L4", "8.9"), ("NVIDIA H100", "9.0"),
+                                    ("NVIDIA B200", "10.0"), ("NVIDIA RTX PRO 6000", "12.0")])
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("top", "runs_on"),
+    [
+        pytest.param("9.0", ["8.0", "8.6", "8.9", "9.0"], id="sm_90-stops-before-blackwell"),
+        pytest.param("8.0", ["8.0", "8.6", "8.9"], id="sm_80-runs-on-later-minors-of-8"),
+        pytest.param("", ["8.0", "8.6", "8.9", "9.0", "10.0", "12.0"], id="no-maximum"),
+    ],
+)
+def test_the_gate_compares_the_maximum_by_major_in_memory_in_its_words_and_in_the_ledger(
+    tmp_path, top, runs_on
+):
+    from ledger_support import make_url
+
+    from jupyterhub_gpulab.ledger import Ledger, NoFreeSlice
+
+    lab = load_declared(TOP_LAB)
+    labels = {**cuda13_labels(), images.LABEL_MIN_CC: "8.0", images.LABEL_MAX_CC: top}
+    need = images.requirements_from_labels("img", labels)
+    wanted = need.restrict(SliceRequest(SliceKind.GPU))
+    # the slice rule: 12.0 is above 9.0 as numbers (as text "12.0" < "9.0")
+    assert [s.device_uuid for s in lab.slices if wanted.matches(s)] == [f"GPU-{c}" for c in runs_on]
+    _servable, _matching, problems = images.gate_report(
+        need, SliceRequest(SliceKind.GPU), lab.slices
+    )
+    assert len(problems) == len(TOP_LAB) - len(runs_on)
+    for p in problems:
+        assert f"compute capability 8.0 to {top[:-2]}.x (built up to sm_{top.replace('.', '')}" in p
+    # the ledger's claim (integer keys in SQL) agrees: the same devices, then nothing
+    ledger = Ledger(make_url("sqlite", tmp_path))
+    try:
+        ledger.sync_inventory(lab)
+        got = {ledger.claim(wanted, user=f"u{i}", profile="p").slice.device_uuid
+               for i in range(len(runs_on))}  # fmt: skip
+        assert got == {f"GPU-{c}" for c in runs_on}
+        with pytest.raises(NoFreeSlice):
+            ledger.claim(wanted, user="late", profile="p")
+    finally:
+        ledger.close()
+
+
+def test_a_maximum_label_reads_back_and_a_bad_one_is_named():
+    need = images.requirements_from_labels("img", {images.LABEL_MAX_CC: "9.0"})
+    assert need.max_compute_capability == (9, 0) and need.needs_gpu_facts
+    assert need.restrict(SliceRequest(SliceKind.GPU)).max_compute_capability == (9, 0)
+    assert images.requirements_from_labels("old", cuda13_labels()).max_compute_capability is None
+    for bad in ("nine", "9"):
+        with pytest.raises(ValueError, match="cuda.max-compute-capability"):
+            images.requirements_from_labels("img", {images.LABEL_MAX_CC: bad})

@@ -56,14 +56,48 @@ def test_the_legacy_lock_pins_every_package_with_hashes_and_cu126_wheels():
 
 def labels(lock: str, archs: list[str] | None, cuda: str | None) -> dict[str, str]:
     arch_min = imagelabels.lowest_arch(archs) if archs else None
+    arch_max = imagelabels.highest_arch(archs) if archs else None
     return imagelabels.labels_for(
-        "pytorch", "cuda12-legacy", lock_lines(lock), arch_min, cuda_version=cuda
-    )
+        "pytorch", "cuda12-legacy", lock_lines(lock), arch_min, cuda_version=cuda,
+        arch_max=arch_max,
+    )  # fmt: skip
 
 
-def gate(label_set: dict[str, str]) -> str | None:
+def gate(label_set: dict[str, str], lab: list[dict] = P40) -> str | None:
     need = images.requirements_from_labels("gpulab/pytorch:test", label_set)
-    return images.unservable(need, SliceRequest(SliceKind.GPU), load_declared(P40).slices)
+    return images.unservable(need, SliceRequest(SliceKind.GPU), load_declared(lab).slices)
+
+
+#: A Blackwell workstation card (compute capability 12.0) and a Hopper one (9.0).
+BLACKWELL = [
+    {**P40[0], "uuid": "GPU-b", "name": "NVIDIA RTX PRO 6000", "compute_capability": "12.0"}
+]
+HOPPER = [{**P40[0], "uuid": "GPU-h", "name": "NVIDIA H100", "compute_capability": "9.0"}]
+
+
+def test_the_newest_architecture_without_ptx_is_the_maximum():
+    assert imagelabels.highest_arch(CU126_ARCHS) == (9, 0)
+    assert imagelabels.highest_arch(["sm_90", "sm_100", "sm_120a"]) == (12, 0)
+    # PTX (compute_XY) is compiled by the driver for any newer GPU: no maximum
+    assert imagelabels.highest_arch(CU130_ARCHS) is None
+    assert imagelabels.highest_arch(["sm_80", "compute_80"]) is None
+    assert imagelabels.highest_arch([]) is None
+
+
+def test_a_cu126_build_without_ptx_is_kept_off_blackwell_naming_both():
+    legacy = labels("pytorch-cuda12-legacy.txt", CU126_ARCHS, "12.6")
+    assert legacy[images.LABEL_MAX_CC] == "9.0"
+    why = gate(legacy, BLACKWELL)
+    assert why and "NVIDIA RTX PRO 6000" in why and "it has compute capability 12.0" in why
+    assert "compute capability 5.0 to 9.x (built up to sm_90, no PTX)" in why
+    assert gate(legacy, HOPPER) is None and gate(legacy) is None
+    # the CUDA 13 build carries PTX (compute_120): no maximum, Blackwell runs it
+    cuda13 = labels("pytorch-cuda.txt", CU130_ARCHS, "13.0")
+    assert images.LABEL_MAX_CC not in cuda13 and gate(cuda13, BLACKWELL) is None
+    # an image labelled before the maximum existed (or without the build's list) has none
+    assert images.LABEL_MAX_CC not in labels("pytorch-cuda12-legacy.txt", None, None)
+    old = {k: v for k, v in legacy.items() if k != images.LABEL_MAX_CC}
+    assert gate(old, BLACKWELL) is None
 
 
 def test_the_builds_own_arch_list_admits_the_cu126_torch_on_a_p40():
@@ -105,6 +139,7 @@ def test_the_build_scripts_labels_command_reads_the_builds_report():
     ).stdout  # fmt: skip
     got = dict(line.split("=", 1) for line in out.splitlines())
     assert got[images.LABEL_MIN_CC] == "5.0" and got[images.LABEL_VARIANT] == "cuda12-legacy"
+    assert got[images.LABEL_MAX_CC] == "9.0"
 
 
 @pytest.mark.parametrize(

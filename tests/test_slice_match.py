@@ -24,9 +24,10 @@ NAMES = ["NVIDIA A100-SXM4-40GB", "NVIDIA A40", "Tesla T4", "NVIDIA H100 80GB HB
 PROFILES = [None, "1g.10gb", "2g.20gb", "1g.5gb"]
 #: Substrings of the names above in other cases, and the LIKE wildcards a raw LIKE would honour.
 MODELS = [None, "", "a100", "A40", "t4", "h100", "nvidia", "_", "%", "a_00%", "A_0", "x"]
-#: Devices' compute capabilities and drivers (None: unknown), and images' minimums: Pascal to
-#: Blackwell (12.0 sorts above 7.5 as a number, not as text), R535 to R590.
-CCS = [None, (6, 1), (7, 5), (8, 0), (10, 0), (12, 0)]
+#: Devices' compute capabilities and drivers (None: unknown), and images' minimums and maximums:
+#: Pascal to Blackwell (12.0 sorts above 7.5 and 9.0 as a number, not as text; 8.6 is within an
+#: sm_80 build's major), R535 to R590.
+CCS = [None, (6, 1), (7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (12, 0)]
 DRIVERS = [None, (535, 183, 1), (580, 65, 6), (580, 95, 5), (590, 44, 1)]
 
 
@@ -57,6 +58,7 @@ requests = st.builds(
     mig_profile=st.sampled_from(PROFILES),
     min_compute_capability=st.sampled_from(CCS),
     min_driver=st.sampled_from(DRIVERS),
+    max_compute_capability=st.sampled_from(CCS),
 )
 
 

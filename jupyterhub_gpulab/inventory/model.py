@@ -63,6 +63,38 @@ def isolation(
     return "soft", f"a shared seat: {caps}; not isolated from the other seats"
 
 
+#: What holds a shared seat's cap, in the one wording of the pages, the API, the spawn form and
+#: the course page (:func:`seat_check`): the image's framework hook caps it and the service checks
+#: its processes' GPU memory from the host, or only the hook holds it.
+HOST_ENFORCED = "framework-capped, host-enforced"
+SOFT = "soft"
+
+
+def seat_check(kind: SliceKind | str | None, host_checked: bool | None) -> str | None:
+    """:data:`HOST_ENFORCED` or :data:`SOFT` for a slice of ``kind`` whose memory the host
+    checks (``host_checked``: a sample's, or :func:`profile_seat_check`'s expectation), ``None``
+    unless it is a shared seat."""
+    if kind is None or SliceKind(kind) is not SliceKind.SHARED:
+        return None
+    return HOST_ENFORCED if host_checked else SOFT
+
+
+def profile_seat_check(
+    inventory: Inventory, request: SliceRequest, framework_cap: bool
+) -> str | None:
+    """:func:`seat_check` of the seats a profile asking ``request`` may get, before any is taken:
+    host-enforced only when its image caps them (``framework_cap``) and every such seat is on
+    this host (the service's guard reads no other node's seats yet) on a GPU that is not a vGPU
+    guest (whose NVML lists no process's memory); a student may land on any of them."""
+    devices = inventory.device_by_uuid()
+    seats = [s for s in inventory.slices if request.matches(s)]
+    checked = bool(seats) and all(
+        s.node == "local" and s.device_uuid in devices and devices[s.device_uuid].vgpu_type is None
+        for s in seats
+    )
+    return seat_check(request.kind, framework_cap and checked)
+
+
 def describe_slice(
     kind: SliceKind | str,
     device_index: int,
@@ -205,7 +237,9 @@ class SliceRequest:
 
     ``min_compute_capability`` (``(7, 5)``) and ``min_driver`` (``(580, 65, 6)``) are what the
     profile's image needs of the device (:mod:`..lab.images`, from its labels; ``None``: no
-    need). A slice whose device's figure is unknown is not excluded by them.
+    need). ``max_compute_capability`` (``(9, 0)``) is the newest architecture an image without
+    PTX carries machine code for: a device of a later major cannot run it (a cubin runs on later
+    minors of its own major only). A slice whose device's figure is unknown is not excluded.
     """
 
     kind: SliceKind | None = None
@@ -214,6 +248,7 @@ class SliceRequest:
     mig_profile: str | None = None
     min_compute_capability: tuple[int, int] | None = None
     min_driver: tuple[int, ...] | None = None
+    max_compute_capability: tuple[int, int] | None = None
 
     @property
     def wants_gpu(self) -> bool:
@@ -230,7 +265,8 @@ class SliceRequest:
         The one rule, also written in SQL by :func:`~..ledger.queries.slice_filter` (a test
         checks the two agree): same kind; the same ``mig_profile`` (none unless MIG); at least
         ``min_memory_bytes``; ``model`` a case-insensitive substring of the device name; the
-        device's compute capability and driver at least the image's minimums, where known."""
+        device's compute capability and driver at least the image's minimums, and its major no
+        later than the image's newest architecture's, where known."""
         return (
             self.kind is not None
             and s.kind is self.kind
@@ -246,6 +282,11 @@ class SliceRequest:
                 self.min_driver is None
                 or s.driver_version is None
                 or s.driver_version >= self.min_driver
+            )
+            and (
+                self.max_compute_capability is None
+                or s.compute_capability is None
+                or s.compute_capability[0] <= self.max_compute_capability[0]
             )
         )
 

@@ -20,6 +20,7 @@ from .images import (
     LABEL_CUDA,
     LABEL_FRAMEWORK,
     LABEL_IMAGE,
+    LABEL_MAX_CC,
     LABEL_MIN_CC,
     LABEL_MIN_DRIVER,
     LABEL_SEAT_CAP,
@@ -106,6 +107,7 @@ def labels_for(
     arch_min: tuple[int, int] | None = None,
     seat_cap: bool = True,
     cuda_version: str | None = None,
+    arch_max: tuple[int, int] | None = None,
 ) -> dict[str, str]:
     """The labels of an image built from ``lock_lines`` (see the module docstring).
 
@@ -113,7 +115,9 @@ def labels_for(
     capability the framework was compiled for (:func:`lowest_arch` of its arch list), which
     replaces :data:`FRAMEWORK_MIN_CC` (never below the CUDA major's own floor), and
     ``cuda_version`` (``torch.version.cuda``, ``"12.6"``) the CUDA it was built with, whose
-    major picks the driver facts instead of the lock's ``nvidia-cuda-runtime`` wheel. Raises
+    major picks the driver facts instead of the lock's ``nvidia-cuda-runtime`` wheel.
+    ``arch_max`` (:func:`highest_arch`: the newest architecture of a list without PTX) becomes
+    the maximum; without it (PTX, or no list read) the image states none. Raises
     ``ValueError`` for a CUDA variant whose CUDA major has no facts here, or a malformed
     ``cuda_version``."""
     lines = list(lock_lines)
@@ -147,18 +151,39 @@ def labels_for(
     out[LABEL_CUDA] = str(major)
     out[LABEL_MIN_DRIVER] = facts.min_driver
     out[LABEL_MIN_CC] = format_version(max(floor))
+    if arch_max:
+        out[LABEL_MAX_CC] = format_version(arch_max)
     return out
+
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")
+
+
+def _archs(arch_flags: Iterable[str]) -> list[tuple[str, tuple[int, int]]]:
+    """``[("sm", (7, 5)), ("compute", (12, 0))]`` of ``["sm_75", "compute_120"]``."""
+    found = []
+    for flag in arch_flags:
+        m = _ARCH.match(flag.strip())
+        if m:
+            found.append((m.group(1), (int(m.group(2)), int(m.group(3)))))
+    return found
 
 
 def lowest_arch(arch_flags: Iterable[str]) -> tuple[int, int] | None:
     """The lowest compute capability in a framework's architecture list (``"sm_75"``,
     ``"compute_90"``, ``"sm_120a"``): ``(7, 5)``; ``None`` for an empty list."""
-    found = []
-    for flag in arch_flags:
-        m = re.match(r"^(?:sm|compute)_(\d+)(\d)[a-z]?$", flag.strip())
-        if m:
-            found.append((int(m.group(1)), int(m.group(2))))
+    found = [cc for _kind, cc in _archs(arch_flags)]
     return min(found) if found else None
+
+
+def highest_arch(arch_flags: Iterable[str]) -> tuple[int, int] | None:
+    """The newest architecture a list carries machine code for (``sm_90`` of ``sm_50 … sm_90``):
+    ``(9, 0)``, when it carries no PTX; ``None`` when it does (``compute_XY``: the driver
+    compiles PTX for any newer GPU) or the list is empty."""
+    found = _archs(arch_flags)
+    if not found or any(kind == "compute" for kind, _cc in found):
+        return None
+    return max(cc for _kind, cc in found)
 
 
 def facts_labels(framework: str, cuda_major: int) -> dict[str, str]:
@@ -199,7 +224,14 @@ def _main(argv: list[str]) -> int:
     cuda = next((a[len("cuda=") :] for a in said if a.startswith("cuda=")), None)
     archs = [a for a in said if not a.startswith("cuda=")]
     for key, value in sorted(
-        labels_for(image, variant, lines, lowest_arch(archs), cuda_version=cuda or None).items()
+        labels_for(
+            image,
+            variant,
+            lines,
+            lowest_arch(archs),
+            cuda_version=cuda or None,
+            arch_max=highest_arch(archs),
+        ).items()
     ):
         print(f"{key}={value}")
     return 0

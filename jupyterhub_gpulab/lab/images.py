@@ -17,6 +17,10 @@ Labels (all strings):
 - ``org.jupyter.gpulab.cuda``: the CUDA major version its libraries need (absent: none);
 - ``org.jupyter.gpulab.cuda.min-driver``: the lowest NVIDIA driver (``"580.65.06"``);
 - ``org.jupyter.gpulab.cuda.min-compute-capability``: the lowest compute capability (``"7.5"``);
+- ``org.jupyter.gpulab.cuda.max-compute-capability``: the newest architecture the build carries
+  machine code for when it carries no PTX (``"9.0"`` for sm_50 … sm_90): a GPU of a later major
+  (Blackwell's 10.0, 12.0) cannot run it; absent (PTX, which the driver compiles for newer GPUs,
+  or an image labelled before it existed): no maximum;
 - ``org.jupyter.gpulab.seat-cap``: ``framework`` when the image caps a shared seat's memory in
   its frameworks (``images/site/gpulab_seatcap.py``).
 """
@@ -36,6 +40,7 @@ LABEL_FRAMEWORK = PREFIX + "framework."
 LABEL_CUDA = PREFIX + "cuda"
 LABEL_MIN_DRIVER = PREFIX + "cuda.min-driver"
 LABEL_MIN_CC = PREFIX + "cuda.min-compute-capability"
+LABEL_MAX_CC = PREFIX + "cuda.max-compute-capability"
 LABEL_SEAT_CAP = PREFIX + "seat-cap"
 
 #: Packages whose version an image's labels state, when its lock file pins them.
@@ -45,13 +50,16 @@ FRAMEWORKS = ("torch", "torchvision", "tensorflow", "tensorflow-cpu", "keras", "
 @dataclass(frozen=True)
 class ImageRequirements:
     """What an image needs of a GPU: ``cuda_major`` (``None``: no CUDA libraries, any device or
-    none), ``min_driver`` and ``min_compute_capability`` as integer tuples, ``frameworks``
+    none), ``min_driver``, ``min_compute_capability`` and ``max_compute_capability`` (the newest
+    architecture of a build without PTX: its major is the last it runs on) as integer tuples,
+    ``frameworks``
     (``{"torch": "2.13.0"}``) and ``seat_cap`` (``True``: the frameworks cap a seat's memory)."""
 
     image: str = ""
     cuda_major: int | None = None
     min_driver: tuple[int, ...] | None = None
     min_compute_capability: tuple[int, int] | None = None
+    max_compute_capability: tuple[int, int] | None = None
     frameworks: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, compare=False
     )
@@ -59,7 +67,11 @@ class ImageRequirements:
 
     @property
     def needs_gpu_facts(self) -> bool:
-        return self.min_driver is not None or self.min_compute_capability is not None
+        return (
+            self.min_driver is not None
+            or self.min_compute_capability is not None
+            or self.max_compute_capability is not None
+        )
 
     def restrict(self, request: SliceRequest) -> SliceRequest:
         """``request`` narrowed to the devices this image can use (unchanged for no GPU or no
@@ -70,15 +82,24 @@ class ImageRequirements:
             request,
             min_driver=self.min_driver,
             min_compute_capability=self.min_compute_capability,
+            max_compute_capability=self.max_compute_capability,
         )
 
     def describe(self) -> str:
-        """``"CUDA 13: NVIDIA driver >= 580.65.06 and compute capability >= 7.5"``."""
+        """``"CUDA 13 needs NVIDIA driver >= 580.65.06 and compute capability >= 7.5"``; with a
+        maximum ``"… and compute capability 5.0 to 9.x (built up to sm_90, no PTX)"``."""
         needs = []
         if self.min_driver:
             needs.append(f"NVIDIA driver >= {format_version(self.min_driver)}")
-        if self.min_compute_capability:
-            needs.append(f"compute capability >= {format_version(self.min_compute_capability)}")
+        low, top = self.min_compute_capability, self.max_compute_capability
+        if top:
+            # a cubin for sm_XY runs on X.Y and later minors of X: the major is the bound
+            span = f"{format_version(low)} to " if low else "up to "
+            needs.append(
+                f"compute capability {span}{top[0]}.x (built up to sm_{top[0]}{top[1]}, no PTX)"
+            )
+        elif low:
+            needs.append(f"compute capability >= {format_version(low)}")
         head = f"CUDA {self.cuda_major}" if self.cuda_major else "its CUDA libraries"
         return f"{head} needs {' and '.join(needs)}" if needs else "no particular GPU"
 
@@ -102,14 +123,16 @@ def requirements_from_labels(image: str, labels: Mapping[str, str] | None) -> Im
     cuda = labels.get(LABEL_CUDA) or None
     if cuda is not None and not cuda.isdigit():
         raise ValueError(f"image {image}: label {LABEL_CUDA}={cuda!r} is not a CUDA major version")
-    cc = version(LABEL_MIN_CC)
-    if cc is not None and len(cc) != 2:
-        raise ValueError(f"image {image}: label {LABEL_MIN_CC} must be major.minor, e.g. '7.5'")
+    cc, top = version(LABEL_MIN_CC), version(LABEL_MAX_CC)
+    for key, value in ((LABEL_MIN_CC, cc), (LABEL_MAX_CC, top)):
+        if value is not None and len(value) != 2:
+            raise ValueError(f"image {image}: label {key} must be major.minor, e.g. '7.5'")
     return ImageRequirements(
         image=image,
         cuda_major=int(cuda) if cuda else None,
         min_driver=version(LABEL_MIN_DRIVER),
         min_compute_capability=cc,  # type: ignore[arg-type]
+        max_compute_capability=top,  # type: ignore[arg-type]
         frameworks=MappingProxyType(
             {
                 k[len(LABEL_FRAMEWORK) :]: v
@@ -130,12 +153,12 @@ def device_problem(
     """Why the GPU ``device`` (``"GPU 0 (Tesla P40)"``) cannot serve the image, naming both, or
     ``None`` when it can or its facts are unknown (then the gate cannot judge and lets it be)."""
     short = []
-    if (
-        req.min_compute_capability
-        and compute_capability is not None
-        and compute_capability < req.min_compute_capability
+    cc = compute_capability
+    if cc is not None and (
+        (req.min_compute_capability and cc < req.min_compute_capability)
+        or (req.max_compute_capability and cc[0] > req.max_compute_capability[0])
     ):
-        short.append(f"compute capability {format_version(compute_capability)}")
+        short.append(f"compute capability {format_version(cc)}")
     if req.min_driver and driver_version is not None and driver_version < req.min_driver:
         short.append(f"driver {format_version(driver_version)}")
     if not short:
@@ -177,8 +200,8 @@ def unservable(
     return (
         "No GPU this profile may use can run its image: "
         + "; ".join(problems)
-        + ". An administrator must give the profile an image for these GPUs (e.g. a CUDA 12 "
-        "build) or a GPU that can run it."
+        + ". An administrator must give the profile an image built for these GPUs or a GPU "
+        "that can run it."
     )
 
 
@@ -212,7 +235,7 @@ def check_profiles(
             errors.append(
                 f"profile {p.slug!r}: none of its {matching} slice(s) can run its image: "
                 + "; ".join(problems)
-                + ". Give it an image for these GPUs (a CUDA 12 build) or other GPUs."
+                + ". Give it an image built for these GPUs, or other GPUs."
             )
         elif problems:
             warnings.append(

@@ -42,6 +42,10 @@ def slice_filter(request: SliceRequest) -> tuple[sa.ColumnElement[bool], ...]:
     if request.min_driver is not None:
         key = driver_key(request.min_driver)
         where.append(sa.or_(slices.c.driver_key.is_(None), slices.c.driver_key >= key))
+    if request.max_compute_capability is not None:
+        # no later major than the image's newest architecture (cc_key: major * 10 + minor)
+        below = cc_key((request.max_compute_capability[0] + 1, 0))
+        where.append(sa.or_(slices.c.cc_key.is_(None), slices.c.cc_key < below))
     return tuple(where)
 
 

@@ -23,7 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..inventory import SliceRequest
+from ..inventory import Inventory, SliceKind, SliceRequest
+from ..inventory.model import profile_seat_check
 from ..lab.images import requirements_from_labels
 from ..lab.profile import Profile
 
@@ -79,3 +80,15 @@ class ImageNeeds:
             log.warning("Profile %r: %s", profile.slug, e)
             return profile.slice
         return needs.restrict(profile.slice)
+
+    def seat_check(self, profile: Profile, inventory: Inventory) -> str | None:
+        """What holds the cap of the seats ``profile`` gives, as the spawn form says it
+        (:func:`~..inventory.model.profile_seat_check`): ``None`` unless they are shared seats;
+        soft where the image states no framework cap or its labels are unreadable."""
+        if profile.slice.kind is not SliceKind.SHARED:
+            return None
+        try:
+            capped = requirements_from_labels(profile.image, self.labels(profile.image)).seat_cap
+        except ValueError:
+            capped = False
+        return profile_seat_check(inventory, self.request_for(profile), capped)

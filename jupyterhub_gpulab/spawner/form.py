@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, Template
 
-from ..inventory.model import SliceRequest, isolation
+from ..inventory.model import Inventory, SliceRequest, isolation, profile_seat_check
 from ..lab.profile import Profile
 from ..units import counted, format_bytes, plural
 
@@ -33,6 +33,7 @@ class FormRow:
     checked: bool
     disabled_reason: str | None  # why it cannot be picked now
     reserved: str | None = None  # "3 of 8 reserved for DL101 until 16:00 UTC"
+    seat_check: str | None = None  # shared seats: "framework-capped, host-enforced" or "soft"
 
 
 def _gives(req: SliceRequest, mps: bool | None, framework_cap: bool = False) -> str:
@@ -62,6 +63,7 @@ def form_rows(
     image_gate: Callable[[Profile], tuple[SliceRequest, str | None, bool]] | None = None,
     held: Mapping[str, datetime] | None = None,
     mine: Mapping[str, int] | None = None,
+    inventory: Inventory | None = None,
 ) -> list[FormRow]:
     """One row per entitled profile. ``capacity(request)`` gives ``(free, total)`` in service;
     ``out_of_service(request)`` counts matching slices that are drained; ``quota_reason`` (the
@@ -80,7 +82,11 @@ def form_rows(
 
     ``mine`` maps a profile's slug to the slices this user's own servers hold for it (holds
     apart): a full profile that the user fills is not offered the waitlist, whose next free
-    slice would be their own."""
+    slice would be their own.
+
+    ``inventory`` (the lab's) says whether the host will check the memory of a shared profile's
+    seats: the row's ``seat_check`` (:func:`~..inventory.model.profile_seat_check`; soft
+    without it)."""
     rows = []
     for p in entitled:
         reason = note = None
@@ -134,6 +140,7 @@ def form_rows(
                 checked=False,
                 disabled_reason=reason,
                 reserved=note,
+                seat_check=profile_seat_check(inventory or Inventory(), request, framework_cap),
             )
         )
     # preselect: a held profile, else the requested slug if pickable, else the first pickable row

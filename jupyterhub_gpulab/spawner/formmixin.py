@@ -272,6 +272,7 @@ class ProfileFormMixin(HasTraits):
                 image_gate=gate,
                 held={slug: a.hold_until for slug, a in holds.items()},
                 mine=mine,
+                inventory=rt.lab.inventory,
             )
             return render_form(
                 rows,

@@ -121,6 +121,12 @@ class CoursePage(CoursePageBase):
     @web.authenticated
     async def get(self, slug: str):
         course = await self.course_for(slug)
+        profile = self.courses.profile_of(course)
+        seat_check = (
+            await aio.call(self.state.image_needs.seat_check, profile, self.state.inventory)
+            if profile is not None
+            else None
+        )
         data = await course_view(
             self.state, self.hub, self.courses, course, reader=self.current_user
         )
@@ -135,5 +141,6 @@ class CoursePage(CoursePageBase):
             running=bool(data["progress"] and not data["progress"]["finished_at"]),
             preview={**kept[1], "id": pid} if kept else None,
             tz_name=str(self.state.lab.tz),
+            seat_check=seat_check,
             flash=self.pop_flash(),
         )

@@ -8,12 +8,10 @@ elsewhere), with the seat's use against its cap: ``"GPU memory 0.8 of 1 GiB"``."
 from __future__ import annotations
 
 from ...inventory import Utilization
+from ...inventory.model import HOST_ENFORCED, SOFT, seat_check
 from ...units import format_bytes
 
 __all__ = ["HOST_ENFORCED", "SOFT", "memory_of_cap", "seat_view"]
-
-HOST_ENFORCED = "framework-capped, host-enforced"
-SOFT = "soft"
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
@@ -35,6 +33,6 @@ def seat_view(kind: str | None, cap_bytes: int | None, u: Utilization | None) ->
     checked = bool(u is not None and u.host_checked)
     used = u.memory_used_bytes if checked and u is not None else None
     return {
-        "seat_check": HOST_ENFORCED if checked else SOFT,
+        "seat_check": seat_check(kind, checked),
         "seat_memory": memory_of_cap(used, cap_bytes) if used is not None and cap_bytes else None,
     }
