@@ -16,6 +16,12 @@ P40_LAB = [
 ]  # fmt: skip
 
 
+#: What PyPI's torch 2.7.x (CUDA 12.6) and 2.13 (CUDA 13) builds say of themselves
+#: (``torch._C._cuda_getArchFlags()``).
+CU126_ARCHS = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+
+
 def lock(name: str) -> list[str]:
     with open(LOCKS + name, encoding="utf-8") as f:
         return f.read().splitlines()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_images_legacy import CU126_ARCHS, CU130_ARCHS, lock_lines
+from images_support import CU126_ARCHS, CU130_ARCHS
+from images_support import lock as lock_lines
 
 from jupyterhub_gpulab.lab import imagelabels, images
 

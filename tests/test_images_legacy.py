@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from images_support import CU126_ARCHS, CU130_ARCHS
+from images_support import lock as lock_lines
 
 from jupyterhub_gpulab.inventory.declared import load_declared
 from jupyterhub_gpulab.inventory.model import SliceKind, SliceRequest
@@ -25,13 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "images" / "locks" / "pytorch-cuda12-legacy.txt"
 P40 = [{"uuid": "GPU-p40", "index": 0, "name": "Tesla P40", "memory": "24GiB",
         "compute_capability": "6.1", "driver_version": "580.95.05"}]  # fmt: skip
-#: What PyPI's torch 2.7.x (CUDA 12.6) and 2.13 (CUDA 13) builds say of themselves.
-CU126_ARCHS = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
-CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
-
-
-def lock_lines(name: str) -> list[str]:
-    return (REPO / "images" / "locks" / name).read_text(encoding="utf-8").splitlines()
 
 
 def test_the_legacy_lock_pins_every_package_with_hashes_and_cu126_wheels():
