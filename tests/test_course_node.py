@@ -118,3 +118,41 @@ def test_nothing_to_find_leaves_the_placement_to_swarm_and_a_shared_driver_pins_
     pinned = swarm_spawner("bob", roots)
     _prepare_storage(pinned, course, settings, None, staff=False)
     assert pinned.course_node == "n1"
+
+
+def test_the_copy_containers_use_the_course_profiles_image_not_the_spawners_default(roots):
+    """A lab without a registry (the demo: ``pull_policy = "never"``) has no DockerSpawner default
+    image; the hook runs before the profile's image is applied, so copying a student's course
+    folders with ``spawner.image`` failed every course start ("No such image")."""
+    from jupyterhub_gpulab.lab.profile import Profile
+
+    profiles = {
+        "pytorch": Profile(slug="pytorch", display_name="PyTorch", image="gpulab/pytorch:cpu"),
+        "cpu": Profile(slug="cpu", display_name="CPU", image="gpulab/base:1"),
+    }
+    asked = []
+    backend = SimpleNamespace(
+        storage=lambda image, near=None: asked.append(image) or NodeVolumes(roots, near=near)
+    )
+    lab = SimpleNamespace(profile=profiles.get)
+    sp = SimpleNamespace(
+        user=SimpleNamespace(name="ann"),
+        object_type="container",
+        image="quay.io/jupyterhub/singleuser:6.1",  # DockerSpawner's default: not on this engine
+        user_options={},
+        lab_backend=lambda: backend,
+        runtime=lambda: SimpleNamespace(lab=lab),
+        format_volume_name=lambda template, spawner: template.format(username=spawner.user.name),
+    )
+    settings = GPULabCourses(home_volume="home-{username}")
+    course = parse_course({"slug": "dl101", "profiles": ["pytorch", "cpu"]})
+    put(roots, "n1", "home-ann", "assignments/hw0/old.py", b"mine\n")
+    _prepare_storage(sp, course, settings, "home-{username}", staff=False)
+    assert asked and set(asked) == {"gpulab/pytorch:cpu"}  # the course's first profile
+    asked.clear()
+    sp.user_options = {"profile": "cpu"}  # the start's own profile, when it names one
+    _prepare_storage(sp, course, settings, None, staff=True)
+    assert set(asked) == {"gpulab/base:1"}
+    asked.clear()
+    _prepare_storage(sp, course, GPULabCourses(helper_image="helper:1"), None, staff=True)
+    assert set(asked) == {"helper:1"}  # the admin's choice wins

@@ -86,7 +86,8 @@ class GPULabCourses(Configurable):
         config=True,
         help="""Image of the short-lived, never-started containers through which the service
         copies files in and out of volumes (Docker's archive API; nothing runs in them).
-        Default: the image of the course's first profile.
+        Default: the image of the course's first profile (when a course server starts: the
+        image of the profile it starts with, which the engine has at hand).
         ``c.GPULabCourses.helper_image = "gpulab/singleuser:6.1.1"``""",
     )
 

@@ -136,6 +136,21 @@ def course_volumes(spawner, course, settings, *, staff: bool) -> tuple[dict, str
     return volumes, home
 
 
+def _copy_image(spawner, course, settings) -> str:
+    """The image of the never-started containers that copy files for this start:
+    ``helper_image``, else the image of the profile this course server starts with (the lab's
+    profile of that slug; the course's first when the start names none), else the spawner's.
+
+    Not ``spawner.image`` first: before the spawner applies the profile it is still
+    DockerSpawner's default, which a lab without a registry (``pull_policy = "never"``) lacks."""
+    if settings.helper_image:
+        return settings.helper_image
+    rt = spawner.runtime() if hasattr(spawner, "runtime") else None
+    slug = (getattr(spawner, "user_options", None) or {}).get("profile") or course.profile
+    profile = rt.lab.profile(slug) if rt is not None and isinstance(slug, str) else None
+    return profile.image if profile is not None and profile.image else spawner.image
+
+
 def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool) -> dict:
     """Before a course server starts, through the lab's backend (``spawner.lab_backend()``): a
     staff member's staff folder exists, owned by the images' user (``staff_owner``), so they
@@ -154,7 +169,7 @@ def _prepare_storage(spawner, course, settings, home: str | None, *, staff: bool
     from .collect import COURSE_FOLDERS, carry_over
     from .coursenode import course_node
 
-    image = settings.helper_image or spawner.image
+    image = _copy_image(spawner, course, settings)
     backend = spawner.lab_backend()
     home_volume = spawner.format_volume_name(home, spawner) if home is not None else None
     work = settings.work_of(course.slug, spawner.user.name)
