@@ -134,6 +134,22 @@ def test_a_token_with_the_gpulab_admin_scope_may_act(hub, ledger, admin):
     assert api(hub, token, "GET", "inventory").status_code == 200  # admin includes read
 
 
+def test_a_token_without_the_services_access_is_told_which_scope_it_lacks(hub, admin):
+    """A valid hub token that lacks access to this service is not "no token": the answer names
+    the scope, where an admin scripting the API would otherwise look for a typo in the header."""
+    token = make_token(hub, admin, "admin", ["read:users"]).json()["token"]
+    assert requests.get(f"{hub.url}/hub/api/users/admin",
+                        headers={"Authorization": f"token {token}"}, timeout=30).ok  # fmt: skip
+
+    r = api(hub, token, "GET", "allocations")
+
+    assert r.status_code == 403
+    assert "did not accept this token" in r.json()["message"]
+    assert ACCESS in r.json()["message"]
+    r = requests.get(hub.url + PREFIX + "api/allocations", timeout=30)  # no token at all
+    assert r.status_code == 403 and "send 'Authorization: token" in r.json()["message"]
+
+
 # -- page logins ask for what the user holds --------------------------------------------------------
 
 

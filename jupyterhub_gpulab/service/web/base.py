@@ -253,15 +253,28 @@ class JSONHandler(BaseHandler):
 
     def require(self, *, read: bool = False, admin: bool = False) -> None:
         if self.current_user is None:
-            raise refuse(
-                403,
-                "Not authenticated: send 'Authorization: token <JupyterHub token>' "
-                "(or log in to the hub and send the _xsrf token with changes).",
-            )
+            raise refuse(403, self.unauthenticated_message())
         if admin and not self.can_admin:
             raise refuse(403, f"This needs the scope {ADMIN_SCOPE}.")
         if read and not self.can_read:
             raise refuse(403, f"This needs the scope {READ_SCOPE}.")
+
+    def unauthenticated_message(self) -> str:
+        """Why this request has no user, as far as it shows: a token the hub did not accept for
+        this service (unknown, expired, or without the service's access scope: JupyterHub's
+        ``HubAuth`` tells these apart only in its log), or no token at all."""
+        own = sorted(s for s in self.hub_auth.access_scopes if "!service=" in s)
+        if self.request.headers.get("Authorization"):
+            return (
+                "Not authenticated: the hub did not accept this token for this service. It is "
+                f"unknown or expired, or lacks the scope {' or '.join(own) or 'access:services'} "
+                "(a token made at /hub/token without choosing scopes has it)."
+            )
+        return (
+            "Not authenticated: send 'Authorization: token <JupyterHub token>', or open this "
+            "service's page in the browser once while logged in to the hub (its login sets this "
+            "service's cookie), and send the _xsrf token with changes."
+        )
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
