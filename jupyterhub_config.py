@@ -56,7 +56,8 @@ c.GPUDockerSpawner.attach_mode = env("GPULAB_ATTACH_MODE") or host.pick("device_
 c.GPULab.db_url = env("GPULAB_DB_URL") or state.sqlite("gpulab.sqlite")
 c.GPULab.inventory_source = host.pick("nvml", "declared")
 c.GPULab.inventory = host.pick([], demo.INVENTORY)
-# ADMIN: seats: c.GPULab.shared_devices = {"GPU-...": {"seats": 4, "memory_per_seat": "4GiB"}}
+# ADMIN: seats: c.GPULab.shared_devices = {"GPU-...": {"seats": 4, "memory_per_seat": "3.5GiB"}}
+#   (each seat's process also holds a CUDA context beside its cap: 4 x 4 GiB overcommit a T4)
 
 
 def profiles(variant: str, gpu_idle: str) -> list[dict]:
@@ -69,8 +70,8 @@ def profiles(variant: str, gpu_idle: str) -> list[dict]:
          "description": "A hardware-isolated slice of an A100: right for coursework.",
          "image": image["pytorch"], "slice": {"kind": "mig", "mig_profile": "1g.10gb"},
          "gpu_idle_timeout": gpu_idle, **limits},
-        {"slug": "tensorflow-seat", "display_name": "TensorFlow (shared T4 seat, 4 GiB)",
-         "description": "A quarter of a T4, shared with three others; TensorFlow keeps to 4 GiB.",
+        {"slug": "tensorflow-seat", "display_name": "TensorFlow (shared T4 seat, 3.5 GiB)",
+         "description": "A quarter of a T4, shared with three others; TensorFlow keeps to 3.5 GiB.",
          "image": image["tensorflow"], "slice": {"kind": "shared"},
          "gpu_idle_timeout": gpu_idle, **limits},
         {"slug": "pytorch-a40", "display_name": "PyTorch (full A40, 48 GiB)",

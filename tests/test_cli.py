@@ -132,6 +132,7 @@ def test_the_repository_config_checks_out(capsys, tmp_path, monkeypatch, no_driv
     assert rc == 0, err
     # after any warning about limits this host cannot give (the A40 profile's 64 GiB)
     assert any(line.startswith("OK: 3 GPU(s)") for line in out.splitlines()), out
+    assert "CUDA context" not in out + err  # the demo's T4 seats fit beside their contexts
     assert (
         "from declared, 9 slice(s) (1 whole GPU, 4 MIG instance, 4 shared seat), 4 profile(s), 3 group policy(ies)"
         in out

@@ -132,7 +132,7 @@ INVENTORY = [
         "memory": "16GiB",
         "compute_capability": "7.5",
         "driver_version": "580.95.05",
-        "shared": {"seats": 4, "memory_per_seat": "4GiB", "compute_share": 0.25},
+        "shared": {"seats": 4, "memory_per_seat": "3.5GiB", "compute_share": 0.25},
     },
 ]
 
