@@ -4,7 +4,7 @@
 the same names and signatures, return pynvml's own ctypes structures where pynvml does, and raise
 pynvml's *real* exception classes (``pynvml.NVMLError_NotFound`` …), so code that catches
 pynvml's exceptions behaves the same against both. Every ``NVML_*`` constant and ``NVMLError*``
-class of the installed pynvml is available on the fake. Calls before ``nvmlInit`` raise
+class of the installed pynvml is available on the fake, and its ``c_nvml*`` ctypes structures. Calls before ``nvmlInit`` raise
 ``NVMLError_Uninitialized``, as the real library does. Where pynvml turns a driver's return code
 into an exception (``_nvmlCheckReturn``), the fake raises ``pynvml.NVMLError(code)`` from the
 code the driver would give, so the class is the one pynvml picks.
@@ -26,6 +26,13 @@ INVALID_ARGUMENT, for the empty ones below ``nvmlDeviceGetMaxMigDeviceCount``)::
     mig_gpu(uuid, name, memory, profiles, layout, positions=[0, 3, 5],
             gap_error=pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
+MIG layouts (listing, creating, destroying GPU and compute instances: ``fake_nvml_mig.py``,
+whose docstring says what each mimics)::
+
+    fake.gpus[0].root = False      # every create/destroy answers NVML_ERROR_NO_PERMISSION
+    fake.start_process(mig_uuid, 4242)   # destroying that compute instance: NVML_ERROR_IN_USE
+    fake.fail_next("nvmlGpuInstanceCreateComputeInstance", RuntimeError("killed"))
+
 Sampling (the calls are in ``fake_nvml_sampling.py``, whose docstring says what each mimics)::
 
     FakeNVML.h100_mig_lab(8)       # 8 × H100 80GB, each in MIG mode as 7 × 1g.10gb (GPM capable)
@@ -37,10 +44,10 @@ Sampling (the calls are in ``fake_nvml_sampling.py``, whose docstring says what 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+from fake_nvml_mig import MigLayoutCalls, place_all, placements
 from fake_nvml_sampling import SamplingCalls, note_busy
 
 GiB = 2**30
@@ -64,7 +71,10 @@ class FakeProfile:
 @dataclass
 class FakeMig:
     """A MIG device: its ``MIG-<uuid>``, GPU instance profile ``id`` and GPU instance id, the
-    position ``nvmlDeviceGetMigDeviceHandleByIndex`` finds it at, its memory (bytes)."""
+    position ``nvmlDeviceGetMigDeviceHandleByIndex`` finds it at, its memory (bytes). ``start``
+    is its GPU instance's placement (memory slices, see ``fake_nvml_mig``); ``pids`` the
+    processes running on it. In ``FakeGpu.empty_gis`` the same record is a GPU instance without
+    a compute instance (no MIG device)."""
 
     uuid: str
     profile_id: int
@@ -74,6 +84,8 @@ class FakeMig:
     memory_used: int = 0
     gpm_percent: float = 0.0  # how busy this GPU instance is now (GPM's GRAPHICS_UTIL)
     busy_log: list[tuple[int, float]] = field(default_factory=list)  # see fake_nvml_sampling
+    start: int = 0
+    pids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -102,7 +114,9 @@ class FakeGpu:
     ``nvmlDeviceGetMigDeviceHandleByIndex`` answers for an index below the maximum that holds no
     MIG device: NVML's documentation says ``NOT_FOUND``; NVIDIA's go-nvlib (``VisitMigDevices``)
     also skips ``INVALID_ARGUMENT`` there, so drivers answer either. The ``*_error`` codes below
-    make the sampling calls fail as the driver would (see ``fake_nvml_sampling``)."""
+    make the sampling calls fail as the driver would (see ``fake_nvml_sampling``). ``root=False``
+    refuses MIG layout changes (``NVMLError_NoPermission``); ``empty_gis`` are GPU instances
+    without a compute instance (``fake_nvml_mig``)."""
 
     uuid: str
     name: str
@@ -124,6 +138,8 @@ class FakeGpu:
     process_read_error: int | None = None
     running_processes_error: int | None = None
     busy_log: list[tuple[int, float]] = field(default_factory=list)
+    root: bool = True
+    empty_gis: list[FakeMig] = field(default_factory=list)
 
     def touch(self) -> None:
         self.calls += 1
@@ -135,12 +151,6 @@ class FakeGpu:
 class _Handle:
     gpu: FakeGpu
     mig: FakeMig | None = None
-
-
-@dataclass(frozen=True)
-class _GpuInstance:
-    gpu: FakeGpu
-    mig: FakeMig
 
 
 def _a100_40gb_profiles() -> list[FakeProfile]:
@@ -215,6 +225,16 @@ def mig_gpu(
         )
         for gi, ((m_uuid, profile), pos) in enumerate(zip(layout, positions, strict=True), start=1)
     ]
+    # each GPU instance at a placement that fits beside the others, as on a real GPU
+    order = sorted(range(len(migs)), key=lambda i: -by_name[layout[i][1]].slice_count)
+    geometry = [
+        placements(by_name[layout[i][1]].constant, by_name[layout[i][1]].slice_count) for i in order
+    ]
+    starts = place_all(geometry, set())
+    if starts is None:
+        raise ValueError(f"no GPU holds this MIG layout: {[p for _, p in layout]}")
+    for i, start in zip(order, starts):
+        migs[i].start = start
     return FakeGpu(
         uuid=uuid,
         name=name,
@@ -262,7 +282,7 @@ def h100_gpu(uuid: str = H100_UUID) -> FakeGpu:
     return gpu
 
 
-class FakeNVML(SamplingCalls):
+class FakeNVML(SamplingCalls, MigLayoutCalls):
     """A stand-in for the ``pynvml`` module over a list of :class:`FakeGpu` (index = position).
 
     ``init_error`` is a pynvml exception class ``nvmlInit`` raises; ``bytes_strings=True``
@@ -458,26 +478,6 @@ class FakeNVML(SamplingCalls):
             raise pynvml.NVMLError_InvalidArgument()
         return device.mig.gi_id
 
-    def nvmlDeviceGetGpuInstanceById(self, device: _Handle, gpuInstanceId: int) -> _GpuInstance:
-        self._use(device)
-        if not device.gpu.gi_readable:
-            raise pynvml.NVMLError_NoPermission()
-        for mig in device.gpu.migs:
-            if mig.gi_id == gpuInstanceId:
-                return _GpuInstance(device.gpu, mig)
-        raise pynvml.NVMLError_NotFound()
-
-    def nvmlGpuInstanceGetInfo(self, gpuInstance: _GpuInstance) -> Any:
-        self._check()
-        gpuInstance.gpu.touch()
-        mig = gpuInstance.mig
-        return SimpleNamespace(
-            device=_Handle(gpuInstance.gpu),
-            id=mig.gi_id,
-            profileId=mig.profile_id,
-            placement=SimpleNamespace(start=mig.position, size=1),
-        )
-
     def nvmlDeviceGetAttributes(self, device: _Handle) -> Any:
         self._use(device)
         if device.mig is None:
@@ -539,8 +539,20 @@ class FakeNVML(SamplingCalls):
     def _profile_by_id(gpu: FakeGpu, profile_id: int) -> FakeProfile:
         return next(p for p in gpu.profiles if p.id == profile_id)
 
+    @staticmethod
+    def _new_mig(gpu: FakeGpu, profile: FakeProfile, gi_id: int, start: int) -> FakeMig:
+        """A new GPU instance (no compute instance yet: no UUID, no MIG device index)."""
+        return FakeMig(
+            uuid="",
+            profile_id=profile.id,
+            gi_id=gi_id,
+            position=-1,
+            memory_total=profile.memory_mb * MiB,
+            start=start,
+        )
 
-# pynvml's constants and real exception classes, on the fake "module".
+
+# pynvml's constants, real exception classes and ctypes structures, on the fake "module".
 for _name in dir(pynvml):
-    if _name.startswith(("NVML_", "NVMLError")) and not hasattr(FakeNVML, _name):
+    if _name.startswith(("NVML_", "NVMLError", "c_nvml")) and not hasattr(FakeNVML, _name):
         setattr(FakeNVML, _name, getattr(pynvml, _name))

@@ -9,9 +9,11 @@
     gpulab nodes [--json] [-f jupyterhub_config.py]            (the lab's nodes; cli/nodes.py)
     gpulab node-token NODE [--revoke] [-f jupyterhub_config.py]
     gpulab node-agent --url … --node … --token-file …          (on each GPU node; agent/app.py)
+    gpulab mig-layout -f jupyterhub_config.py GPU-UUID 2x3g.40gb [--wait SECONDS]
+                                                    (re-lay a MIG GPU, as root; cli/miglayout.py)
 
 Exit status: 0 on success, 1 when the configuration has errors (every one is listed), 2 on bad
-usage.
+usage (``mig-layout``: also 1 refused, 3 stopped part way).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..errors import ConfigError
 from .checkconfig import cmd_check_config
 from .commands import cmd_allocations, cmd_check_auth, cmd_inventory, cmd_upgrade_db
 from .common import DEFAULT_CONFIG, _config
+from .miglayout import add_mig_layout_command
 from .names import add_names_command
 from .nodes import add_node_commands
 
@@ -64,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("upgrade-db", cmd_upgrade_db, "apply ledger schema migrations (back up first)")
     add_node_commands(add)
     add_names_command(add, _config)
+    add_mig_layout_command(add)
     sub.add_parser(
         "node-agent",
         help="run the node agent on a GPU node (`gpulab node-agent --help-all` for its settings)",

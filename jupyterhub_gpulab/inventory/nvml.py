@@ -246,7 +246,7 @@ def _mig_enabled(nvml: Any, handle: Any, index: int, warnings: list[str]) -> boo
 
 
 def _mig_slices(nvml: Any, parent: Any, device: Device, warnings: list[str]) -> list[Slice]:
-    profiles = _gi_profiles(nvml, parent)
+    profiles = gi_profiles(nvml, parent)
     compute_slices = max(
         (int(info.sliceCount) for _, info in profiles.values()), default=DEFAULT_MIG_COMPUTE_SLICES
     )
@@ -280,7 +280,7 @@ def _mig_slices(nvml: Any, parent: Any, device: Device, warnings: list[str]) -> 
     return slices
 
 
-def _gi_profiles(nvml: Any, parent: Any) -> dict[int, tuple[int, Any]]:
+def gi_profiles(nvml: Any, parent: Any) -> dict[int, tuple[int, Any]]:
     """``{profile id: (NVML_GPU_INSTANCE_PROFILE_* constant, profile info)}`` for the parent.
 
     The id a GPU instance reports (``nvmlGpuInstanceGetInfo(gi).profileId``, e.g. 19 for
@@ -311,7 +311,7 @@ def _mig_geometry(
         gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
         gi_info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(parent, gi_id))
         constant, info = profiles[int(gi_info.profileId)]
-        return int(info.sliceCount), int(info.memorySizeMB), _suffix(nvml, constant)
+        return int(info.sliceCount), int(info.memorySizeMB), profile_suffix(nvml, constant)
     except (nvml.NVMLError_GpuIsLost, *fatal_errors(nvml)):
         raise
     except (nvml.NVMLError, KeyError):
@@ -332,7 +332,7 @@ def _sample(nvml: Any, uuid: str) -> Utilization:
 # -- small helpers ----------------------------------------------------------------------------------
 
 
-def _suffix(nvml: Any, constant: int) -> str:
+def profile_suffix(nvml: Any, constant: int) -> str:
     for name, suffix in _PROFILE_SUFFIXES.items():
         if getattr(nvml, name, None) == constant:
             return suffix
