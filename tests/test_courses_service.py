@@ -353,6 +353,8 @@ async def test_roster_forms_add_remove_and_a_csv_preview_applied(lab):
          "danger: Not saved: the slug of a course cannot change"),
         ("record", {"record": '{"shared_folder": "/srv/x"}'},
          "danger: Not saved: only an admin may change shared_folder."),
+        ("record", {"record": '{"staff_group": "ta-all"}'},
+         "danger: Not saved: only an admin may change staff_group."),
         ("record", {"record": '{"title": "ML 101"}'}, "success: Nothing changed."),
     ],
 )  # fmt: skip
