@@ -61,6 +61,8 @@ class PrestartRun:
     servers: dict[str, ServerProgress] = field(default_factory=dict)
     #: the hub stopped answering during the run: its outcome is unknown, resume it
     interrupted: bool = False
+    #: a stop-all (its summary counts stops, also when none succeeded)
+    stopping: bool = False
 
     def __post_init__(self):
         self.servers = {u: ServerProgress(u) for u in sorted(self.users)}
@@ -72,13 +74,22 @@ class PrestartRun:
     def counts(self) -> Counter:
         return Counter(p.state for p in self.servers.values())
 
-    def summary(self, words: Mapping[str, str] | None = None) -> str:
+    def summary(
+        self, words: Mapping[str, str] | None = None, unready: Mapping[str, str] | None = None
+    ) -> str:
         """``"41 of 60 ready, 3 refused: no free slice"``; of a stop-all, ``"2 stopped, 3 were
         not running"``. ``words``: each user's reason as the reader should read it (the staff's
-        words on the course page), instead of what the hub told the student."""
+        words on the course page), instead of what the hub told the student; ``unready``: why
+        a started server is not ready for the class after all (its content pull failed), by
+        user: such a server is not counted ready, and is named (``"1 of 2 ready, 1 started
+        without its content (bob): ~/ml101: …"``)."""
         words = words or {}
         c = self.counts()
-        if c["stopped"] or c["not-running"]:
+        lacking = {
+            u: why for u, why in (unready or {}).items()
+            if u in self.servers and self.servers[u].state == "ready"
+        }  # fmt: skip
+        if self.stopping or c["stopped"] or c["not-running"]:
             parts = [f"{c['stopped']} stopped"]
             if c["not-running"]:
                 parts.append(
@@ -90,7 +101,13 @@ class PrestartRun:
                 top = reasons.most_common(1)[0][0] if reasons else "unknown"
                 parts.append(f"{others} not stopped: {top}")
             return ", ".join(parts)
-        parts = [f"{c['ready']} of {len(self.servers)} ready"]
+        parts = [f"{c['ready'] - len(lacking)} of {len(self.servers)} ready"]
+        if lacking:
+            who = sorted(lacking)
+            named = ", ".join(who[:5]) + (f" and {len(who) - 5} more" if len(who) > 5 else "")
+            top = Counter(lacking.values()).most_common(1)[0][0]
+            its = plural(len(who), "its", "their")
+            parts.append(f"{len(who)} started without {its} content ({named}): {top}")
         for state in ("starting", "waiting"):
             if c[state]:
                 parts.append(f"{c[state]} {state}")
@@ -206,6 +223,7 @@ class PrestartRun:
         ``not-running`` (JupyterHub answers 204 to stopping a stopped named server too, so the
         hub's list of active servers says which ran; a token that may not list users stops
         every one and calls them all stopped)."""
+        self.stopping = True
         try:
             active = {
                 u["name"]
@@ -225,8 +243,8 @@ class PrestartRun:
             except HubError as e:
                 if e.status == 404:
                     p.state, p.reason = "not-running", ""
-                else:
-                    p.reason = e.message
+                else:  # still running: the progress must not read "waiting"
+                    p.state, p.reason = "failed", e.message
 
         await asyncio.gather(*(one(p) for p in self.servers.values()))
         self.finished_at = clock.utcnow()

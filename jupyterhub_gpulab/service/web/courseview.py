@@ -56,6 +56,13 @@ def _reservations(state, courses, course, bookings, open_allocs, now) -> dict:
     }
 
 
+def no_content(content: dict) -> dict[str, str]:
+    """Why each student whose last content pull failed lacks the course's content (the line
+    staff read in the roster), for the start-all's summary: their server runs, but not with
+    what the class needs."""
+    return {u: c["message"] for u, c in content.items() if c and c["state"] == "failed"}
+
+
 async def course_view(state, hub, courses, course, reader: dict | None = None) -> dict:
     """The record, each roster member's course server (state, slice as people name it, GPU use
     now, last activity, GPU-hours of the last 7 days through it, why it did not start in the
@@ -171,7 +178,9 @@ async def course_view(state, hub, courses, course, reader: dict | None = None) -
             "used": round(used_gpu_hours(course, allocs, since, now), 3),
             "since": since.isoformat(),
         },
-        "progress": {**run.as_dict(), "summary": run.summary(staff_words)} if run else None,
+        "progress": {**run.as_dict(), "summary": run.summary(staff_words, no_content(content))}
+        if run
+        else None,
         "audit": [{"at": a.at.isoformat(), "who": a.who, "action": a.action} for a in audit[:20]],
         # the staff folder is mounted in staff's course servers only (courses.hubhook)
         "my_server": staff_server(
