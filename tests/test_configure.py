@@ -111,6 +111,20 @@ def test_without_courses_no_course_hook_roles_or_tokens(tmp_path):
     assert sorted(os.listdir(tmp_path)) == []
 
 
+def test_course_servers_are_taken_out_of_the_admins_named_server_limit(tmp_path):
+    c = lab_config(tmp_path)
+    c.JupyterHub.named_server_limit_per_user = 3
+    jupyterhub_gpulab.configure(c, config_file=tmp_path / "c.py")
+    assert callable(c.JupyterHub.named_server_limit_per_user)  # test_courses: what it counts
+    c = lab_config(tmp_path)
+    c.JupyterHub.named_server_limit_per_user = 3
+    jupyterhub_gpulab.configure(c, config_file=tmp_path / "c.py", courses=False)
+    assert c.JupyterHub.named_server_limit_per_user == 3
+    c = lab_config(tmp_path)  # no limit set: none made
+    jupyterhub_gpulab.configure(c, config_file=tmp_path / "c.py")
+    assert "named_server_limit_per_user" not in c.JupyterHub
+
+
 def test_an_sso_without_a_provider_is_refused_with_the_choices(tmp_path):
     with pytest.raises(ValueError, match="provider.*keycloak"):
         jupyterhub_gpulab.configure(

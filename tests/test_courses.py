@@ -491,3 +491,43 @@ def test_a_course_created_a_moment_ago_is_a_course_server_at_its_first_start(tmp
     finally:
         close_shared_ledgers()
         led.close()
+
+
+def test_course_servers_are_outside_the_named_server_limit(tmp_path):
+    """A student whose stopped personal servers fill ``named_server_limit_per_user`` (JupyterHub
+    counts stopped records too) was refused their course server by Start all ("already has the
+    maximum of 3 named servers"); and course servers must not use up the personal allowance."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from jupyterhub_gpulab.courses.hubhook import make_server_limit
+    from jupyterhub_gpulab.ledger.ledger import close_shared_ledgers
+
+    url = f"sqlite:///{tmp_path / 'l.sqlite'}"
+    led = Ledger(url)
+    store = CourseStore(led.engine)
+    store.declare([parse_course({"slug": "dl101"})])
+    ann = SimpleNamespace(orm_spawners={"": 0, "a": 0, "b": 0, "c": 0})
+
+    def asks(limit, user: str, server: str | None) -> int:
+        path_args = [user, server] if server is not None else [user]
+        handler = SimpleNamespace(path_args=path_args, find_user={"ann": ann}.get)
+        return asyncio.run(limit(handler))
+
+    try:
+        limit = make_server_limit(url, 3)
+        assert asks(limit, "ann", "dl101") == 0  # a course's server: no limit applies
+        assert asks(limit, "ann", "d") == 3  # three personal servers: the fourth is refused
+        ann.orm_spawners["dl101"] = 0
+        assert asks(limit, "ann", "d") == 4  # the course server does not use one up
+        store.put(parse_course({"slug": "ml202"}), by="admin")  # a moment ago: still known
+        assert asks(limit, "ann", "ml202") == 0
+
+        async def by_handler(handler):  # JupyterHub's other form: an awaitable callable
+            return 2
+
+        assert asks(make_server_limit(url, by_handler), "ann", "e") == 3
+        assert asks(make_server_limit(url, 0), "ann", "dl101") == 0  # 0: no limit at all
+    finally:
+        close_shared_ledgers()
+        led.close()

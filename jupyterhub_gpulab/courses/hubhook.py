@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 import logging
 import time
 
@@ -88,15 +89,55 @@ class _CourseCache:
         self._at = 0.0
         self._courses: dict = {}
 
+    def slugs(self) -> frozenset[str]:
+        """Every stored course's slug (re-read at most every ``ttl`` seconds)."""
+        if time.monotonic() - self._at > self.ttl:
+            self._read()
+        return frozenset(self._courses)
+
     def get(self, slug: str):
         if slug not in self._courses or time.monotonic() - self._at > self.ttl:
-            from ..ledger import shared_ledger
-            from .store import CourseStore
-
-            store = CourseStore(shared_ledger(self.db_url).engine)
-            self._courses = {s.course.slug: s for s in store.all()}
-            self._at = time.monotonic()
+            self._read()
         return self._courses.get(slug)
+
+    def _read(self) -> None:
+        from ..ledger import shared_ledger
+        from .store import CourseStore
+
+        store = CourseStore(shared_ledger(self.db_url).engine)
+        self._courses = {s.course.slug: s for s in store.all()}
+        self._at = time.monotonic()
+
+
+def make_server_limit(db_url: str, base):
+    """JupyterHub's ``named_server_limit_per_user`` with course servers outside it: ``base`` (the
+    admin's limit: an int, or JupyterHub's callable of the handler) counts a user's personal
+    named servers only. A course server (named as a stored course's slug) is never refused for
+    the limit, and the user's course servers do not use it up: a student whose three stopped
+    personal servers fill a limit of 3 still gets the course's server from Start all.
+
+    JupyterHub counts every named server record, stopped ones included, and asks the limit
+    only when a new record would be made (``_check_named_server_request``); the handler's path
+    names the user and the server (``/users/<user>/servers/<name>``, ``/spawn/<user>/<name>``)."""
+    cache = _CourseCache(db_url)
+
+    async def limit(handler) -> int:
+        from ..ledger import aio
+
+        n = base(handler) if callable(base) else base
+        if inspect.isawaitable(n):
+            n = await n
+        args = [a for a in getattr(handler, "path_args", ()) or () if a is not None]
+        if not n or len(args) < 2:
+            return n
+        if await aio.call(cache.get, args[-1]) is not None:
+            return 0  # a course's server: the course decides who has one
+        slugs = await aio.call(cache.slugs)
+        user = handler.find_user(args[0])
+        named = set(user.orm_spawners) - {""} if user is not None else set()
+        return n + len(named & slugs)
+
+    return limit
 
 
 def _budget_refusal(spawner, stored) -> str | None:
@@ -287,6 +328,9 @@ def configure_courses(c, *, service: str = "gpulab") -> None:
     spawner = c.Spawner if "pre_spawn_hook" in c.Spawner else None
     before = spawner.pre_spawn_hook if spawner is not None else None
     c.Spawner.pre_spawn_hook = make_pre_spawn_hook(gpulab.db_url, settings, before)
+    if "named_server_limit_per_user" in c.JupyterHub and c.JupyterHub.named_server_limit_per_user:
+        base = c.JupyterHub.named_server_limit_per_user
+        c.JupyterHub.named_server_limit_per_user = make_server_limit(gpulab.db_url, base)
     courses = {co.slug: co for co in _stored(gpulab.db_url)}
     # the valid ones: a broken course is the service's to report, never a reason to stop the hub
     courses.update({co.slug: co for co in settings.declared_each()[0]})

@@ -8,7 +8,8 @@ It makes the calls the example configuration used to make one by one, in the ord
     2. service     (hub.hubconfig.configure_service)  the gpulab service, its scopes and roles
     3. metrics     (hub.hubconfig.configure_prometheus)  a Prometheus token, when one is given
     4. courses     (courses.hubhook.configure_courses)   the course hook, staff roles, pre-start
-                                                       tokens
+                                                       tokens; course servers outside
+                                                       named_server_limit_per_user
 
 and does **no I/O while the config file loads**. The config file runs in every process that
 reads the lab's settings (the hub, the gpulab service, the ``gpulab`` command); only the hub needs
@@ -143,6 +144,29 @@ def configure(
     c.JupyterHub.load_roles = AtHubStart(c.JupyterHub.load_roles, entries, 0)
     c.JupyterHub.services = AtHubStart(c.JupyterHub.services, entries, 1)
     c.Spawner.pre_spawn_hook = _course_hook(c, before)
+    base = (
+        c.JupyterHub.named_server_limit_per_user
+        if "named_server_limit_per_user" in c.JupyterHub
+        else 0
+    )
+    if base:
+        c.JupyterHub.named_server_limit_per_user = _server_limit(c, base)
+
+
+def _server_limit(c: Config, base):
+    """``named_server_limit_per_user`` with course servers outside ``base``
+    (:func:`~..courses.hubhook.make_server_limit`), made at its first use in the hub."""
+    made: list = []
+
+    async def limit(handler):
+        if not made:
+            from ..courses.hubhook import make_server_limit
+            from ..lab.config import GPULab
+
+            made.append(make_server_limit(GPULab(config=c).db_url, base))
+        return await made[0](handler)
+
+    return limit
 
 
 def _course_hook(c: Config, before):
