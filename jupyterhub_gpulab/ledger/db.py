@@ -159,9 +159,21 @@ class Checkpointer:
         self._thread.start()
         return self
 
-    def checkpoint(self) -> None:
-        with self.engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+    def checkpoint(self) -> tuple[int, int, int]:
+        """One PASSIVE checkpoint: ``(busy, wal frames, frames checkpointed)``, SQLite's row.
+
+        On the DBAPI connection, outside any transaction: through a SQLAlchemy connection it ran
+        inside the ``BEGIN IMMEDIATE`` that the engine's begin hook issues, where SQLite refuses
+        it ("database table is locked"), so no checkpoint ever ran and the WAL grew to
+        :data:`SAFETY_CHECKPOINT_PAGES` (80 MB) before a commit paid for it."""
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            busy, log_frames, done = cur.fetchone()
+            cur.close()
+        finally:
+            raw.close()
+        return busy, log_frames, done
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
