@@ -1,0 +1,62 @@
+"""The SQLite engine under the ledger: its WAL is checkpointed off the claim path, and a thread's
+transactions keep one connection (and so its page cache)."""
+
+from __future__ import annotations
+
+import os
+
+import sqlalchemy as sa
+from ledger_support import lab_inventory
+
+from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.ledger import Ledger, db
+
+SEAT = SliceRequest(kind=SliceKind.SHARED)
+
+
+def test_the_checkpointer_moves_the_wal_into_the_database(tmp_path):
+    path = tmp_path / "c.sqlite"
+    engine = db.make_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x TEXT)")
+        conn.exec_driver_sql("INSERT INTO t VALUES (?)", [("x" * 500,) for _ in range(200)])
+    before = os.path.getsize(path)
+    busy, frames, done = db.Checkpointer(engine).checkpoint()
+    assert (busy, done) == (0, frames) and frames > 0
+    assert os.path.getsize(path) > before
+    with engine.connect() as conn:  # the engine is still usable, the rows all there
+        assert conn.exec_driver_sql("SELECT count(*) FROM t").scalar_one() == 200
+    engine.dispose()
+
+
+def test_one_thread_keeps_its_connection_after_another_was_opened(tmp_path):
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'p.sqlite'}")
+    first, second = engine.connect(), engine.connect()  # two pooled, as with the checkpointer
+    first.close()
+    second.close()
+    used = []
+    for _ in range(4):
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SELECT 1")
+            used.append(id(conn.connection.dbapi_connection))
+    assert len(set(used)) == 1
+    engine.dispose()
+
+
+def test_claims_and_releases_reuse_the_connection_the_checkpointer_shared(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
+    ledger.sync_inventory(lab_inventory())
+    used = []
+
+    @sa.event.listens_for(ledger.engine, "begin")
+    def _begin(conn):
+        used.append(id(conn.connection.dbapi_connection))
+
+    held = ledger.engine.connect()  # a second connection in the pool, as a checkpoint makes
+    ledger._checkpointer.checkpoint()
+    held.close()
+    for i in range(3):
+        c = ledger.claim(SEAT, user=f"u{i}", profile="p")
+        assert ledger.release(c.allocation.id, "stopped")
+    assert len(set(used)) == 1
+    ledger.close()
