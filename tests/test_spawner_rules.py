@@ -370,6 +370,33 @@ async def test_an_engine_without_the_gpu_runtime_is_a_clear_refusal_and_frees_th
     assert make.ledger.open_allocations() == []
 
 
+async def test_a_poll_while_the_start_is_creating_its_container_keeps_the_slice(lab):
+    """JupyterHub polls a start slower than ``slow_spawn_timeout``; a poll that came before the
+    container existed released the allocation as "container-gone", and the start then ran a
+    server on a slice the ledger called free (benchmarks/scale.py, 1,000 starts at once)."""
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "mig"}
+    reached, go = asyncio.Event(), asyncio.Event()
+    engine = sp.docker
+
+    async def slow_create(method, *args, **kwargs):
+        if method == "create_container":
+            reached.set()
+            await go.wait()
+        return await engine(method, *args, **kwargs)
+
+    sp.docker = slow_create
+    start = asyncio.ensure_future(sp.start())
+    await asyncio.wait_for(reached.wait(), 30)
+    assert await sp.poll() is None  # still starting: not gone
+    [held] = make.ledger.open_allocations()
+    go.set()
+    await start
+    assert make.ledger.get(held.id).open and sp.allocation_id == held.id
+    assert await sp.poll() is None  # and running
+
+
 async def test_a_container_gone_from_the_engine_frees_its_slice_at_the_next_poll(lab):
     make = lab()
     sp = make("ann", ["students"])

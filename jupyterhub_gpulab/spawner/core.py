@@ -356,7 +356,14 @@ class SliceSpawnerCore(
         call on one shared thread, so under a burst each refusal would queue behind the winners'
         container creates and starts (seconds); a refusal must not wait for slow work it did not
         cause.
+
+        While this process's own ``start()`` is in flight, ``None`` (still starting) without
+        asking the engine: its container may not exist yet, and under load JupyterHub polls a
+        start that outlasts ``slow_spawn_timeout``. Judging it "gone" then released the slice the
+        start went on to attach (seen in ``benchmarks/scale.py``'s 1,000-start storm).
         """
+        if not self._start_done:
+            return None
         if self._no_container and not self.object_id:
             return 0
         rt = self.runtime()
