@@ -105,8 +105,7 @@ class SliceSpawnerCore(
         raise NotImplementedError(f"{type(self).__name__} cannot remove an object")
 
     def _start_refusal(self, exc: BaseException) -> SpawnRefused | None:
-        """The refusal a failed start becomes for the user (logged, recorded), or ``None``: the
-        error is raised as it is."""
+        """The refusal a failed start becomes for the user (logged, recorded), or ``None``."""
         return None
 
     mps = Bool(
@@ -138,8 +137,7 @@ class SliceSpawnerCore(
     # -- lab ------------------------------------------------------------------------------------
     _events: list[dict]
     _start_done: bool = True
-    #: True from the start of start() until a container is asked for: a refused spawn made none,
-    #: so poll() answers without the engine (see poll()).
+    #: True from start() until a container is asked for: poll() answers a refusal engine-free
     _no_container: bool = False
     #: set by the backend's lookup when it removed an object that was not this server's
     _removed_foreign: bool = False
@@ -352,15 +350,10 @@ class SliceSpawnerCore(
         allocation, and a running one whose allocation was closed elsewhere is re-adopted
         (:meth:`_readopt`).
 
-        JupyterHub polls every failed start before answering it. DockerSpawner runs every engine
-        call on one shared thread, so under a burst each refusal would queue behind the winners'
-        container creates and starts (seconds); a refusal must not wait for slow work it did not
-        cause.
-
-        While this process's own ``start()`` is in flight, ``None`` (still starting) without
-        asking the engine: its container may not exist yet, and under load JupyterHub polls a
-        start that outlasts ``slow_spawn_timeout``. Judging it "gone" then released the slice the
-        start went on to attach (seen in ``benchmarks/scale.py``'s 1,000-start storm).
+        JupyterHub polls every failed start before answering it; under a burst a refusal must
+        not queue behind the winners' engine calls on DockerSpawner's one thread. While this
+        process's own ``start()`` is in flight, ``None``: JupyterHub polls a start slower than
+        ``slow_spawn_timeout``, maybe before its container exists (``benchmarks/scale.py``).
         """
         if not self._start_done:
             return None
