@@ -1,10 +1,12 @@
 """The Docker engine stood in at DockerSpawner's one seam, ``docker(method, …)``, through which every
 engine call goes: :class:`EngineRecorder` keeps the containers it was asked to create in a dict
 and records every call, and :class:`EngineFreeSpawner` is gpulab's real spawner on top of it.
-Used by the engine-free spawner tests (test_spawner_rules.py, test_example_p40_lab.py)."""
+Used by the engine-free spawner tests (test_spawner_rules.py, test_example_p40_lab.py), and with
+:class:`HubEngine` by benchmarks/scale.py, whose hubs' spawners all answer from one such engine."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable
 
@@ -33,7 +35,12 @@ class EngineRecorder(DockerSpawner):
     """DockerSpawner whose ``docker()`` seam answers from a dict of containers instead of an
     engine, and records every call as ``(method, args, kwargs)`` in ``engine_calls``.
 
-    ``fail`` maps a method name to the exception that call raises (as the engine would)."""
+    ``fail`` maps a method name to the exception that call raises (as the engine would); every
+    container's port is published on 127.0.0.1:``host_port``."""
+
+    host_port = "49153"
+    record = True
+    on_engine_thread = False
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -45,16 +52,23 @@ class EngineRecorder(DockerSpawner):
         return [(a, kw) for m, a, kw in self.engine_calls if m == method]
 
     def _find(self, ref: str) -> dict:
+        if ref in self.containers:
+            return self.containers[ref]
         for c in self.containers.values():
-            if ref in (c["Id"], c["Name"]):
+            if ref == c["Name"]:
                 return c
         raise _not_found(ref)
 
     async def docker(self, method, *args, **kwargs):
+        if self.on_engine_thread:  # where DockerSpawner's own docker() makes every call
+            return await asyncio.wrap_future(
+                self.executor.submit(self._answer, method, args, kwargs)
+            )
         return self._answer(method, args, kwargs)
 
     def _answer(self, method, args, kwargs):
-        self.engine_calls.append((method, args, kwargs))
+        if self.record:
+            self.engine_calls.append((method, args, kwargs))
         if method in self.fail:
             raise self.fail[method]
         if method == "inspect_image":
@@ -66,20 +80,32 @@ class EngineRecorder(DockerSpawner):
             self.containers[cid] = {
                 "Id": cid,
                 "Name": kwargs["name"],
-                "State": {"Running": False, "ExitCode": 0, "Error": "", "FinishedAt": ""},
+                "State": {
+                    "Running": False,
+                    "Status": "created",
+                    "ExitCode": 0,
+                    "Error": "",
+                    "FinishedAt": "",
+                },
                 "Config": {"Env": kwargs["environment"], "Labels": kwargs.get("labels") or {}},
                 "HostConfig": kwargs["host_config"],
             }
             return {"Id": cid}
-        if method == "start":
-            self._find(args[0])["State"]["Running"] = True
+        if method in ("start", "stop"):
+            running = method == "start"
+            state = self._find(args[0])["State"]
+            state["Running"], state["Status"] = running, "running" if running else "exited"
             return None
         if method == "port":
             self._find(args[0])
-            return [{"HostIp": "127.0.0.1", "HostPort": "49153"}]
-        if method == "stop":
-            self._find(args[0])["State"]["Running"] = False
-            return None
+            return [{"HostIp": "127.0.0.1", "HostPort": self.host_port}]
+        if method == "containers":  # docker ps -a's rows, as the reconcile lists them
+            return [
+                {"Id": c["Id"], "Names": ["/" + c["Name"]], "State": c["State"]["Status"],
+                 "Labels": c["Config"]["Labels"]}
+                for c in list(self.containers.values())
+                if kwargs.get("all") or c["State"]["Running"]
+            ]  # fmt: skip
         if method == "remove_container":
             self.containers.pop(self._find(args[0])["Id"])
             return None
@@ -108,6 +134,24 @@ class EngineFreeSpawner(GPUDockerSpawner, EngineRecorder):
         if getattr(self, "_recorder_backend", None) is None:
             self._recorder_backend = backend_for(self.config, lambda: _RecorderClient(self))
         return self._recorder_backend
+
+
+class HubEngine:
+    """Put before :class:`EngineRecorder` (or :class:`EngineFreeSpawner`) in a hub's spawner
+    class: every spawner of the hub process answers from one dict of containers, as spawners
+    share one engine, and records no calls (a hub runs for a long time). Each call is answered
+    on DockerSpawner's engine thread (its ``executor``), as its real ``docker()`` makes it: the
+    same trip to a thread and back per call as on an engine, for any spawner class. Set
+    ``host_port`` to where a server answers for every container (tests/standin_singleuser.py
+    serves any user's prefix)."""
+
+    engine: dict[str, dict] = {}
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.containers = HubEngine.engine
+        self.record = False
+        self.on_engine_thread = True
 
 
 def spawner_maker(config: Config, db) -> Callable[..., EngineFreeSpawner]:

@@ -105,6 +105,18 @@ def test_spawn_benchmark_reports_refusals_against_the_bare_hubs_floor():
     assert r["double_allocations"] == 0 and r["open_allocations_after"] == 0
 
 
+@pytest.mark.hub
+def test_scale_benchmark_storms_both_hubs_and_leaves_the_ledger_clean():
+    r = run_small("scale", 300)
+    has_keys(r, "storm_wall_s_ours", "storm_wall_s_plain", "storm_ratio", "storm_1000_ratio",
+             "hub_peak_rss_mib_ours", "hub_peak_rss_mib_plain", "service_peak_rss_mib",
+             "loadavg_1m")  # fmt: skip
+    assert r["order"] == ["ours", "plain"] and r["storm_1000_ratio"] is None  # 20 users
+    # every user held a slice at the peak, none twice, and the stops released them all
+    assert r["open_at_peak"] == r["users"] == 20
+    assert r["double_allocations"] == 0 and r["open_allocations_after"] == 0
+
+
 @pytest.mark.docker
 def test_prestart_benchmark_gives_both_sides_the_same_content():
     r = run_small("prestart", 900)
