@@ -15,7 +15,8 @@ both sides, DockerSpawner's ``docker(method, …)`` coroutine (tests/enginefree_
 the reconcile lists what the spawners made); every container's published port is that of one
 shared stand-in single-user server (tests/standin_singleuser.py), which answers the hub's
 readiness check (``GET /user/<name>/api``) for any user, so the proxy routes all 1,000 servers to
-one process. Both sides do the same engine work; what differs is the spawner and the service.
+one process. Both sides do the same engine work and get the same request body
+(``{"profile": …}``, which JupyterHub saves on both); what differs is the spawner and the service.
 
 Rounds are interleaved: ``--rounds`` pairs in ABBA order (ours, plain, plain, ours for 2). Each
 round (users created through the REST API beforehand, untimed): every user POSTs
@@ -159,8 +160,9 @@ def slices(spec: list[dict]) -> int:
 
 
 def options_for(side: str, i: int) -> dict:
-    """User ``i``'s spawn options: ours alternates a MIG instance and a seat; plain has none."""
-    return {"profile": ("mig", "seat")[i % 2]} if side == "ours" else {}
+    """User ``i``'s spawn options, the same on both sides (a MIG instance or a seat): JupyterHub
+    saves them as the next default whatever the spawner (a write); DockerSpawner ignores them."""
+    return {"profile": ("mig", "seat")[i % 2]}
 
 
 def make_hubs(
