@@ -25,7 +25,13 @@
 #     container through /proc/<pid>/cgroup, and gpulab's seat-guard decision must order it
 #     ended within the grace (GPU_CHECK_GRACE, default 5 s, plus one read); the process is then
 #     ended as the service does (the shell's kill in the container) and must be gone.
-# It never changes the GPU's settings (no MIG mode or instance changes, no resets, no clocks).
+#  5. only when GPU_CHECK_MIG_LAYOUT names a layout (e.g. 2x3g.40gb) and the slice is a MIG
+#     instance: the layout round trip of `gpulab mig-layout` (issue 22), gpulab's
+#     miglayout.round_trip: the GPU re-laid to that layout and back to the one found, each read
+#     back from NVML; refused, changing nothing, while a process holds an instance. Never set
+#     it on a machine whose GPU settings you may not change (the device tool's lent machines).
+# Without GPU_CHECK_MIG_LAYOUT it never changes the GPU's settings (no MIG mode or instance
+# changes, no resets, no clocks); with it, only the MIG instances, never MIG mode.
 # The last line of stdout is one JSON object with the results; exit 0 when every check passed.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,7 +78,7 @@ esac
 echo "gpu-check: building the $variant PyTorch image (first time: several GB)" >&2
 image=$(images/build-image.sh --variant "$variant" base pytorch | tail -n 1)
 "$PYTHON" - "$image" "${1:-}" "$variant" <<'EOF'
-import json, subprocess, sys
+import json, os, subprocess, sys
 
 from jupyterhub_gpulab.inventory import discover
 from jupyterhub_gpulab.lab.images import device_problem, requirements_from_labels
@@ -214,6 +220,16 @@ checks = {
     and host["caught_after_s"] <= host["grace_s"] + 2.0,
     "host_kill_ends_it": host["ended"],
 }
+# 5. opt-in only (GPU_CHECK_MIG_LAYOUT, e.g. 2x3g.40gb): re-lay the slice's GPU and back
+layout = os.environ.get("GPU_CHECK_MIG_LAYOUT", "")
+if layout and pick.kind.value == "mig":
+    from jupyterhub_gpulab.inventory.miglayout import LayoutError, LayoutRefused, round_trip
+
+    try:
+        result["mig_layout"] = round_trip(None, pick.device_uuid, layout)
+    except (LayoutError, LayoutRefused) as e:
+        result["mig_layout"] = {"ok": False, "why": str(e)}
+    checks["mig_layout_round_trip"] = result["mig_layout"]["ok"]
 print(json.dumps({**result, "runs": runs, "host": host, "checks": checks, "checked": True,
                   "ok": all(checks.values())}))
 sys.exit(0 if all(checks.values()) else 1)

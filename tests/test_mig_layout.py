@@ -242,3 +242,17 @@ def test_plan_keeps_what_fits_and_lays_out_again_what_does_not():
 def test_the_command_line_parses_mig_layout():
     args = build_parser().parse_args(["mig-layout", "-f", "c.py", "GPU-1", CLASS, "--wait", "60"])
     assert (args.gpu, args.layout, args.wait, args.func) == ("GPU-1", CLASS, 60.0, cmd_mig_layout)
+
+
+def test_the_gpu_checks_round_trip_lays_out_and_back_and_reads_each(lab):
+    """scripts/gpu-check.sh's opt-in layout check (GPU_CHECK_MIG_LAYOUT): to the research layout
+    and back to the class layout, each read back from NVML."""
+    from jupyterhub_gpulab.inventory.miglayout import LayoutRefused, round_trip
+
+    nvml, uuid, _config, _ledger = lab
+    out = round_trip(nvml, uuid, RESEARCH)
+    assert out == {"before": CLASS, "during": RESEARCH, "after": CLASS, "ok": True}
+    assert sorted(s.mig_profile for s in discover(node="gpu1", nvml=nvml).slices) == ["1g.10gb"] * 7
+    nvml.start_process(nvml.gpus[0].migs[0].uuid, 4242)  # someone's process: refused, not forced
+    with pytest.raises(LayoutRefused, match="in use"):
+        round_trip(nvml, uuid, RESEARCH)

@@ -41,6 +41,7 @@ __all__ = [
     "parse_layout",
     "plan",
     "read_gpu",
+    "round_trip",
 ]
 
 _GROUP = re.compile(r"^(?:(\d+)\s*[x×*]\s*)?(\d+g\.\d+gb(?:[+-][a-z.]+)?)$")
@@ -234,6 +235,20 @@ def apply(nvml: Any, uuid: str, layout: list[str] | str) -> tuple[list[str], Pla
         return [i.profile for i in current], todo
     finally:
         shutdown(nvml)
+
+
+def round_trip(nvml: Any, uuid: str, layout: list[str] | str) -> dict:
+    """``scripts/gpu-check.sh``'s layout check: re-lay ``uuid`` as ``layout``, then back to the
+    layout it had, reading NVML after each. ``{"before", "during", "after"}`` (as
+    :func:`format_layout` writes them) and ``"ok"``: each read matched its target. Raises what
+    :func:`apply` raises; nothing else is touched (MIG mode, other GPUs)."""
+    target = parse_layout(layout) if isinstance(layout, str) else list(layout)
+    before, _ = apply(nvml, uuid, target)
+    during, _ = apply(nvml, uuid, before)  # back; returns the layout it found: the target's
+    after, _ = apply(nvml, uuid, before)  # a no-op that reads the layout back
+    same = sorted(during) == sorted(target) and sorted(after) == sorted(before)
+    return {"before": format_layout(before), "during": format_layout(during),
+            "after": format_layout(after), "ok": same}  # fmt: skip
 
 
 # -- doing it ---------------------------------------------------------------------------------------
