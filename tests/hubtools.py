@@ -30,10 +30,41 @@ _POLL_LINE = re.compile(r" 200 (GET|HEAD) \S+ \(tests@| GET /api/routes")
 DOCKER_GATEWAY = "172.17.0.1"
 
 
+#: ports this process has handed out (a hub binds them only when it starts)
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel picks for outgoing connections (32768 on Debian)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now on every address, below the kernel's ephemeral range and never handed
+    out before in this process.
+
+    Port 0 gave an ephemeral port, which the kernel may hand to any outgoing connection (a
+    test's HTTP client, the Docker client) before the hub binds it: CI at e334bc7 failed one SSO
+    test with the hub's "Address already in use" on 58393."""
+    low = 20000
+    high = max(low + 1000, _ephemeral_low() - 1)
+    rng = secrets.SystemRandom()
+    for _ in range(500):
+        port = rng.randint(low, high)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free port between {low} and {high}")
 
 
 BASE_CONFIG = """
