@@ -109,6 +109,14 @@ class _CourseCache:
         self._at = time.monotonic()
 
 
+_CACHES: dict[str, _CourseCache] = {}
+
+
+def _cache_for(db_url: str) -> _CourseCache:
+    """The process's one :class:`_CourseCache` of ``db_url`` (the hook's and the limit's)."""
+    return _CACHES.setdefault(db_url, _CourseCache(db_url))
+
+
 def make_server_limit(db_url: str, base):
     """JupyterHub's ``named_server_limit_per_user`` with course servers outside it: ``base`` (the
     admin's limit: an int, or JupyterHub's callable of the handler) counts a user's personal
@@ -116,10 +124,9 @@ def make_server_limit(db_url: str, base):
     the limit, and the user's course servers do not use it up: a student whose three stopped
     personal servers fill a limit of 3 still gets the course's server from Start all.
 
-    JupyterHub counts every named server record, stopped ones included, and asks the limit
-    only when a new record would be made (``_check_named_server_request``); the handler's path
-    names the user and the server (``/users/<user>/servers/<name>``, ``/spawn/<user>/<name>``)."""
-    cache = _CourseCache(db_url)
+    JupyterHub counts every named server record, stopped ones included, when a new one would be
+    made; the handler's path names the user and the server (``/users/<user>/servers/<name>``)."""
+    cache = _cache_for(db_url)
 
     async def limit(handler) -> int:
         from ..ledger import aio
@@ -182,8 +189,7 @@ def _copy_image(spawner, course, settings) -> str:
     ``helper_image``, else the image of the profile this course server starts with (the lab's
     profile of that slug; the course's first when the start names none), else the spawner's.
 
-    Not ``spawner.image`` first: before the spawner applies the profile it is still
-    DockerSpawner's default, which a lab without a registry (``pull_policy = "never"``) lacks."""
+    Not ``spawner.image`` first: before the profile applies it is DockerSpawner's default."""
     if settings.helper_image:
         return settings.helper_image
     rt = spawner.runtime() if hasattr(spawner, "runtime") else None
@@ -244,7 +250,7 @@ def make_pre_spawn_hook(db_url: str, settings, before=None):
     :class:`~.config.GPULabCourses` (home path, volumes; its ``shared_folder_root`` is checked
     again before a course's ``shared_folder`` is mounted: a record stored before the root was set
     is not mounted when outside it); ``before``: a hook already configured, run first."""
-    cache = _CourseCache(db_url)
+    cache = _cache_for(db_url)
     home_path, shared_root = settings.home_path, settings.shared_folder_root
 
     async def hook(spawner):
