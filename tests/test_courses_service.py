@@ -211,9 +211,8 @@ async def test_start_all_then_stop_all_tell_the_staff_how_it_went(lab):
     ]  # fmt: skip
 
 
-async def test_distribute_pulls_into_running_course_servers_and_names_failures(lab):
-    code, body = await lab.api("ta1", "POST", "courses/ml101/distribute", {})
-    assert body["message"] == "Nothing to pull: the course has no repository."
+async def with_content_and_two_servers(lab) -> None:
+    """ml101 gets a repository, and stu1 and stu2 run its course server."""
     await lab.api(
         "ta1",
         "PUT",
@@ -222,6 +221,12 @@ async def test_distribute_pulls_into_running_course_servers_and_names_failures(l
     )
     lab.hub.run("stu1", "ml101")
     lab.hub.run("stu2", "ml101")
+
+
+async def test_distribute_pulls_into_running_course_servers_and_names_failures(lab):
+    code, body = await lab.api("ta1", "POST", "courses/ml101/distribute", {})
+    assert body["message"] == "Nothing to pull: the course has no repository."
+    await with_content_and_two_servers(lab)
     lab.engine.status["stu1"] = b"pulled\tml101\t2026-12-02T16:40:00Z\t\t\n"
     lab.engine.status["stu2"] = b"failed\tml101\t2026-12-02T16:40:00Z\t\tno such branch\n"
     code, body = await lab.api("ta1", "POST", "courses/ml101/distribute", {})
@@ -436,14 +441,7 @@ async def test_students_and_staff_find_their_courses_on_their_own_page(lab):
 
 
 async def test_a_server_not_started_as_the_courses_is_left_alone(lab):
-    await lab.api(
-        "ta1",
-        "PUT",
-        "courses/ml101",
-        {"content": [{"repo": "https://git.example.edu/ml.git", "dir": "ml101"}]},
-    )
-    lab.hub.run("stu1", "ml101")
-    lab.hub.run("stu2", "ml101")
+    await with_content_and_two_servers(lab)
     lab.engine.not_course.add("stu2")  # its own home mounted: never written into
     lab.engine.status["stu1"] = b"pulled\tml101\t2026-12-02T16:40:00Z\t\t\n"
     _, body = await lab.api("ta1", "POST", "courses/ml101/distribute", {})
