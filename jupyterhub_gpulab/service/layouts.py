@@ -96,42 +96,13 @@ class LayoutKeeper:
             return False
         return True
 
-    def decisions(self, now: datetime | None = None) -> list[tuple[Decision, dict, list]]:
-        """``(decision, device row, its open allocations)`` for each MIG GPU of this host the
-        schedule covers (blocking: reads the ledger)."""
-        now = now or clock.utcnow()
-        ledger = self.state.ledger
-        node = self.state.node
-        slices = [s for s in ledger.slices() if s["node"] == node and s["present"]]
-        by_slice = {}
-        for a in ledger.open_allocations():
-            by_slice.setdefault(a.slice_id, []).append(a)
-        bookings = ledger.bookings(now - timedelta(days=1), now + HORIZON)
-        out = []
-        for dev in ledger.devices():
-            if dev["node"] != node or not dev["present"] or not dev["mig_enabled"]:
-                continue
-            mine = [s for s in slices if s["device_uuid"] == dev["uuid"] and s["mig_profile"]]
-            held = [a for s in mine for a in by_slice.get(s["id"], ())]
-            d = decide(
-                self.schedule,
-                dev["uuid"],
-                now,
-                current=format_layout([s["mig_profile"] for s in mine]),
-                holders=len(held),
-                bookings=bookings,
-            )
-            if d is not None:
-                out.append((d, dev, held))
-        return out
-
     async def run_pass(self) -> list[GpuPass]:
         """One pass (module docstring). Never raises: a GPU's failure is logged, the rest go on."""
         if not self.active:
             return []
         now = clock.utcnow()
         try:
-            found = await aio.call(self.decisions, now)
+            found = await aio.call(decisions, self.state, now)
         except Exception:
             log.exception("Layout pass: cannot read the ledger; the next pass tries again")
             return []
@@ -221,6 +192,40 @@ class LayoutKeeper:
             log.warning("Layout pass: %s/%r did not stop; the next pass tries again", user, name)
 
         await self.hub.stopper.stop(user, name, closed, if_not_stopped=not_stopped)
+
+
+def decisions(state, now: datetime | None = None) -> list[tuple[Decision, dict, list]]:
+    """``(decision, device row, its open allocations)`` for each MIG GPU of ``state``'s host
+    that ``c.GPULab.mig_schedule`` covers (blocking: reads the ledger; ``[]`` without a
+    schedule). The pass acts on them; the admin page and API show them."""
+    schedule = state.lab.schedule
+    if not schedule.entries:
+        return []
+    now = now or clock.utcnow()
+    ledger = state.ledger
+    node = state.node
+    slices = [s for s in ledger.slices() if s["node"] == node and s["present"]]
+    by_slice: dict[str, list] = {}
+    for a in ledger.open_allocations():
+        by_slice.setdefault(a.slice_id, []).append(a)
+    bookings = ledger.bookings(now - timedelta(days=1), now + HORIZON)
+    out = []
+    for dev in ledger.devices():
+        if dev["node"] != node or not dev["present"] or not dev["mig_enabled"]:
+            continue
+        mine = [s for s in slices if s["device_uuid"] == dev["uuid"] and s["mig_profile"]]
+        held = [a for s in mine for a in by_slice.get(s["id"], ())]
+        d = decide(
+            schedule,
+            dev["uuid"],
+            now,
+            current=format_layout([s["mig_profile"] for s in mine]),
+            holders=len(held),
+            bookings=bookings,
+        )
+        if d is not None:
+            out.append((d, dev, held))
+    return out
 
 
 def _warning(d: Decision, tz) -> str:

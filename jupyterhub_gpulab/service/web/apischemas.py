@@ -102,6 +102,14 @@ DEVICE = obj(
         "drained": BOOL,
         "drain_reason": STR,
         "layout": STRING,
+        "layout_plan": obj(
+            {"current": STR, "target": STRING, "phase": STRING, "why": STRING,
+             "next_layout": STR, "next_change_at": TIME_OR_NULL, "next_why": STR,
+             "drain": BOOL, "relay_due": BOOL, "holders_by": TIME_OR_NULL},
+            "the MIG layout schedule's plan for it (null: not scheduled), as "
+            "c.GPULab.mig_schedule and service/layouts.py decide it",
+            nullable=True,
+        ),  # fmt: skip
         **UTIL,
         "slices": array(ref("Slice")),
     }
@@ -174,6 +182,12 @@ INVENTORY = obj(
             {"id": STRING, "name": STR, "label": STRING},
             "this lab: its ledger's id (on every container label) and name",
         ),
+        "mig_schedule": array(
+            obj({"gpus": {"type": ["string", "array"]}, "class_layout": STRING,
+                 "research_layout": STRING, "class_windows": STRINGS,
+                 "follow_bookings": BOOL, "drain_lead_s": INTEGER}),
+            "c.GPULab.mig_schedule's entries (empty: no GPU changes layout by itself)",
+        ),  # fmt: skip
         "foreign_containers": array(
             FOREIGN,
             "containers not of this lab holding its GPUs, as the hub last saw the Docker "
