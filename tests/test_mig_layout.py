@@ -9,6 +9,7 @@ import argparse
 import pynvml
 import pytest
 from fake_nvml import FakeNVML
+from miglayout_support import ledger_matches_nvml
 
 import jupyterhub_gpulab.cli.miglayout as miglayout_cli
 from jupyterhub_gpulab.cli import build_parser
@@ -49,17 +50,6 @@ def run(config, uuid, layout, nvml, wait=0.0):
     return cmd_mig_layout(
         argparse.Namespace(config=str(config), gpu=uuid, layout=layout, wait=wait), nvml=nvml
     )
-
-
-def ledger_matches_nvml(ledger, nvml, uuid):
-    """The ledger's slices in service on ``uuid`` are exactly NVML's MIG devices, and no open
-    allocation sits on a slice that is gone."""
-    nvml_side = {(s.id, s.mig_profile) for s in discover(node="gpu1", nvml=nvml).slices}
-    rows = [s for s in ledger.slices() if s["device_uuid"] == uuid]
-    assert {(s["id"], s["mig_profile"]) for s in rows if s["present"]} == nvml_side
-    gone = {s["id"] for s in rows if not s["present"]}
-    assert not [a for a in ledger.open_allocations() if a.slice_id in gone]
-    return sorted(p for _, p in nvml_side)
 
 
 def drained(ledger, uuid):

@@ -270,6 +270,10 @@ def cmd_check_config(args) -> int:
     except ConfigError as e:
         errors = e.errors + errors
     image_warnings: list[str] = []
+    if lab is not None:
+        from .checkschedule import schedule_errors
+
+        errors += schedule_errors(config, gl, lab)
     if lab is not None and _uses_gpulab_spawner(config):
         image_errors, image_warnings = _image_report(config, lab)
         errors += image_errors

@@ -20,11 +20,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from traitlets import Bool, Dict, Enum, List, Unicode, default
-from traitlets.config import Config, LoggingConfigurable, PyFileConfigLoader
+from traitlets.config import Config, PyFileConfigLoader
 
 from ..clock import midnight_utc
 from ..errors import ConfigError
 from ..inventory import Inventory, InventoryError, load_inventory, load_shared
+from ..inventory.layoutschedule import LayoutSchedule
+from .migschedule import MigScheduleTraits
 from .policy import GroupPolicy
 from .policyload import load_policies, load_policy
 from .profile import Profile
@@ -48,12 +50,14 @@ class Lab:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     tz: tzinfo = timezone.utc
     term: Term | None = None
+    #: ``c.GPULab.mig_schedule``, parsed (:mod:`..inventory.layoutschedule`)
+    schedule: LayoutSchedule = field(default_factory=LayoutSchedule)
 
     def profile(self, slug: str) -> Profile | None:
         return next((p for p in self.profiles if p.slug == slug), None)
 
 
-class GPULab(LoggingConfigurable):
+class GPULab(MigScheduleTraits):
     """Configuration of the GPU lab (inventory, profiles, group policies, ledger database)."""
 
     db_url = Unicode(
@@ -330,6 +334,7 @@ class GPULab(LoggingConfigurable):
             except ConfigError as e:
                 errors.extend(f"c.GPULab.{m}" for m in e.errors)
         tz, term = self._fair_use_settings(errors)
+        schedule = self.layout_schedule(tz, errors)
         if len(self.lab_name) > 64 or not self.lab_name.isprintable():
             errors.append(
                 f"c.GPULab.lab_name {self.lab_name!r} must be at most 64 printable characters, "
@@ -360,6 +365,7 @@ class GPULab(LoggingConfigurable):
             warnings=tuple(warnings),
             tz=tz,
             term=term,
+            schedule=schedule,
         )
 
 

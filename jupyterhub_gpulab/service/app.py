@@ -28,6 +28,7 @@ from ..ledger import Ledger, aio
 from ..ledger.jobmap import JobMap
 from .cullconfig import CullerTraits
 from .culling import Culler
+from .layouts import LayoutKeeper, LayoutTraits
 from .lifetime import listen_when_free
 from .nodes import NodeReports, NodeTraits
 from .seatguard import SeatGuard
@@ -40,10 +41,11 @@ from .web.inputs import MAX_BODY_READ
 log = logging.getLogger("gpulab.service")
 
 
-class GPULabService(CullerTraits, WaitlistTraits, NodeTraits):
+class GPULabService(CullerTraits, WaitlistTraits, NodeTraits, LayoutTraits):
     """Settings of the gpulab service (``c.GPULabService.*`` in ``jupyterhub_config.py``); the
     culler's are in :class:`~.cullconfig.CullerTraits`, the waitlist's in
-    :class:`~.waitlist.WaitlistTraits`, the node agents' in :class:`~.nodes.NodeTraits`."""
+    :class:`~.waitlist.WaitlistTraits`, the node agents' in :class:`~.nodes.NodeTraits`, the MIG
+    layout pass's in :class:`~.layouts.LayoutTraits`."""
 
     cookie_secret_file = Unicode(
         SECRET_FILE,
@@ -185,6 +187,7 @@ class Service:
         )  # fmt: skip
         self.nodes = NodeReports(self.state, timeout_s=settings.node_timeout)
         self.waitlist = WaitlistKeeper(self.state, self.hub, settings)
+        self.layouts = LayoutKeeper(self.state, self.hub, settings)
         secret = cookie_secret or read_cookie_secret(settings.cookie_secret_file)
         self.courses = make_course_manager(gpulab, self.ledger, self.hub, self.state.lab, secret)
         self.app = make_app(
@@ -232,6 +235,7 @@ class Service:
             (self.courses_due, self.courses.settings.check_interval),
             (self.waitlist.run_pass, self.settings.waitlist_every),
             (self.expire_nodes, self.settings.node_check_every),
+            (self.layouts.run_pass, self.settings.layout_every),
         ):
             pc = PeriodicCallback(job, 1000 * seconds)
             pc.start()

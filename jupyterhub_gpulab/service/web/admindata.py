@@ -24,6 +24,7 @@ from ...ledger.census import usage_sums
 from ...ledger.listing import devices_page, open_allocations_by_id, open_uncharged, slice_totals
 from ..state import LabState
 from . import labview, usageview, views
+from .layoutview import add_layouts
 from .paging import Page
 
 
@@ -76,6 +77,7 @@ async def admin_page_data(state: LabState, devices: Page) -> dict:
     inv["totals"] = r["totals"]
     inv["lab"] = labview.lab_view(r["identity"], state.gpulab.lab_name)
     inv["foreign_containers"] = labview.foreign_view(r["foreign"])
+    await add_layouts(state, inv, r["now"])
     return {
         "node": state.node,
         "taken_at": views.iso(r["now"]),

@@ -89,6 +89,19 @@ SLICE = obj(
     }
 )
 
+#: a scheduled GPU's plan (service/web/layoutview.py); null: not scheduled
+LAYOUT_PLAN = obj(
+    {**dict.fromkeys(("current", "next_layout", "next_why"), STR),
+     **dict.fromkeys(("target", "phase", "why"), STRING),
+     **dict.fromkeys(("next_change_at", "holders_by"), TIME_OR_NULL),
+     "drain": BOOL, "relay_due": BOOL},
+    nullable=True,
+)  # fmt: skip
+SCHEDULE_ENTRY = obj(
+    {"gpus": {"type": ["string", "array"]}, "class_layout": STRING, "research_layout": STRING,
+     "class_windows": STRINGS, "follow_bookings": BOOL, "drain_lead_s": INTEGER}
+)  # fmt: skip
+
 DEVICE = obj(
     {
         "uuid": STRING,
@@ -102,6 +115,7 @@ DEVICE = obj(
         "drained": BOOL,
         "drain_reason": STR,
         "layout": STRING,
+        "layout_plan": LAYOUT_PLAN,
         **UTIL,
         "slices": array(ref("Slice")),
     }
@@ -174,6 +188,7 @@ INVENTORY = obj(
             {"id": STRING, "name": STR, "label": STRING},
             "this lab: its ledger's id (on every container label) and name",
         ),
+        "mig_schedule": array(SCHEDULE_ENTRY, "c.GPULab.mig_schedule (empty: none)"),
         "foreign_containers": array(
             FOREIGN,
             "containers not of this lab holding its GPUs, as the hub last saw the Docker "

@@ -16,6 +16,7 @@ from ...ledger import aio
 from ...ledger.listing import open_allocations_page
 from ..state import LabState
 from . import labview, usageview, views
+from .layoutview import add_layouts
 from .paging import Page
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ async def admin_data(
         )
         out["inventory"]["lab"] = labview.lab_view(identity, state.gpulab.lab_name)
         out["inventory"]["foreign_containers"] = labview.foreign_view(foreign)
+        await add_layouts(state, out["inventory"])
     if "allocations" in parts:
         servers, servers_at = await hub_servers(hub)
         rows = views.allocation_view(
