@@ -21,7 +21,9 @@ def test_the_checkpointer_moves_the_wal_into_the_database(tmp_path):
         conn.exec_driver_sql("CREATE TABLE t (x TEXT)")
         conn.exec_driver_sql("INSERT INTO t VALUES (?)", [("x" * 500,) for _ in range(200)])
     before = os.path.getsize(path)
-    busy, frames, done = db.Checkpointer(engine).checkpoint()
+    checkpointer = db.Checkpointer(engine)
+    busy, frames, done = checkpointer.checkpoint()
+    checkpointer.stop()
     assert (busy, done) == (0, frames) and frames > 0
     assert os.path.getsize(path) > before
     with engine.connect() as conn:  # the engine is still usable, the rows all there
@@ -59,4 +61,21 @@ def test_claims_and_releases_reuse_the_connection_the_checkpointer_shared(tmp_pa
         c = ledger.claim(SEAT, user=f"u{i}", profile="p")
         assert ledger.release(c.allocation.id, "stopped")
     assert len(set(used)) == 1
+    ledger.close()
+
+
+def test_the_checkpointer_never_takes_a_connection_from_the_claims_pool(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'k.sqlite'}")
+    ledger.sync_inventory(lab_inventory())
+    checkouts = []
+    sa.event.listen(ledger.engine, "checkout", lambda *args: checkouts.append(args[0]))
+    with ledger.engine.connect():  # a claim in flight holds the pool's one connection
+        c = ledger.claim(SEAT, user="u0", profile="p")  # another claim, its own connection
+        ledger.release(c.allocation.id, "stopped")
+        checkouts.clear()
+        for _ in range(3):
+            busy, frames, done = ledger._checkpointer.checkpoint()
+            assert busy == 0 and done == frames
+    assert checkouts == [], "the checkpointer borrowed a pooled connection"
+    assert ledger.engine.pool.checkedin() == 2  # the two claims' connections, no third
     ledger.close()

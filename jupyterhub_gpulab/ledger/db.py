@@ -13,6 +13,7 @@ revision; an older one is refused with the command that upgrades it, as JupyterH
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -150,6 +151,11 @@ class Checkpointer:
     SQLite's automatic checkpoint runs inside the commit that crosses its threshold and costs that
     commit an fsync (~3 ms here, measured by ``benchmarks/ledger.py``); done here, claims and
     releases never pay it. PASSIVE checkpoints never block readers or writers.
+
+    It checkpoints on a connection of its own, opened on first use and never in the engine's
+    pool: borrowing a pooled one took the claim's connection from it (a claim in flight made the
+    pool open a second, which the LIFO pool then handed to the next claim with a cold page cache)
+    and could make a claim wait for a checkout.
     """
 
     def __init__(self, engine: sa.Engine, interval_s: float = 1.0):
@@ -157,6 +163,8 @@ class Checkpointer:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpulab-wal-checkpoint", daemon=True)
+        self._conn: sqlite3.Connection | None = None
+        self._conn_lock = threading.Lock()
 
     @staticmethod
     def wanted(engine: sa.Engine) -> bool:
@@ -169,17 +177,18 @@ class Checkpointer:
     def checkpoint(self) -> tuple[int, int, int]:
         """One PASSIVE checkpoint: ``(busy, wal frames, frames checkpointed)``, SQLite's row.
 
-        On the DBAPI connection, outside any transaction: through a SQLAlchemy connection it ran
-        inside the ``BEGIN IMMEDIATE`` that the engine's begin hook issues, where SQLite refuses
-        it ("database table is locked"), so no checkpoint ever ran and the WAL grew to
-        :data:`SAFETY_CHECKPOINT_PAGES` (80 MB) before a commit paid for it."""
-        raw = self.engine.raw_connection()
-        try:
-            cur = raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        In autocommit mode, outside any transaction: inside the ``BEGIN IMMEDIATE`` that the
+        engine's begin hook issues SQLite refuses it ("database table is locked")."""
+        with self._conn_lock:
+            if self._conn is None:
+                # autocommit (isolation_level None); used by this thread and by callers of this
+                # method, one at a time under the lock
+                self._conn = sqlite3.connect(
+                    self.engine.url.database, isolation_level=None, check_same_thread=False
+                )
+            cur = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             busy, log_frames, done = cur.fetchone()
             cur.close()
-        finally:
-            raw.close()
         return busy, log_frames, done
 
     def _run(self) -> None:
@@ -193,3 +202,7 @@ class Checkpointer:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        with self._conn_lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
