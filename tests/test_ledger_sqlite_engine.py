@@ -4,7 +4,9 @@ transactions keep one connection (and so its page cache)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 
+import pytest
 import sqlalchemy as sa
 from ledger_support import lab_inventory
 
@@ -78,4 +80,32 @@ def test_the_checkpointer_never_takes_a_connection_from_the_claims_pool(tmp_path
             assert busy == 0 and done == frames
     assert checkouts == [], "the checkpointer borrowed a pooled connection"
     assert ledger.engine.pool.checkedin() == 2  # the two claims' connections, no third
+    ledger.close()
+
+
+def other_writer(path):
+    """A second process's connection: it fails at once instead of waiting for the lock."""
+    return sqlite3.connect(path, timeout=0, isolation_level=None)
+
+
+def test_a_write_transaction_holds_the_write_lock_from_its_begin(tmp_path):
+    path = tmp_path / "w.sqlite"
+    ledger = Ledger(f"sqlite:///{path}")
+    other = other_writer(path)
+    # nothing written yet: BEGIN IMMEDIATE took the lock up front
+    with ledger._write(), pytest.raises(sqlite3.OperationalError, match="locked"):
+        other.execute("BEGIN IMMEDIATE")
+    other.execute("BEGIN IMMEDIATE")  # committed: the lock is free again
+    other.execute("ROLLBACK")
+    with ledger._read() as conn:  # a read takes no write lock…
+        conn.exec_driver_sql("SELECT count(*) FROM slices").scalar_one()
+        other.execute("BEGIN IMMEDIATE")
+        other.execute(
+            "INSERT INTO cull_warnings (user, server_name, rule, message, due_at,"
+            " created_at) VALUES ('u', '', 'r', 'm', '2026-01-01', '2026-01-01')"
+        )
+        other.execute("COMMIT")
+        # …and sees one snapshot: not the row committed after it began
+        assert conn.exec_driver_sql("SELECT count(*) FROM cull_warnings").scalar_one() == 0
+    other.close()
     ledger.close()

@@ -79,10 +79,12 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> sa.Engine:
 
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn):
-            if conn.get_execution_options().get("gpulab_read"):
-                conn.exec_driver_sql("BEGIN")
-            else:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Straight to the DBAPI connection: through exec_driver_sql every transaction paid
+            # a SQLAlchemy statement execution (its events, context and result) to send BEGIN.
+            begin = (
+                "BEGIN" if conn.get_execution_options().get("gpulab_read") else "BEGIN IMMEDIATE"
+            )
+            conn.connection.dbapi_connection.execute(begin).close()
 
         return engine
     return sa.create_engine(u, pool_pre_ping=True, pool_size=5, max_overflow=10)
