@@ -52,8 +52,9 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> sa.Engine:
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         # LIFO: a thread gets back the connection it just used. SQLite drops a connection's
         # page cache whenever another connection wrote since its last transaction; with the
-        # default FIFO queue the pool's two connections (the checkpointer's checkout makes a
-        # second) took turns, so every claim and release re-read its B-tree pages from the file:
+        # default FIFO queue the pool's two connections (the checkpointer's checkout made a
+        # second until it got a connection of its own) took turns, so every claim and release
+        # re-read its B-tree pages from the file:
         # 43 read(2) per claim+release at 10,000 slices, none with LIFO (benchmarks/ledger.py).
         engine = sa.create_engine(
             u,
