@@ -4,7 +4,9 @@ transactions keep one connection (and so its page cache)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 
+import pytest
 import sqlalchemy as sa
 from ledger_support import lab_inventory
 
@@ -21,7 +23,9 @@ def test_the_checkpointer_moves_the_wal_into_the_database(tmp_path):
         conn.exec_driver_sql("CREATE TABLE t (x TEXT)")
         conn.exec_driver_sql("INSERT INTO t VALUES (?)", [("x" * 500,) for _ in range(200)])
     before = os.path.getsize(path)
-    busy, frames, done = db.Checkpointer(engine).checkpoint()
+    checkpointer = db.Checkpointer(engine)
+    busy, frames, done = checkpointer.checkpoint()
+    checkpointer.stop()
     assert (busy, done) == (0, frames) and frames > 0
     assert os.path.getsize(path) > before
     with engine.connect() as conn:  # the engine is still usable, the rows all there
@@ -59,4 +63,49 @@ def test_claims_and_releases_reuse_the_connection_the_checkpointer_shared(tmp_pa
         c = ledger.claim(SEAT, user=f"u{i}", profile="p")
         assert ledger.release(c.allocation.id, "stopped")
     assert len(set(used)) == 1
+    ledger.close()
+
+
+def test_the_checkpointer_never_takes_a_connection_from_the_claims_pool(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'k.sqlite'}")
+    ledger.sync_inventory(lab_inventory())
+    checkouts = []
+    sa.event.listen(ledger.engine, "checkout", lambda *args: checkouts.append(args[0]))
+    with ledger.engine.connect():  # a claim in flight holds the pool's one connection
+        c = ledger.claim(SEAT, user="u0", profile="p")  # another claim, its own connection
+        ledger.release(c.allocation.id, "stopped")
+        checkouts.clear()
+        for _ in range(3):
+            busy, frames, done = ledger._checkpointer.checkpoint()
+            assert busy == 0 and done == frames
+    assert checkouts == [], "the checkpointer borrowed a pooled connection"
+    assert ledger.engine.pool.checkedin() == 2  # the two claims' connections, no third
+    ledger.close()
+
+
+def other_writer(path):
+    """A second process's connection: it fails at once instead of waiting for the lock."""
+    return sqlite3.connect(path, timeout=0, isolation_level=None)
+
+
+def test_a_write_transaction_holds_the_write_lock_from_its_begin(tmp_path):
+    path = tmp_path / "w.sqlite"
+    ledger = Ledger(f"sqlite:///{path}")
+    other = other_writer(path)
+    # nothing written yet: BEGIN IMMEDIATE took the lock up front
+    with ledger._write(), pytest.raises(sqlite3.OperationalError, match="locked"):
+        other.execute("BEGIN IMMEDIATE")
+    other.execute("BEGIN IMMEDIATE")  # committed: the lock is free again
+    other.execute("ROLLBACK")
+    with ledger._read() as conn:  # a read takes no write lock…
+        conn.exec_driver_sql("SELECT count(*) FROM slices").scalar_one()
+        other.execute("BEGIN IMMEDIATE")
+        other.execute(
+            "INSERT INTO cull_warnings (user, server_name, rule, message, due_at,"
+            " created_at) VALUES ('u', '', 'r', 'm', '2026-01-01', '2026-01-01')"
+        )
+        other.execute("COMMIT")
+        # …and sees one snapshot: not the row committed after it began
+        assert conn.exec_driver_sql("SELECT count(*) FROM cull_warnings").scalar_one() == 0
+    other.close()
     ledger.close()

@@ -13,6 +13,7 @@ revision; an older one is refused with the command that upgrades it, as JupyterH
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -51,8 +52,9 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> sa.Engine:
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         # LIFO: a thread gets back the connection it just used. SQLite drops a connection's
         # page cache whenever another connection wrote since its last transaction; with the
-        # default FIFO queue the pool's two connections (the checkpointer's checkout makes a
-        # second) took turns, so every claim and release re-read its B-tree pages from the file:
+        # default FIFO queue the pool's two connections (the checkpointer's checkout made a
+        # second until it got a connection of its own) took turns, so every claim and release
+        # re-read its B-tree pages from the file:
         # 43 read(2) per claim+release at 10,000 slices, none with LIFO (benchmarks/ledger.py).
         engine = sa.create_engine(
             u,
@@ -78,10 +80,12 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> sa.Engine:
 
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn):
-            if conn.get_execution_options().get("gpulab_read"):
-                conn.exec_driver_sql("BEGIN")
-            else:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Straight to the DBAPI connection: through exec_driver_sql every transaction paid
+            # a SQLAlchemy statement execution (its events, context and result) to send BEGIN.
+            begin = (
+                "BEGIN" if conn.get_execution_options().get("gpulab_read") else "BEGIN IMMEDIATE"
+            )
+            conn.connection.dbapi_connection.execute(begin).close()
 
         return engine
     return sa.create_engine(u, pool_pre_ping=True, pool_size=5, max_overflow=10)
@@ -150,6 +154,11 @@ class Checkpointer:
     SQLite's automatic checkpoint runs inside the commit that crosses its threshold and costs that
     commit an fsync (~3 ms here, measured by ``benchmarks/ledger.py``); done here, claims and
     releases never pay it. PASSIVE checkpoints never block readers or writers.
+
+    It checkpoints on a connection of its own, opened on first use and never in the engine's
+    pool: borrowing a pooled one took the claim's connection from it (a claim in flight made the
+    pool open a second, which the LIFO pool then handed to the next claim with a cold page cache)
+    and could make a claim wait for a checkout.
     """
 
     def __init__(self, engine: sa.Engine, interval_s: float = 1.0):
@@ -157,6 +166,8 @@ class Checkpointer:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpulab-wal-checkpoint", daemon=True)
+        self._conn: sqlite3.Connection | None = None
+        self._conn_lock = threading.Lock()
 
     @staticmethod
     def wanted(engine: sa.Engine) -> bool:
@@ -169,17 +180,18 @@ class Checkpointer:
     def checkpoint(self) -> tuple[int, int, int]:
         """One PASSIVE checkpoint: ``(busy, wal frames, frames checkpointed)``, SQLite's row.
 
-        On the DBAPI connection, outside any transaction: through a SQLAlchemy connection it ran
-        inside the ``BEGIN IMMEDIATE`` that the engine's begin hook issues, where SQLite refuses
-        it ("database table is locked"), so no checkpoint ever ran and the WAL grew to
-        :data:`SAFETY_CHECKPOINT_PAGES` (80 MB) before a commit paid for it."""
-        raw = self.engine.raw_connection()
-        try:
-            cur = raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        In autocommit mode, outside any transaction: inside the ``BEGIN IMMEDIATE`` that the
+        engine's begin hook issues SQLite refuses it ("database table is locked")."""
+        with self._conn_lock:
+            if self._conn is None:
+                # autocommit (isolation_level None); used by this thread and by callers of this
+                # method, one at a time under the lock
+                self._conn = sqlite3.connect(
+                    self.engine.url.database, isolation_level=None, check_same_thread=False
+                )
+            cur = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             busy, log_frames, done = cur.fetchone()
             cur.close()
-        finally:
-            raw.close()
         return busy, log_frames, done
 
     def _run(self) -> None:
@@ -193,3 +205,7 @@ class Checkpointer:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        with self._conn_lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -35,7 +35,7 @@ from .models import (
     slice_from_row,
 )
 from .nodes import NodeRecords
-from .placement import Reservations
+from .placement import ADVISORY_LOCK, Reservations
 from .preemptions import PreemptionRecords
 from .queries import LedgerQueries, slice_filter
 from .queueoffers import QueueOffers
@@ -65,6 +65,8 @@ _FREE_SLICE = (
     .where(slices.c.id == sa.bindparam("sid"), slices.c.held_by == sa.bindparam("aid"))
     .values(held_by=None)
 )
+
+_SLICE = sa.select(slices).where(slices.c.id == sa.bindparam("sid"))
 
 #: How many candidate slices one claim tries before re-reading (conflicts are rare: SQLite
 #: serialises writers, PostgreSQL skips locked rows).
@@ -133,10 +135,7 @@ class Ledger(
         if self.dialect != "postgresql":
             return
         for key in sorted(set(keys)):
-            conn.execute(
-                sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                {"k": zlib.crc32(key.encode()) - 2**31},
-            )
+            conn.execute(ADVISORY_LOCK, {"k": zlib.crc32(key.encode()) - 2**31})
 
     def _count_open(self, conn, column, value) -> int:
         def build():
@@ -217,7 +216,7 @@ class Ledger(
         if hold_until is None and only_slice is None:
             taken = self._take_hold(conn, user, profile, server_name, clock.utcnow())
             if taken is not None:
-                row = conn.execute(sa.select(slices).where(slices.c.id == taken.slice_id))
+                row = conn.execute(_SLICE, {"sid": taken.slice_id})
                 return Claim(taken, slice_from_row(row.one()))
         if user_limit is not None:
             held = self._count_open(conn, allocations.c.user, user)

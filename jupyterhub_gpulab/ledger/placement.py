@@ -50,12 +50,27 @@ _OPEN_BOOKINGS = sa.select(bookings).where(
     bookings.c.ends_at > sa.bindparam("now"), bookings.c.starts_at <= sa.bindparam("soon")
 )
 
+#: Open allocations charged to each of some bookings (``ids``, an expanding parameter), read by
+#: every claim while a booking is open; built once: building it per claim (``in_`` of a list)
+#: cost more than running it, and left cyclic garbage (a bound parameter per claim) for the GC.
+_USED = (
+    sa.select(allocations.c.booking_id, sa.func.count())
+    .where(
+        allocations.c.booking_id.in_(sa.bindparam("ids", expanding=True)),
+        allocations.c.ended_at.is_(None),
+    )
+    .group_by(allocations.c.booking_id)
+)
+
 #: The PostgreSQL advisory lock every claim takes while any booking protects seats.
 _LOCK_KEY = zlib.crc32(b"gpulab:reservations") - 2**31
+#: Taking a transaction-scoped advisory lock (``k``), built once (also :meth:`.Ledger._lock`).
+ADVISORY_LOCK = sa.text("SELECT pg_advisory_xact_lock(:k)")
 
 
 class Reservations:
-    """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``dialect``)."""
+    """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``dialect``,
+    ``_statement``, ``_free_up_to``)."""
 
     # -- booking ----------------------------------------------------------------------------
 
@@ -159,7 +174,7 @@ class Reservations:
 
     def _lock_reservations(self, conn) -> None:
         if self.dialect == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+            conn.execute(ADVISORY_LOCK, {"k": _LOCK_KEY})
 
     def _check_fits(self, conn, new: Booking) -> None:
         rows = list(conn.execute(sa.select(slices).where(slices.c.available == sa.true())))
@@ -259,21 +274,22 @@ class Reservations:
         return ClaimGuard(request, charged, limits, now)
 
     def _available_count(self, request: SliceRequest) -> int:
-        """Slices of ``request`` in service, held or not (the notes' "of N")."""
-        q = sa.select(sa.func.count()).select_from(slices)
+        """Slices of ``request`` in service, held or not (the notes' "of N"; built once per
+        request, as the claim's other statements)."""
+
+        def build():
+            return (
+                sa.select(sa.func.count())
+                .select_from(slices)
+                .where(*slice_filter(request), slices.c.available == sa.true())
+            )
+
         with self._read() as conn:
-            return conn.execute(
-                q.where(*slice_filter(request), slices.c.available == sa.true())
-            ).scalar_one()
+            return conn.execute(self._statement(("available", request), build)).scalar_one()
 
     @staticmethod
     def _used(conn, booking_ids: list[int]) -> dict[int, int]:
-        q = (
-            sa.select(allocations.c.booking_id, sa.func.count())
-            .where(allocations.c.booking_id.in_(booking_ids), allocations.c.ended_at.is_(None))
-            .group_by(allocations.c.booking_id)
-        )
-        return {bid: n for bid, n in conn.execute(q)}
+        return {bid: n for bid, n in conn.execute(_USED, {"ids": booking_ids})}
 
     def reserved_for_others(
         self,

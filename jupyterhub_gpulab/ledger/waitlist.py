@@ -218,24 +218,12 @@ class Waitlist:
         if row is None:
             return None
         took = conn.execute(
-            allocations.update()
-            .where(
-                allocations.c.id == row.id,
-                allocations.c.hold_until.is_not(None),
-                allocations.c.ended_at.is_(None),
-            )
-            .values(hold_until=None, server_name=server_name, started_at=now)
+            _TAKE_HOLD, {"aid": row.id, "server_name": server_name, "now": now}
         ).rowcount
         if took != 1:
             return None  # the offer lapsed between our read and our write
-        conn.execute(
-            waitlist.update()
-            .where(waitlist.c.allocation_id == row.id, waitlist.c.state == "offered")
-            .values(state="served", updated_at=now)
-        )
-        conn.execute(
-            warnings.delete().where(warnings.c.user == user, warnings.c.rule == OFFER_RULE)
-        )
+        conn.execute(_SERVED, {"aid": row.id, "now": now})
+        conn.execute(_DROP_OFFER_NOTICE, {"user": user})
         m = dict(row._mapping, hold_until=None, server_name=server_name, started_at=now)
         return Allocation.from_row(_Mapped(m))
 
@@ -267,14 +255,14 @@ class Waitlist:
     @staticmethod
     def _mark_offered(conn, entry_id: int, allocation_id: int, hold_until, now) -> None:
         conn.execute(
-            waitlist.update()
-            .where(waitlist.c.id == entry_id)
-            .values(
-                state="offered" if hold_until is not None else "served",
-                allocation_id=allocation_id,
-                offer_until=hold_until,
-                updated_at=now,
-            )
+            _MARK_ENTRY,
+            {
+                "eid": entry_id,
+                "state": "offered" if hold_until is not None else "served",
+                "aid": allocation_id,
+                "until": hold_until,
+                "now": now,
+            },
         )
 
     # -- helpers ----------------------------------------------------------------------------
@@ -287,19 +275,7 @@ class Waitlist:
             return None
         now = clock.utcnow()
         since = lookback_start(now, self.fairshare_half_life)
-        rows = conn.execute(
-            sa.select(
-                allocations.c.user,
-                allocations.c.share,
-                allocations.c.started_at,
-                allocations.c.ended_at,
-            ).where(
-                allocations.c.user.in_(users),
-                allocations.c.hold_until.is_(None),
-                allocations.c.started_at < now,
-                sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= since),
-            )
-        )
+        rows = conn.execute(_USAGE_SPANS, {"users": users, "now": now, "since": since})
         spans = [_Used(r.user, r.share, as_utc(r.started_at), as_utc(r.ended_at)) for r in rows]
         return decayed_gpu_hours(spans, now, self.fairshare_half_life)
 
@@ -339,6 +315,51 @@ def _holds_of(user: str, profile: str | None = None):
 _HOLD_OF = _holds_of(sa.bindparam("user"), sa.bindparam("profile"))
 _WAITING_FOR = sa.select(waitlist.c.id, waitlist.c.user, waitlist.c.priority).where(
     waitlist.c.state == "waiting", waitlist.c.profile == sa.bindparam("profile")
+)
+
+# The claim's writes to the queue and the fair-share read of its gate, built once for the same
+# reason (and so that a claim leaves no cyclic garbage of statement objects for the GC).
+#: a hold (``aid``) becomes the server's allocation, while it is still an open hold
+_TAKE_HOLD = (
+    allocations.update()
+    .where(
+        allocations.c.id == sa.bindparam("aid"),
+        allocations.c.hold_until.is_not(None),
+        allocations.c.ended_at.is_(None),
+    )
+    .values(
+        hold_until=None, server_name=sa.bindparam("server_name"), started_at=sa.bindparam("now")
+    )
+)
+#: the entry offered hold ``aid`` is served
+_SERVED = (
+    waitlist.update()
+    .where(waitlist.c.allocation_id == sa.bindparam("aid"), waitlist.c.state == "offered")
+    .values(state="served", updated_at=sa.bindparam("now"))
+)
+#: the user's "a slice is held for you" notice goes once they took it
+_DROP_OFFER_NOTICE = warnings.delete().where(
+    warnings.c.user == sa.bindparam("user"), warnings.c.rule == OFFER_RULE
+)
+#: entry ``eid`` offered (or served by) allocation ``aid``
+_MARK_ENTRY = (
+    waitlist.update()
+    .where(waitlist.c.id == sa.bindparam("eid"))
+    .values(
+        state=sa.bindparam("state"),
+        allocation_id=sa.bindparam("aid"),
+        offer_until=sa.bindparam("until"),
+        updated_at=sa.bindparam("now"),
+    )
+)
+#: the queued users' (``users``, expanding) spans of use since ``since``, holds left out
+_USAGE_SPANS = sa.select(
+    allocations.c.user, allocations.c.share, allocations.c.started_at, allocations.c.ended_at
+).where(
+    allocations.c.user.in_(sa.bindparam("users", expanding=True)),
+    allocations.c.hold_until.is_(None),
+    allocations.c.started_at < sa.bindparam("now"),
+    sa.or_(allocations.c.ended_at.is_(None), allocations.c.ended_at >= sa.bindparam("since")),
 )
 
 
