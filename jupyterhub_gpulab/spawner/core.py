@@ -21,7 +21,7 @@ A backend implements (the core calls them, in this order for a start):
   on Swarm), and in ``poll()`` ``self._gone = (reason, message)`` (why the object is gone);
 
 and the Spawner's own ``poll()`` / ``stop()`` (the core wraps them), ``object_id`` and
-``object_name``, and the form's ``_pick_profile`` / ``_forget_saved_options``. A concrete class
+``object_name``, and the form's ``_pick_profile``. A concrete class
 leaving any out is refused when defined (``TypeError`` naming them): a backend that cannot attach
 a slice must never start a server with nothing attached, nor a start fail after its claim.
 """
@@ -61,7 +61,7 @@ BACKEND_METHODS = (
 
 #: What ``start()`` uses that neither the core nor JupyterHub's ``Spawner`` defines (a test reads
 #: its source): the spawn form's choice (:mod:`.formmixin`), the object's names (DockerSpawner's).
-START_USES = ("_pick_profile", "_forget_saved_options", "object_id", "object_name")
+START_USES = ("_pick_profile", "object_id", "object_name")
 
 
 class SliceSpawnerCore(
@@ -262,7 +262,6 @@ class SliceSpawnerCore(
         self._start_done = False
         self._stopped_during_start = False
         self.choice_notice = None
-        self._forget_saved_options()
         self._no_container = True
         self._current_need = None
         claim: Claim | None = None
