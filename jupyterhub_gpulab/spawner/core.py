@@ -35,7 +35,6 @@ from traitlets import Bool, HasTraits, Integer, TraitError, Unicode
 
 from ..errors import ConfigError, SpawnRefused
 from ..hub import hublog, metrics
-from ..lab.config import GPULab
 from ..lab.images import ImageRequirements
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
@@ -48,7 +47,7 @@ from .imagegate import ImageMixin
 from .labobject import LabObject
 from .objectspec import ObjectSpecMixin
 from .reserve import ReservationMixin
-from .runtime import LabRuntime, get_runtime
+from .runtime import LabRuntime, runtime_for
 
 #: What a backend supplies, in place of the core's refusals (module docstring).
 BACKEND_METHODS = (
@@ -178,7 +177,7 @@ class SliceSpawnerCore(
     def _load_runtime(self) -> LabRuntime:
         hublog.log_through()  # the lab's module loggers write through the hub's log
         try:
-            return get_runtime(GPULab(config=self.config))
+            return runtime_for(self.config)
         except (ConfigError, TraitError) as e:
             self._misconfigured(
                 SpawnRefused(
