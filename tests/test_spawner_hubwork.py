@@ -222,3 +222,33 @@ async def test_the_lab_s_configuration_is_read_once_per_hub_not_once_per_spawner
     assert built[1:] == [hub.config]
     assert ann.spawner.user_options == {"profile": "seat"}  # the new configuration's default
     await ann.stop("")
+
+
+async def test_a_poll_of_a_running_server_reads_the_ledger_once(hubwork):
+    """JupyterHub polls every running server (``poll_interval``) and every failed start: the
+    container's lookup already reads the allocation its labels name, and ``poll()`` reused to
+    read it again. An allocation closed elsewhere is still seen on that one read: re-adopted."""
+    hub = hubwork()
+    ann = hub.user("ann", ["researchers"])
+    await ann.spawn("", options={"profile": "mig"})
+    sp = ann.spawner
+    ledger = sp.runtime().ledger
+    reads = []
+
+    def count(conn, cursor, statement, params, context, executemany):
+        if statement.lstrip().startswith("SELECT") and "FROM allocations" in statement:
+            reads.append(statement)
+
+    sa.event.listen(ledger.engine, "before_cursor_execute", count)
+    try:
+        assert await sp.poll() is None
+        assert len(reads) == 1, reads
+        first = sp.allocation_id
+        ledger.release(first, "admin")
+        reads.clear()
+        assert await sp.poll() is None  # still running, and holding its slice again
+    finally:
+        sa.event.remove(ledger.engine, "before_cursor_execute", count)
+    assert sp.allocation_id not in (None, first)
+    assert [a.id for a in ledger.open_allocations("ann")] == [sp.allocation_id]
+    await ann.stop("")

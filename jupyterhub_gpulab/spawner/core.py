@@ -40,7 +40,7 @@ from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..lab.profiles import entitled_in
 from ..lab.traits import Duration
-from ..ledger import Claim, aio
+from ..ledger import Allocation, Claim, aio
 from .adoption import AdoptionMixin
 from .configcheck import RefusedSettingsMixin
 from .imagegate import ImageMixin
@@ -143,6 +143,8 @@ class SliceSpawnerCore(
     #: set by the backend's poll when its object is gone for a reason of its own: ``(end
     #: reason, message for the user or None)``, e.g. ``("node-lost", "Your server was …")``
     _gone: tuple[str, str | None] | None = None
+    #: ``(id, Allocation or None)`` the backend's lookup read for its object's labels: poll() reuses it
+    _allocation_read: tuple[int, Allocation | None] | None = None
     _current_profile: Profile | None = None
     _current_slice = None
     _current_need: ImageRequirements | None = None
@@ -343,16 +345,12 @@ class SliceSpawnerCore(
     # -- stop / poll ----------------------------------------------------------------------------
 
     async def poll(self):
-        """``0`` (not running) at once for a start that was refused before any container was
-        asked for; else the backend's poll: an object that is gone or exited releases its
-        allocation, and a running one whose allocation was closed elsewhere is re-adopted
-        (:meth:`_readopt`).
-
-        JupyterHub polls every failed start before answering it; under a burst a refusal must
-        not queue behind the winners' engine calls on DockerSpawner's one thread. While this
-        process's own ``start()`` is in flight, ``None``: JupyterHub polls a start slower than
-        ``slow_spawn_timeout``, maybe before its container exists (``benchmarks/scale.py``).
-        """
+        """``0`` at once for a start refused before any container was asked for (JupyterHub
+        polls every failed start; under a burst a refusal must not queue behind the winners'
+        engine calls); ``None`` while this process's ``start()`` is in flight (JupyterHub polls a
+        start slower than ``slow_spawn_timeout``: ``benchmarks/scale.py``); else the backend's
+        poll: an object gone or exited releases its allocation, a running one whose allocation
+        was closed elsewhere is re-adopted (:meth:`_readopt`). One ledger read: the lookup's."""
         if not self._start_done:
             return None
         if self._no_container and not self.object_id:
@@ -360,6 +358,7 @@ class SliceSpawnerCore(
         rt = self.runtime()
         self._removed_foreign = False
         self._gone = None
+        self._allocation_read = None
         status = await super().poll()
         if status is not None:
             if self._removed_foreign:
@@ -372,8 +371,10 @@ class SliceSpawnerCore(
                 await self._notify_gone(rt, reason, self._gone[1])
             await self._release(rt, reason)
             return status
-        if self.allocation_id is not None and self._start_done:
-            a = await aio.call(rt.ledger.get, self.allocation_id)
+        if self.allocation_id is not None:
+            aid, a = self._allocation_read or (None, None)  # the lookup's read, this poll
+            if aid != self.allocation_id:
+                a = await aio.call(rt.ledger.get, self.allocation_id)
             if a is not None and not a.open:
                 return await self._readopt(rt)
         return status
