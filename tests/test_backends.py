@@ -53,9 +53,9 @@ def test_a_spawner_backend_without_any_one_method_start_needs_is_refused_naming_
 
 def test_a_spawner_on_the_core_without_the_form_s_choice_is_refused_naming_what_start_calls():
     """Every backend method, but no ProfileFormMixin: start() would claim nothing and fail on
-    ``_forget_saved_options`` (an AttributeError, a 500); refused when the class is defined."""
+    ``_pick_profile`` (an AttributeError, a 500); refused when the class is defined."""
     body = {m: _impl(m) for m in START_NEEDS}
-    with pytest.raises(TypeError, match=r"without _pick_profile, _forget_saved_options, which"):
+    with pytest.raises(TypeError, match=r"without _pick_profile, which"):
         type("NoForm", (SliceSpawnerCore, DockerSpawner), body)
 
 

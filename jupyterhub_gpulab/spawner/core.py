@@ -21,7 +21,7 @@ A backend implements (the core calls them, in this order for a start):
   on Swarm), and in ``poll()`` ``self._gone = (reason, message)`` (why the object is gone);
 
 and the Spawner's own ``poll()`` / ``stop()`` (the core wraps them), ``object_id`` and
-``object_name``, and the form's ``_pick_profile`` / ``_forget_saved_options``. A concrete class
+``object_name``, and the form's ``_pick_profile``. A concrete class
 leaving any out is refused when defined (``TypeError`` naming them): a backend that cannot attach
 a slice must never start a server with nothing attached, nor a start fail after its claim.
 """
@@ -35,20 +35,19 @@ from traitlets import Bool, HasTraits, Integer, TraitError, Unicode
 
 from ..errors import ConfigError, SpawnRefused
 from ..hub import hublog, metrics
-from ..lab.config import GPULab
 from ..lab.images import ImageRequirements
 from ..lab.policy import PolicyContext
 from ..lab.profile import Profile
 from ..lab.profiles import entitled_in
 from ..lab.traits import Duration
-from ..ledger import Claim, aio
+from ..ledger import Allocation, Claim, aio
 from .adoption import AdoptionMixin
 from .configcheck import RefusedSettingsMixin
 from .imagegate import ImageMixin
 from .labobject import LabObject
 from .objectspec import ObjectSpecMixin
 from .reserve import ReservationMixin
-from .runtime import LabRuntime, get_runtime
+from .runtime import LabRuntime, runtime_for
 
 #: What a backend supplies, in place of the core's refusals (module docstring).
 BACKEND_METHODS = (
@@ -61,7 +60,7 @@ BACKEND_METHODS = (
 
 #: What ``start()`` uses that neither the core nor JupyterHub's ``Spawner`` defines (a test reads
 #: its source): the spawn form's choice (:mod:`.formmixin`), the object's names (DockerSpawner's).
-START_USES = ("_pick_profile", "_forget_saved_options", "object_id", "object_name")
+START_USES = ("_pick_profile", "object_id", "object_name")
 
 
 class SliceSpawnerCore(
@@ -144,6 +143,8 @@ class SliceSpawnerCore(
     #: set by the backend's poll when its object is gone for a reason of its own: ``(end
     #: reason, message for the user or None)``, e.g. ``("node-lost", "Your server was …")``
     _gone: tuple[str, str | None] | None = None
+    #: ``(id, Allocation or None)`` the backend's lookup read for its object's labels: poll() reuses it
+    _allocation_read: tuple[int, Allocation | None] | None = None
     _current_profile: Profile | None = None
     _current_slice = None
     _current_need: ImageRequirements | None = None
@@ -178,7 +179,7 @@ class SliceSpawnerCore(
     def _load_runtime(self) -> LabRuntime:
         hublog.log_through()  # the lab's module loggers write through the hub's log
         try:
-            return get_runtime(GPULab(config=self.config))
+            return runtime_for(self.config)
         except (ConfigError, TraitError) as e:
             self._misconfigured(
                 SpawnRefused(
@@ -262,7 +263,6 @@ class SliceSpawnerCore(
         self._start_done = False
         self._stopped_during_start = False
         self.choice_notice = None
-        self._forget_saved_options()
         self._no_container = True
         self._current_need = None
         claim: Claim | None = None
@@ -345,16 +345,12 @@ class SliceSpawnerCore(
     # -- stop / poll ----------------------------------------------------------------------------
 
     async def poll(self):
-        """``0`` (not running) at once for a start that was refused before any container was
-        asked for; else the backend's poll: an object that is gone or exited releases its
-        allocation, and a running one whose allocation was closed elsewhere is re-adopted
-        (:meth:`_readopt`).
-
-        JupyterHub polls every failed start before answering it; under a burst a refusal must
-        not queue behind the winners' engine calls on DockerSpawner's one thread. While this
-        process's own ``start()`` is in flight, ``None``: JupyterHub polls a start slower than
-        ``slow_spawn_timeout``, maybe before its container exists (``benchmarks/scale.py``).
-        """
+        """``0`` at once for a start refused before any container was asked for (JupyterHub
+        polls every failed start; under a burst a refusal must not queue behind the winners'
+        engine calls); ``None`` while this process's ``start()`` is in flight (JupyterHub polls a
+        start slower than ``slow_spawn_timeout``: ``benchmarks/scale.py``); else the backend's
+        poll: an object gone or exited releases its allocation, a running one whose allocation
+        was closed elsewhere is re-adopted (:meth:`_readopt`). One ledger read: the lookup's."""
         if not self._start_done:
             return None
         if self._no_container and not self.object_id:
@@ -362,6 +358,7 @@ class SliceSpawnerCore(
         rt = self.runtime()
         self._removed_foreign = False
         self._gone = None
+        self._allocation_read = None
         status = await super().poll()
         if status is not None:
             if self._removed_foreign:
@@ -374,8 +371,10 @@ class SliceSpawnerCore(
                 await self._notify_gone(rt, reason, self._gone[1])
             await self._release(rt, reason)
             return status
-        if self.allocation_id is not None and self._start_done:
-            a = await aio.call(rt.ledger.get, self.allocation_id)
+        if self.allocation_id is not None:
+            aid, a = self._allocation_read or (None, None)  # the lookup's read, this poll
+            if aid != self.allocation_id:
+                a = await aio.call(rt.ledger.get, self.allocation_id)
             if a is not None and not a.open:
                 return await self._readopt(rt)
         return status

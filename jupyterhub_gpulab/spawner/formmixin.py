@@ -9,8 +9,8 @@
   profile: a GET never starts the saved or default profile.
 - The saved choice is ``last_profile`` (in the server's state). JupyterHub saves each start's
   ``user_options`` as the next default before ``start()`` runs, even a refused request;
-  :meth:`_forget_saved_options` clears that copy, so a start without options always means "the
-  profile this server last started with if I may still pick it, else the default".
+  :meth:`clear_state` clears that copy, so a start without options always means "the profile
+  this server last started with if I may still pick it, else the default".
 """
 
 from __future__ import annotations
@@ -173,9 +173,16 @@ class ProfileFormMixin(HasTraits):
         :class:`~jupyterhub_gpulab.errors.ProfileChoiceError` when no profile is named."""
         return options_from_query(query_data, self.entitled())
 
-    def _forget_saved_options(self) -> None:
-        """Clear JupyterHub's saved copy of this start's options (module docstring). JupyterHub
-        commits it with the rest of the start, or of its failure (``User.spawn`` / ``stop``)."""
+    def clear_state(self):
+        """Also clear JupyterHub's saved copy of the options (module docstring).
+
+        ``User.spawn`` saves the request's options, commits, calls ``clear_state()`` and commits
+        again before ``start()`` (``stop`` too: ``clear_state()`` then a commit), so the clearing
+        rides JupyterHub's own commit. Cleared in ``start()`` instead, it stayed uncommitted
+        across the start's awaits, where any other request's end (``BaseHandler.finish``: "Rolling
+        back dirty objects") rolled it back, bringing a refused request back as the next default
+        and reloading every object of the hub's session."""
+        super().clear_state()
         orm_spawner = self.orm_spawner
         if orm_spawner is not None and orm_spawner.user_options:
             orm_spawner.user_options = {}

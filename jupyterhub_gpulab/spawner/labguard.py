@@ -17,13 +17,14 @@ from .container import LABEL_LAB, LABEL_LAB_NAME
 from .labobject import another_hubs
 
 
-def _owner(labels, container_id, rt) -> tuple[str, Allocation | None]:
-    """``(engine.owner's answer, the open allocation the labels name or None)``. Blocking."""
+def _owner(labels, container_id, rt) -> tuple[str, int | None, Allocation | None]:
+    """``(engine.owner's answer, the allocation id the labels name or None, that allocation as
+    the ledger has it, open or closed, or None)``. Blocking."""
     aid = engine.allocation_label(labels)
     allocations = rt.ledger.allocations_by_id([aid]) if aid is not None else {}
     a = allocations.get(aid) if aid is not None else None
     who = engine.owner(labels, container_id, rt.identity.uuid, allocations)
-    return who, a if a is not None and a.open else None
+    return who, aid, a
 
 
 class LabGuardMixin:
@@ -37,7 +38,10 @@ class LabGuardMixin:
         rt = self.runtime()
         labels = self._labels_of(obj)
         mine = self._lab_object(obj)
-        who, allocation = await aio.call(_owner, labels, mine.id, rt)
+        who, aid, read = await aio.call(_owner, labels, mine.id, rt)
+        if aid is not None:
+            self._allocation_read = (aid, read)  # poll() needs no second read (core.py)
+        allocation = read if read is not None and read.open else None
         node = self._claim_node(rt)
         if who == engine.OTHER:
             other, whose = _other_lab(labels), "another lab"
