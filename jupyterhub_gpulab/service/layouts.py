@@ -30,8 +30,8 @@ from datetime import datetime, timedelta
 from traitlets.config import LoggingConfigurable
 
 from .. import clock
-from ..cli.miglayout import DRAIN_REASON, EXIT, relay
-from ..inventory.layoutplan import HORIZON, Decision, decide
+from ..cli.miglayout import EXIT, relay
+from ..inventory.layoutplan import DRAIN_REASON, HORIZON, Decision, decide
 from ..inventory.miglayout import format_layout
 from ..lab.traits import Duration
 from ..ledger import aio
