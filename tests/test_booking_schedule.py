@@ -132,6 +132,24 @@ def test_a_class_session_cannot_take_the_instances_of_research_booked_before_it(
         led.close()
 
 
+def test_gpus_nothing_re_lays_are_booked_on_the_instances_they_hold(tmp_path):
+    # GPUs read from node agents (or declared) keep their layout: no plan, today's instances count
+    schedule = parse_schedule(SCHEDULE, BERLIN)
+    for source, fits in (("declared", False), ("nvml", True)):
+        (tmp_path / source).mkdir()
+        led = Ledger(make_url("sqlite", tmp_path / source))
+        led.sync_inventory(load_declared(declared(["1g.10gb"] * 7)))
+        led.layout_plan = ScheduledHost.of(schedule, "local", source)
+        try:
+            if fits:
+                assert book(led, BIG, local(7, 19), local(7, 21)).count == 1
+            else:
+                with pytest.raises(BookingConflict, match="only 0 MIG 3g.40gb slices in service"):
+                    book(led, BIG, local(7, 19), local(7, 21))
+        finally:
+            led.close()
+
+
 @pytest.mark.parametrize(
     "start, end",
     [
