@@ -150,6 +150,26 @@ def test_gpus_nothing_re_lays_are_booked_on_the_instances_they_hold(tmp_path):
             led.close()
 
 
+def test_the_capacity_calendar_counts_each_hour_in_the_layout_the_gpu_holds_then(backend, tmp_path):
+    led = lab(backend, tmp_path, ["1g.10gb"] * 7)  # class layout now
+    try:
+        book(led, BIG, local(7, 19), local(7, 21))
+        cal = led.capacity_calendar({"class": SMALL, "research": BIG}, local(7, 6), 14)
+        row = {(r["profile"], r["hour"]): r for r in cal}
+
+        def total(profile, hh):
+            return row[profile, local(7, hh).isoformat()]["total"]
+
+        assert (total("research", 6), total("class", 6)) == (2, 0)  # research before class
+        assert (total("research", 7), total("class", 7)) == (0, 0)  # changing from 07:30
+        assert (total("research", 12), total("class", 12)) == (0, 7)
+        assert (total("research", 18), total("class", 18)) == (0, 0)  # students' lead
+        evening = row["research", local(7, 19).isoformat()]
+        assert (evening["total"], evening["reserved"], evening["holders"]) == (2, 1, ["nlp-lab"])
+    finally:
+        led.close()
+
+
 @pytest.mark.parametrize(
     "start, end",
     [

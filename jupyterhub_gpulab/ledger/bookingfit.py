@@ -1,6 +1,6 @@
 """Whether a new booking fits: the inventory it will find at each instant of its window, with the
 MIG GPUs of a layout schedule counted in the layout they will hold then. Pure: the slices, devices
-and bookings come in (read by :meth:`.placement.Reservations._put_booking` in the booking's
+and bookings come in (read by :meth:`.placement.Reservations._check_fits` in the booking's
 transaction); :class:`~.bookings.BookingConflict` goes out.
 
 The rule (:mod:`.placement`'s docstring): at every instant of the new booking's window, the
@@ -12,6 +12,9 @@ still holds the class layout, and cannot book it for tomorrow's class time. Whil
 changing it offers nothing (it is drained). A booking of class slices (``follow_bookings``) moves
 class time itself; then every booking open where it changes a GPU's layout must still fit, so a
 class session cannot take the instances of a research session booked before it.
+
+:func:`planned_inventory` gives the same inventory for a stretch of time to the capacity
+calendar (:meth:`.placement.Reservations.capacity_calendar`).
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from datetime import datetime, timedelta, timezone
 from ..inventory.layoutplan import DRAIN_REASON, Span, layout_spans
 from ..inventory.layoutschedule import LayoutSchedule
 from ..inventory.miglayout import parse_layout
-from ..inventory.model import Slice, SliceKind
+from ..inventory.model import Slice, SliceKind, SliceRequest
 from .bookings import Booking, BookingConflict
 
-__all__ = ["ScheduledHost", "check_fits"]
+__all__ = ["PlannedInventory", "ScheduledHost", "check_fits", "planned_inventory"]
 
 
 @dataclass(frozen=True)
@@ -110,22 +113,37 @@ class _Planned:
         return f"GPU {self.device['index']} ({self.device['uuid']}) {then}: {has}"
 
 
-class _Fit:
-    """The inventory over one new booking's reach, and the rule judged on it."""
+class PlannedInventory:
+    """The slices in service at each instant of a stretch of time: those of unscheduled GPUs as
+    they are, a scheduled GPU's those of the layout it holds then (made by
+    :func:`planned_inventory`)."""
 
-    def __init__(self, in_service, planned):
+    def __init__(self, in_service: list[Slice], planned: dict[str, _Planned]):
         self.planned = planned
         self.fixed = [s for s in in_service if s.device_uuid not in planned]
         self._fixed_sets: dict[int, set[str]] = {}
 
-    def pool(self, b: Booking, t: datetime) -> set[str]:
-        """The slices ``b`` can use at ``t`` (those of unscheduled GPUs read once)."""
-        key = id(b)
+    def slice_ids(self, request: SliceRequest, t: datetime) -> set[str]:
+        """The slices ``request`` matches at ``t`` (those of unscheduled GPUs read once)."""
+        key = id(request)
         if key not in self._fixed_sets:
-            self._fixed_sets[key] = {s.id for s in self.fixed if b.request.matches(s)}
+            self._fixed_sets[key] = {s.id for s in self.fixed if request.matches(s)}
         planned = {s.id for g in self.planned.values() for s in g.slices_at(t)
-                   if b.request.matches(s)}  # fmt: skip
+                   if request.matches(s)}  # fmt: skip
         return self._fixed_sets[key] | planned
+
+    def changes(self, start: datetime, end: datetime) -> list[datetime]:
+        """The instants in ``(start, end)`` where a scheduled GPU's layout changes."""
+        return sorted({sp.start for g in self.planned.values() for sp in g.spans
+                       if start < sp.start < end})  # fmt: skip
+
+
+class _Fit(PlannedInventory):
+    """The inventory over one new booking's reach, and the rule judged on it."""
+
+    def pool(self, b: Booking, t: datetime) -> set[str]:
+        """The slices ``b`` can use at ``t``."""
+        return self.slice_ids(b.request, t)
 
     def in_the_way(self, b: Booking, t: datetime) -> str:
         found = (g.in_the_way(b.request.wanted_mig_profile, t) for g in self.planned.values())
@@ -178,7 +196,7 @@ def check_fits(
     nearby = list(nearby)
     lead = host.longest_lead if host else timedelta(0)
     start, end = new.window_start - lead, new.ends_at + lead
-    known = {(s.device_name, s.mig_profile): s.memory_bytes for s in in_service if s.mig_profile}
+    known = _known(in_service)
     planned = _plan(host, devices, [*nearby, new], start, end, known)
     before = _plan(host, devices, nearby, start, end, known)
     fit = _Fit(in_service, planned)
@@ -197,6 +215,25 @@ def check_fits(
             for b in open_now:  # the new booking moved class time: they must still fit
                 rest = [o for o in open_now if o is not b] + ([new] if here else [])
                 fit.judge(b, rest, t, moved_by=new)
+
+
+def planned_inventory(
+    in_service: list[Slice],
+    devices: list[dict],
+    host: ScheduledHost | None,
+    bookings: Iterable[Booking],
+    start: datetime,
+    end: datetime,
+) -> PlannedInventory:
+    """What is in service over ``[start, end)`` with the booked ``bookings`` (they move class
+    time where ``follow_bookings``): the capacity calendar's inventory, as a booking's fit sees
+    it."""
+    known = _known(in_service)
+    return PlannedInventory(in_service, _plan(host, devices, list(bookings), start, end, known))
+
+
+def _known(in_service: list[Slice]) -> dict[tuple[str, str], int]:
+    return {(s.device_name, s.mig_profile): s.memory_bytes for s in in_service if s.mig_profile}
 
 
 def _plan(host, devices, bookings, start, end, known) -> dict[str, _Planned]:

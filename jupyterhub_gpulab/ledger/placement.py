@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from .. import clock
 from ..clock import as_utc
 from ..inventory.model import SliceRequest
-from .bookingfit import ScheduledHost, check_fits
+from .bookingfit import ScheduledHost, check_fits, planned_inventory
 from .bookings import Booking, Reserved, _Row, booking_values
 from .claimguard import BookingLimit, ClaimGuard, overlaps
 from .models import slice_from_row
@@ -278,22 +278,37 @@ class Reservations:
         point of that hour whose request is the profile's or shares its slices."""
         start = as_utc(start).replace(minute=0, second=0, microsecond=0)
         end = start + timedelta(hours=hours)
+        host = self.layout_plan
+        lead = host.longest_lead if host else timedelta(0)
         found = self.bookings(start, end)
         with self._read() as conn:
             rows = [
                 slice_from_row(r)
                 for r in conn.execute(sa.select(slices).where(slices.c.available == sa.true()))
             ]
+            devs = [dict(r._mapping) for r in conn.execute(sa.select(devices))] if host else []
+        # the bookings that move class time within the calendar, leads included
+        moving = self.bookings(start - lead, end + lead) if host else []
+        inventory = planned_inventory(rows, devs, host, moving, start, end)
         out = []
         for slug, req in profiles.items():
             if req.kind is None:
                 continue
-            mine = {s.id for s in rows if req.matches(s)}
-            sharing = [b for b in found if {s.id for s in rows if b.request.matches(s)} & mine]
             for h in range(hours):
                 t0 = start + timedelta(hours=h)
                 t1 = t0 + timedelta(hours=1)
-                live = [b for b in sharing if b.window_start < t1 and b.ends_at > t0]
+                # the hour's fewest slices: a scheduled GPU changing layout within it counts so
+                t, mine = min(
+                    ((t, inventory.slice_ids(req, t)) for t in [t0, *inventory.changes(t0, t1)]),
+                    key=lambda pair: len(pair[1]),
+                )
+                live = [
+                    b
+                    for b in found
+                    if b.window_start < t1
+                    and b.ends_at > t0
+                    and inventory.slice_ids(b.request, t) & mine
+                ]
                 reserved = min(len(mine), sum(b.count for b in live))
                 out.append(
                     {
