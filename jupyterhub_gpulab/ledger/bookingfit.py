@@ -240,13 +240,13 @@ def _plan(host, devices, bookings, start, end, known) -> dict[str, _Planned]:
     if host is None:
         return {}
     tz = host.schedule.tz or timezone.utc
-    out = {}
+    out, spans = {}, {}  # the GPUs of one entry share its spans: worked out once
     for d in devices:
         if host.covers(d):
             entry = host.schedule.entry_for(d["uuid"])
-            out[d["uuid"]] = _Planned(
-                d, entry, layout_spans(entry, bookings, start, end, tz), known
-            )
+            if id(entry) not in spans:
+                spans[id(entry)] = layout_spans(entry, bookings, start, end, tz)
+            out[d["uuid"]] = _Planned(d, entry, spans[id(entry)], known)
     return out
 
 
