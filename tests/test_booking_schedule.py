@@ -100,8 +100,8 @@ def test_a_booking_in_class_time_is_refused_naming_the_gpu_its_layout_and_the_ne
         with pytest.raises(BookingConflict) as e:
             book(led, BIG, local(8, 10), local(8, 12))
         assert e.value.message == (
-            "nlp-lab (1 × MIG 3g.40gb, 2026-12-08 09:00–11:00 UTC) cannot be booked: the lab has "
-            "only 0 MIG 3g.40gb slices in service at 2026-12-08 09:00 UTC. By c.GPULab.mig_schedule, "
+            "nlp-lab (1 × MIG 3g.40gb, 2026-12-08 09:00–11:00 UTC) cannot be booked: the lab will "
+            "have only 0 MIG 3g.40gb slices in service at 2026-12-08 09:00 UTC. By c.GPULab.mig_schedule, "
             "GPU 0 (GPU-h100-0) has the class layout 7x1g.10gb at 2026-12-08 09:00 UTC (class "
             "window mon,tue,wed,thu,fri 08:00–18:00, 07:00–17:00 UTC): it has no 3g.40gb."
         )

@@ -157,10 +157,10 @@ class _Fit(PlannedInventory):
         fix = f". By c.GPULab.mig_schedule, {why}" if why else ""
         at = f"{t:%Y-%m-%d %H:%M} UTC"
         if moved_by is None and len(pool) < b.count:
+            has = f"will have only {len(pool)}" if why else f"has only {len(pool)}"
             raise BookingConflict(
-                f"{b.describe()} cannot be booked: the lab has only {len(pool)} "
-                f"{b.request.describe()} slice{_s(len(pool))} in service"
-                + (f" at {at}{fix}." if why else ".")
+                f"{b.describe()} cannot be booked: the lab {has} {b.request.describe()} "
+                f"slice{_s(len(pool))} in service" + (f" at {at}{fix}." if why else ".")
             )
         sets = {id(o): self.pool(o, t) for o in open_now}
         sharing = [o for o in open_now if sets[id(o)] & pool]
