@@ -67,7 +67,7 @@ def test_a_course_session_in_research_time_is_refused_naming_both(tmp_path, caps
     rc, out, err = check(capsys, config(tmp_path, follow=False))
     assert rc == 1 and "OK" not in out
     assert "c.GPULab.mig_schedule[0] (every MIG GPU) has the research layout 2x3g.40gb" in err
-    assert "booked session ml101 (4 × " in err and "needs 1g.10gb slices" in err
+    assert "during booked session ml101 (4 × " in err and "needs 1g.10gb slices" in err
     # followed, the schedule lays the class layout out for the session: fine
     rc, out, err = check(capsys, config(tmp_path, follow=True))
     assert rc == 0, err
@@ -85,8 +85,9 @@ def test_a_drain_lead_cutting_into_a_booked_research_session_is_refused(tmp_path
     ledger.close()
     rc, _, err = check(capsys, path)
     assert rc == 1
-    assert "class window mon,tue,wed,thu,fri 08:00–18:00 (its 30 min drain lead) cuts into" in err
-    assert "booked session nlp-lab (1 × " in err and "research layout 2x3g.40gb" in err
+    assert "(every MIG GPU) is changing to 7x1g.10gb at " in err
+    assert "(the 30 min drain lead before class window mon,tue,wed,thu,fri 08:00–18:00" in err
+    assert "during booked session nlp-lab (1 × " in err and "research layout 2x3g.40gb" in err
 
 
 def test_a_malformed_schedule_is_refused_naming_the_key(tmp_path, capsys):

@@ -12,7 +12,7 @@ import pytest
 
 from jupyterhub_gpulab.errors import ConfigError
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
-from jupyterhub_gpulab.inventory.layoutplan import conflicts, decide, same_layout
+from jupyterhub_gpulab.inventory.layoutplan import conflicts, decide, layout_spans, same_layout
 from jupyterhub_gpulab.inventory.layoutschedule import parse_schedule
 from jupyterhub_gpulab.ledger import Booking
 
@@ -166,11 +166,49 @@ def test_a_research_session_cut_by_the_drain_lead_or_a_class_window_conflicts():
     now = local(7, 0)
     early = booking("3g.40gb", local(7, 6), hours=1.75, bid=2)  # 06:00-07:45: the lead cuts in
     (msg,) = conflicts(schedule(), [early], now)
-    assert "(its 30 min drain lead) cuts into booked session course2" in msg
-    assert "class window mon,tue,wed,thu,fri 08:00–18:00" in msg
-    long = booking("3g.40gb", local(7, 7), hours=3, bid=3)
-    assert "overlaps booked session course3" in conflicts(schedule(), [long], now)[0]
+    assert "(every MIG GPU) is changing to 7x1g.10gb at 2026-12-07 06:30 UTC" in msg
+    assert "the 30 min drain lead before class window mon,tue,wed,thu,fri 08:00–18:00" in msg
+    assert "during booked session course2" in msg and "research layout 2x3g.40gb" in msg
+    inside = booking("3g.40gb", local(7, 9), hours=3, bid=3)
+    (msg,) = conflicts(schedule(), [inside], now)
+    assert (
+        "has the class layout 7x1g.10gb at 2026-12-07 07:45 UTC (class window "
+        "mon,tue,wed,thu,fri 08:00–18:00, 07:00–17:00 UTC)"
+    ) in msg
     night = booking("3g.40gb", local(7, 19), hours=3, bid=4)
     assert conflicts(schedule(), [night], now) == []
     gone = booking("3g.40gb", local(1, 7), hours=3, bid=5)  # in the past
     assert conflicts(schedule(), [gone], now) == []
+
+
+def test_a_research_session_in_the_students_drain_lead_after_class_conflicts():
+    # class ends 18:00; its students have until 18:30 to stop, so research is sure from then
+    evening = booking("3g.40gb", local(7, 18, 15), hours=2, lead_min=0, bid=6)
+    (msg,) = conflicts(schedule(), [evening], local(7, 12))
+    assert "is changing to 2x3g.40gb at 2026-12-07 17:15 UTC" in msg
+    assert "holders of class slices have the 30 min drain lead, until 17:30 UTC" in msg
+    later = booking("3g.40gb", local(7, 18, 30), hours=2, lead_min=0, bid=7)
+    assert conflicts(schedule(), [later], local(7, 12)) == []
+
+
+# -- what a GPU holds when ---------------------------------------------------------------------
+
+
+def test_a_gpu_holds_the_class_layout_from_class_start_and_research_after_the_students_lead():
+    spans = layout_spans(schedule().entries[0], [], local(7, 6), local(7, 20), BERLIN)
+    assert [(s.start, s.layout, s.phase) for s in spans] == [
+        (local(7, 6), RESEARCH, "research"),
+        (local(7, 7, 30), None, "changing"),  # research holders have until 08:00
+        (local(7, 8), CLASS, "class"),
+        (local(7, 18), None, "changing"),  # class holders have until 18:30
+        (local(7, 18, 30), RESEARCH, "research"),
+    ]
+    assert spans[-1].end == local(7, 20) and spans[1].toward == CLASS
+    assert spans[3].toward == RESEARCH
+    # a booked class session is class time from its seats' lead, with the drain lead before it
+    sat = booking("1g.10gb", local(12, 10), lead_min=15)
+    spans = layout_spans(schedule().entries[0], [sat], local(12, 9), local(12, 13), BERLIN)
+    assert [(s.start, s.phase) for s in spans] == [
+        (local(12, 9), "research"), (local(12, 9, 15), "changing"), (local(12, 9, 45), "class"),
+        (local(12, 12), "changing"), (local(12, 12, 30), "research"),
+    ]  # fmt: skip

@@ -14,12 +14,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from fake_nvml import FakeNVML
-from miglayout_support import ledger_matches_nvml
-from traitlets.config import Config
+from miglayout_support import RecordingHub, ledger_matches_nvml, scheduled_gpulab
 
-from jupyterhub_gpulab.hubapi.stopper import ServerStopper
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
-from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger import Ledger
 from jupyterhub_gpulab.ledger.models import NoFreeSlice
 from jupyterhub_gpulab.service.layouts import END_REASON, RULE, LayoutKeeper, LayoutTraits
@@ -28,7 +25,6 @@ from jupyterhub_gpulab.service.state import LabState
 pytestmark = pytest.mark.unit
 
 BERLIN = ZoneInfo("Europe/Berlin")
-CLASS, RESEARCH = "7x1g.10gb", "2x3g.40gb"
 SMALL = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.10gb")
 BIG = SliceRequest(kind=SliceKind.MIG, mig_profile="3g.40gb")
 
@@ -41,39 +37,6 @@ def local(hh: int, mm: int = 0) -> datetime:
 @pytest.fixture
 def clock_start():
     return local(7, 0)
-
-
-class RecordingHub:
-    """Stands in for the hub's REST API: every stop succeeds at once and is recorded."""
-
-    def __init__(self):
-        self.stops: list[tuple[str, str]] = []
-        self.stopper = ServerStopper(self)
-
-    async def stop(self, user: str, name: str = "") -> bool:
-        self.stops.append((user, name))
-        return True
-
-    async def wait_stopped(self, user: str, name: str = "", timeout: float = 120) -> bool:
-        return True
-
-
-def gpulab(db: str, **schedule) -> GPULab:
-    c = Config()
-    c.GPULab.db_url = db
-    c.GPULab.node_name = "gpu1"
-    c.GPULab.inventory_source = "nvml"
-    c.GPULab.quota_timezone = "Europe/Berlin"
-    c.GPULab.profiles = [{"slug": "cpu", "display_name": "CPU", "image": "x"}]
-    c.GPULab.mig_schedule = {
-        "class_layout": CLASS,
-        "research_layout": RESEARCH,
-        "class_windows": [{"days": ["mon", "tue", "wed", "thu", "fri"],
-                           "start": "08:00", "end": "18:00"}],
-        "drain_lead": "30m",
-        **schedule,
-    }  # fmt: skip
-    return GPULab(config=c)
 
 
 class Lab:
@@ -90,7 +53,9 @@ class Lab:
 
     def start_service(self):
         """A (new) service: its state reads NVML and syncs the ledger, as at start."""
-        self.state = LabState(gpulab(self.db, **self.schedule), self.ledger, nvml=self.nvml)
+        self.state = LabState(
+            scheduled_gpulab(self.db, **self.schedule), self.ledger, nvml=self.nvml
+        )
         self.state.sync()
         self.keeper = LayoutKeeper(self.state, self.hub, LayoutTraits())
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..inventory.layoutplan import DRAIN_REASON
 from ..inventory.miglayout import (
     LayoutError,
     LayoutIncomplete,
@@ -38,7 +39,6 @@ __all__ = ["EXIT", "add_mig_layout_command", "cmd_mig_layout", "relay"]
 
 #: exit statuses: done; refused with nothing changed; bad usage; changed part way (run again)
 EXIT = {"done": 0, "refused": 1, "usage": 2, "partial": 3}
-DRAIN_REASON = "MIG re-layout to "
 POLL_S = 5.0
 
 HELP = """Re-lay a MIG GPU's instances (e.g. 7x1g.10gb <-> 2x3g.40gb or 1x7g.80gb) and keep the

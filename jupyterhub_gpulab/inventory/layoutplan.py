@@ -25,7 +25,15 @@ Functions (all times aware UTC datetimes)::
     periods = class_periods(entry, bookings, start, end, tz)        # [Period], merged, sorted
     d = decide(schedule, uuid, now, current="7x1g.10gb", holders=2, bookings=[...])
     d.target, d.next_layout, d.next_change_at, d.drain, d.relay_due, d.holders_by
+    spans = layout_spans(entry, bookings, start, end, tz)          # [Span]: what it holds when
     problems = conflicts(schedule, bookings, now)                    # ["…names both…"]
+
+**What a GPU holds when** (:func:`layout_spans`), the one rule that check-config's
+:func:`conflicts` and a booking's fit (:mod:`jupyterhub_gpulab.ledger.bookingfit`) both judge
+booked sessions by: the class layout from the moment class time *begins* (its holders were
+stopped then) until it ends; the research layout outside class time and its drain leads on either
+side; in between it is **changing** and holds neither for certain (drained, so nothing new lands;
+research holders may stay until class begins, class holders until ``drain_lead`` after it ends).
 """
 
 from __future__ import annotations
@@ -39,15 +47,22 @@ from .layoutschedule import DAYS, LayoutSchedule, ScheduleEntry, Window
 from .miglayout import LayoutError, format_layout, parse_layout
 
 __all__ = [
+    "DRAIN_REASON",
     "HORIZON",
     "Decision",
     "Period",
+    "Span",
     "booking_needs",
     "class_periods",
     "conflicts",
     "decide",
+    "layout_spans",
     "same_layout",
 ]
+
+#: The drain reason of a GPU drained for a change of layout (``gpulab mig-layout``, the service's
+#: pass), followed by the target layout; a GPU drained with any other reason is an admin's.
+DRAIN_REASON = "MIG re-layout to "
 
 #: How far ahead :func:`decide` looks for the next change (a week and a day: every weekly window).
 HORIZON = timedelta(days=8)
@@ -64,6 +79,29 @@ class Period:
     begins: datetime
     end: datetime
     why: str
+
+
+@dataclass(frozen=True)
+class Span:
+    """What a scheduled GPU holds for certain over ``[start, end)``: ``layout`` (text), or
+    ``None`` while it is changing (to ``toward``); ``phase`` is ``"class"``, ``"research"`` or
+    ``"changing"``, ``why`` says which part of the schedule makes it so."""
+
+    start: datetime
+    end: datetime
+    layout: str | None
+    phase: Literal["class", "research", "changing"]
+    why: str
+    toward: str | None = None
+
+    def describe(self, t: datetime | None = None) -> str:
+        """``"has the class layout 7x1g.10gb at 2026-12-07 09:00 UTC (class window …, 07:00–17:00
+        UTC)"``: what a refusal says of the GPU (after its name) at ``t`` (default: the span's
+        first instant)."""
+        at = f"at {t or self.start:%Y-%m-%d %H:%M} UTC"
+        if self.layout is None:
+            return f"is changing to {self.toward} {at} ({self.why})"
+        return f"has the {self.phase} layout {self.layout} {at} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -175,6 +213,45 @@ def class_periods(
     return [p for p in merged if p.end > start and p.start < end]
 
 
+def layout_spans(
+    entry: ScheduleEntry, bookings: Iterable, start: datetime, end: datetime, tz: tzinfo
+) -> list[Span]:
+    """What a GPU of ``entry`` holds over ``[start, end)``, as consecutive :class:`Span` records
+    covering it (the module docstring's rule; ``bookings`` as for :func:`class_periods`)."""
+    lead = timedelta(seconds=entry.drain_lead_s)
+    periods = class_periods(entry, bookings, start - lead, end, tz)
+    cuts = {start}
+    for p in periods:
+        cuts |= {t for t in (p.start, p.begins, p.end, p.end + lead) if start < t < end}
+    out: list[Span] = []
+    for a, b in zip(sorted(cuts), [*sorted(cuts)[1:], end]):
+        layout, phase, why, toward = _state_at(entry, periods, a, lead)
+        if out and (out[-1].layout, out[-1].why, out[-1].toward) == (layout, why, toward):
+            out[-1] = Span(out[-1].start, b, layout, phase, why, toward)
+        else:
+            out.append(Span(a, b, layout, phase, why, toward))
+    return out
+
+
+def _state_at(entry: ScheduleEntry, periods: list[Period], t: datetime, lead: timedelta):
+    """``(layout, phase, why, toward)`` of a GPU of ``entry`` at ``t``: class from when class
+    time begins to its end; changing in the drain lead before it and after it; research else."""
+    for p in periods:
+        if p.begins <= t < p.end:
+            why = f"{p.why}, {p.begins:%H:%M}–{p.end:%H:%M} UTC"
+            return entry.class_text, "class", why, None
+    for p in periods:
+        if p.start <= t < p.begins:
+            why = (f"the {_minutes(lead)} drain lead before {p.why}: holders of research "
+                   f"instances have until {p.begins:%H:%M} UTC")  # fmt: skip
+            return None, "changing", why, entry.class_text
+        if p.end <= t < p.end + lead:
+            why = (f"after {p.why}: holders of class slices have the {_minutes(lead)} drain "
+                   f"lead, until {p.end + lead:%H:%M} UTC")  # fmt: skip
+            return None, "changing", why, entry.research_text
+    return entry.research_text, "research", "outside class time", None
+
+
 def decide(
     schedule: LayoutSchedule,
     uuid: str,
@@ -237,52 +314,33 @@ def conflicts(
     horizon: timedelta = timedelta(days=400),
 ) -> list[str]:
     """The booked sessions ``schedule`` would leave without their slices, one message each naming
-    the booking and the schedule's part: a session needing the class layout's slices in research
-    time (``follow_bookings`` off), a session needing the research layout's slices during class
-    time or the drain lead before it."""
+    the booking and the schedule's part: a session whose slices only one of an entry's layouts
+    has, at a time when :func:`layout_spans` says the GPU holds the other or is changing."""
     tz = schedule.tz or timezone.utc
     bookings = [b for b in bookings if b.ends_at > now and b.window_start < now + horizon]
     out: list[str] = []
     for i, entry in enumerate(schedule.entries):
         gpus = "every MIG GPU" if entry.gpus is None else ", ".join(entry.gpus)
-        lead = _minutes(timedelta(seconds=entry.drain_lead_s))
         for b in bookings:
             need = booking_needs(entry, b)
             if need is None:
                 continue
-            s, e = max(b.window_start, now), b.ends_at
-            if need == "class" and not entry.follow_bookings:
-                covered = class_periods(entry, (), s, e, tz, windows_only=True)
-                if not _covers(covered, s, e):
-                    out.append(
-                        f"mig_schedule[{i}] ({gpus}) has the research layout "
-                        f"{entry.research_text} during booked session {b.describe()}, which "
-                        f"needs {b.request.wanted_mig_profile} slices of the class layout "
-                        f"{entry.class_text}: add a class window covering it or set "
-                        "follow_bookings to true"
-                    )
+            want = entry.class_text if need == "class" else entry.research_text
+            spans = layout_spans(entry, bookings, max(b.window_start, now), b.ends_at, tz)
+            bad = next((sp for sp in spans if not same_layout(sp.layout, want)), None)
+            if bad is None:
                 continue
-            if need == "research":
-                for p in class_periods(entry, bookings, s, e, tz):
-                    cut = "overlaps" if p.begins < e else f"(its {lead} drain lead) cuts into"
-                    out.append(
-                        f"mig_schedule[{i}] ({gpus}): {p.why} {cut} booked session "
-                        f"{b.describe()}, which needs {b.request.wanted_mig_profile} slices of "
-                        f"the research layout {entry.research_text}"
-                    )
-                    break
+            fix = (
+                "add a class window covering it or set follow_bookings to true"
+                if need == "class"
+                else "move the session or the class window"
+            )
+            out.append(
+                f"mig_schedule[{i}] ({gpus}) {bad.describe()} during booked session "
+                f"{b.describe()}, which needs {b.request.wanted_mig_profile} slices of the "
+                f"{need} layout {want}: {fix}"
+            )
     return out
-
-
-def _covers(periods: list[Period], s: datetime, e: datetime) -> bool:
-    at = s
-    for p in periods:
-        if p.start > at:
-            return False
-        at = max(at, p.end)
-        if at >= e:
-            return True
-    return at >= e
 
 
 def _profiles(layout: str | Sequence[str]) -> list[str]:

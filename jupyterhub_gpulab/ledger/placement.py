@@ -20,11 +20,13 @@ writer (``BEGIN IMMEDIATE``); on PostgreSQL every claim made while a booking pro
 transaction-scoped advisory lock (``gpulab:reservations``) before it counts free slices, so two
 claims never both count the same last free seat. Outside booking windows nothing is locked.
 
-Bookings are checked when made (:meth:`Reservations.book`): at every instant of the new booking's
-window, the bookings then open whose slices overlap the new one's must fit the inventory's slices
-that any of them can use (Hall's condition for that set), else :class:`BookingConflict` names
-them. Two bookings of different requests that share slices are checked together; the claim's
-guard counts per request, which is exact when bookings of one inventory pool use one request.
+Bookings are checked when made (:meth:`Reservations.book`, judged by :mod:`.bookingfit`): at
+every instant of the new booking's window, the bookings then open whose slices overlap the new
+one's must fit the inventory's slices that any of them can use (Hall's condition for that set),
+with a MIG GPU of the layout schedule counted in the layout it will hold then; else
+:class:`BookingConflict` names them. Two bookings of different requests that share slices are
+checked together; the claim's guard counts per request, which is exact when bookings of one
+inventory pool use one request.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ import sqlalchemy as sa
 from .. import clock
 from ..clock import as_utc
 from ..inventory.model import SliceRequest
-from .bookings import Booking, BookingConflict, Reserved, _Row, booking_values
+from .bookingfit import ScheduledHost, check_fits, planned_inventory
+from .bookings import Booking, Reserved, _Row, booking_values
 from .claimguard import BookingLimit, ClaimGuard, overlaps
 from .models import slice_from_row
 from .queries import slice_filter
-from .schema import allocations, bookings, slices
+from .schema import allocations, bookings, devices, slices
 
 #: Bookings that may be open at ``now`` (not ended, starting within a day: leads are shorter), read by
 #: every claim; built once.
@@ -71,6 +74,11 @@ ADVISORY_LOCK = sa.text("SELECT pg_advisory_xact_lock(:k)")
 class Reservations:
     """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``dialect``,
     ``_statement``, ``_free_up_to``)."""
+
+    #: The GPUs whose MIG layout follows ``c.GPULab.mig_schedule``: a booking is judged against
+    #: the layout they will hold at its time (:mod:`.bookingfit`). Set by the process that owns
+    #: the ledger from its lab (:meth:`.bookingfit.ScheduledHost.of`); ``None``: none.
+    layout_plan: ScheduledHost | None = None
 
     # -- booking ----------------------------------------------------------------------------
 
@@ -177,50 +185,21 @@ class Reservations:
             conn.execute(ADVISORY_LOCK, {"k": _LOCK_KEY})
 
     def _check_fits(self, conn, new: Booking) -> None:
-        rows = list(conn.execute(sa.select(slices).where(slices.c.available == sa.true())))
-        pool = {r.id for r in rows if new.request.matches(slice_from_row(r))}
-        if len(pool) < new.count:
-            raise BookingConflict(
-                f"{new.describe()} cannot be booked: the lab has only {len(pool)} "
-                f"{new.request.describe()} slice{'s' if len(pool) != 1 else ''} in service."
-            )
-        others = [
-            b
-            for b in (
-                Booking.from_row(r)
-                for r in conn.execute(
-                    sa.select(bookings).where(
-                        bookings.c.ends_at > new.window_start,
-                        bookings.c.starts_at < new.ends_at + timedelta(days=1),
-                    )
-                )
-            )
-            if b.window_start < new.ends_at
-        ]
-        sets = {b.id: {r.id for r in rows if b.request.matches(slice_from_row(r))} for b in others}
-        others = [b for b in others if sets[b.id] & pool]
-        # Every instant where the set of open bookings changes, inside the new window.
-        cuts = sorted(
-            {new.window_start}
-            | {
-                t
-                for b in others
-                for t in (b.window_start, b.ends_at)
-                if new.window_start <= t < new.ends_at
-            }
+        """Read what :func:`.bookingfit.check_fits` judges ``new`` on, in its transaction."""
+        host = self.layout_plan
+        lead = host.longest_lead if host else timedelta(0)
+        rows = conn.execute(sa.select(slices).where(slices.c.available == sa.true()))
+        q = sa.select(bookings).where(
+            bookings.c.ends_at > new.window_start - lead - timedelta(days=1),
+            bookings.c.starts_at < new.ends_at + lead + timedelta(days=1),
         )
-        for t in cuts:
-            now_open = [b for b in others if b.window_start <= t < b.ends_at]
-            union = set(pool).union(*(sets[b.id] for b in now_open))
-            wanted = new.count + sum(b.count for b in now_open)
-            if wanted > len(union):
-                names = "; ".join(b.describe() for b in now_open)
-                raise BookingConflict(
-                    f"{new.describe()} cannot be booked: at {t:%Y-%m-%d %H:%M} UTC it needs "
-                    f"{wanted} slices together with {names}, and the lab has {len(union)} "
-                    "that they can use. Move or shrink one of them.",
-                    now_open,
-                )
+        check_fits(
+            new,
+            [Booking.from_row(r) for r in conn.execute(q)],
+            [slice_from_row(r) for r in rows],
+            [dict(r._mapping) for r in conn.execute(sa.select(devices))] if host else [],
+            host,
+        )
 
     # -- the claim's guard ------------------------------------------------------------------
 
@@ -315,22 +294,37 @@ class Reservations:
         point of that hour whose request is the profile's or shares its slices."""
         start = as_utc(start).replace(minute=0, second=0, microsecond=0)
         end = start + timedelta(hours=hours)
+        host = self.layout_plan
+        lead = host.longest_lead if host else timedelta(0)
         found = self.bookings(start, end)
         with self._read() as conn:
             rows = [
                 slice_from_row(r)
                 for r in conn.execute(sa.select(slices).where(slices.c.available == sa.true()))
             ]
+            devs = [dict(r._mapping) for r in conn.execute(sa.select(devices))] if host else []
+        # the bookings that move class time within the calendar, leads included
+        moving = self.bookings(start - lead, end + lead) if host else []
+        inventory = planned_inventory(rows, devs, host, moving, start, end)
         out = []
         for slug, req in profiles.items():
             if req.kind is None:
                 continue
-            mine = {s.id for s in rows if req.matches(s)}
-            sharing = [b for b in found if {s.id for s in rows if b.request.matches(s)} & mine]
             for h in range(hours):
                 t0 = start + timedelta(hours=h)
                 t1 = t0 + timedelta(hours=1)
-                live = [b for b in sharing if b.window_start < t1 and b.ends_at > t0]
+                # the hour's fewest slices: a scheduled GPU changing layout within it counts so
+                t, mine = min(
+                    ((t, inventory.slice_ids(req, t)) for t in [t0, *inventory.changes(t0, t1)]),
+                    key=lambda pair: len(pair[1]),
+                )
+                live = [
+                    b
+                    for b in found
+                    if b.window_start < t1
+                    and b.ends_at > t0
+                    and inventory.slice_ids(b.request, t) & mine
+                ]
                 reserved = min(len(mine), sum(b.count for b in live))
                 out.append(
                     {

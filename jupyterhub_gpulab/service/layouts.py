@@ -30,11 +30,12 @@ from datetime import datetime, timedelta
 from traitlets.config import LoggingConfigurable
 
 from .. import clock
-from ..cli.miglayout import DRAIN_REASON, EXIT, relay
-from ..inventory.layoutplan import HORIZON, Decision, decide
+from ..cli.miglayout import EXIT, relay
+from ..inventory.layoutplan import DRAIN_REASON, HORIZON, Decision, decide
 from ..inventory.miglayout import format_layout
 from ..lab.traits import Duration
 from ..ledger import aio
+from ..ledger.bookingfit import ScheduledHost
 
 log = logging.getLogger("gpulab.layouts")
 
@@ -81,20 +82,20 @@ class LayoutKeeper:
 
     @property
     def active(self) -> bool:
-        """A schedule is set and this host's GPUs are read from NVML (the pass has work)."""
-        if not self.schedule.entries:
-            return False
-        if self.state.inventory.source != "nvml":
-            if not self._said_agents:
-                log.warning(
-                    "c.GPULab.mig_schedule is set but the GPUs are not read from NVML on this "
-                    "host (%s): no layout changes. On node agents (Swarm) re-laying is not yet "
-                    "built; run `gpulab mig-layout` on the GPU's host.",
-                    self.state.inventory.source,
-                )
-                self._said_agents = True
-            return False
-        return True
+        """A schedule is set and this host's GPUs are read from NVML (the pass has work): the
+        same test that gives the ledger its :class:`~..ledger.bookingfit.ScheduledHost`."""
+        source = self.state.inventory.source
+        if ScheduledHost.of(self.schedule, self.state.node, source) is not None:
+            return True
+        if self.schedule.entries and not self._said_agents:
+            log.warning(
+                "c.GPULab.mig_schedule is set but the GPUs are not read from NVML on this "
+                "host (%s): no layout changes. On node agents (Swarm) re-laying is not yet "
+                "built; run `gpulab mig-layout` on the GPU's host.",
+                source,
+            )
+            self._said_agents = True
+        return False
 
     async def run_pass(self) -> list[GpuPass]:
         """One pass (module docstring). Never raises: a GPU's failure is logged, the rest go on."""

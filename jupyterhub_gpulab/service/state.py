@@ -24,6 +24,7 @@ from ..backends import backend_for
 from ..inventory import Inventory, SliceKind, Utilization, discover, load_shared
 from ..lab.config import GPULab, Lab
 from ..ledger import Allocation, Ledger, SyncReport
+from ..ledger.bookingfit import ScheduledHost
 from ..ledger.listing import open_slice_presence
 from .imageneeds import ImageNeeds
 from .monitor import UtilizationMonitor
@@ -81,6 +82,10 @@ class LabState:
         self.nvml = nvml
         self.node = gpulab.node_name
         self.lab: Lab = gpulab.load(nvml)
+        #: bookings are judged against the layouts the schedule will lay (:mod:`.layouts`)
+        ledger.layout_plan = ScheduledHost.of(
+            self.lab.schedule, self.node, self.lab.inventory.source
+        )
         #: each profile's slice request narrowed to the GPUs its image can use (waitlist offers,
         #: the user page's free slices): the spawner's gate, as the service sees it, reading the
         #: labels through the lab's backend (made, and connected, on the first read)
