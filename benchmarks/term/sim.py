@@ -214,6 +214,10 @@ class Simulation:
                 await self._refused(q, minute, slug, err)
                 return
             slug = "research-mig"
+        self._started(q, name, alloc, slug, minute)
+
+    def _started(self, q: Intent, name: str, alloc, slug: str, minute: int) -> None:
+        user = q.user
         if q.served_at < 0:
             q.served_at = minute
         for other in self.waiting.pop(user, []):
@@ -227,12 +231,13 @@ class Simulation:
         self.by_user[user] = lv
         self._extend(lv, q, minute)
 
-    def _on_mig(self, q: Intent, user: str, name: str, err):
-        """A researcher refused a whole GPU chooses the MIG research profile (``mig-research``,
-        ``layout``, ``all``): its allocation, or ``None``."""
+    def _on_mig(self, q: Intent, user: str, name: str, err=None):
+        """A researcher refused a whole GPU (``err``), or queued for one (``err`` ``None``),
+        chooses the MIG research profile (``mig-research``, ``layout``, ``all``): its
+        allocation, or ``None``."""
         if q.kind != "research" or not self.spec.research_mig:
             return None
-        if getattr(err, "reason", "") != "no-free-slice":
+        if err is not None and getattr(err, "reason", "") != "no-free-slice":
             return None
         try:
             claim, _ = self.spawner.start(user, name, "research-mig", self.groups[user])
@@ -356,6 +361,10 @@ class Simulation:
                 for q in qs:
                     q.gave_up = q.served_at < 0
                 del self.waiting[user]
+        for user, qs in list(self.waiting.items()):  # a queued researcher sees a free instance
+            alloc = self._on_mig(qs[0], user, "")
+            if alloc is not None:
+                self._started(qs[0], "", alloc, "research-mig", minute)
         for e in await self.keeper.run_pass():
             for q in self.waiting.get(e.user, [])[:1]:
                 self._push(minute + 1, q)  # they see the banner and start within a minute
