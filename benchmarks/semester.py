@@ -9,8 +9,8 @@ The last line printed is one JSON object: the gpulab lab's ``class_served_within
 ``idle_held_pct``, ``culled_at_keyboard_pct``, ``budget_refusals``, ``preemptions``,
 ``students_per_gpu_ratio`` (student intents served, gpulab over static), ``double_allocations``
 (every lab); the same figures for ``static`` and ``plain_jupyterhub``; ``by_lab`` (every lab's
-figures), ``levers`` (issue 22 item 3b: for each lever, the research waits and the students'
-figures with it off, the ``gpulab`` lab, and on, in the same run), ``inputs`` (each input:
+figures), ``levers`` (issue 22 items 2 and 3: for each lever, the research waits and the students'
+figures with it off, the ``gpulab`` lab, and on, in the same run; items 2 and 3 too), ``inputs`` (each input:
 ``"measured: …"`` or ``"assumed: …"``), ``settings`` (the service's defaults the culler and the
 waitlist ran with), ``lab`` (what was simulated) and ``run`` (wall seconds, jobs, load average).
 
@@ -24,7 +24,25 @@ for students; ``--research-gpus`` whole; default 2 + 2):
 - ``fairshare``: plus the waitlist's fair share (``c.GPULab.fairshare_half_life``,
   ``--half-life-days`` 7: Slurm's default ``PriorityDecayHalfLife``);
 - ``session``: plus a maximum session on the research profile (its ``max_age``,
-  ``--research-max-hours`` 4; the culler warns ``cull_warn_before`` ahead, then stops it).
+  ``--research-max-hours`` 4; the culler warns ``cull_warn_before`` ahead, then stops it);
+- ``keep``: a user at the keyboard who sees a GPU-idle warning (``--lever-seen`` 0.8, assumed:
+  it is in JupyterLab's status bar) clicks Keep, the service's ``keeping.keep_server`` with their
+  group's ``keeps_per_day``;
+- ``cpu``: they click Move to CPU instead (``keeping.move_to_cpu``: the slice is released, the
+  server starts again on the CPU profile; a move, not a cull);
+- ``mig-research``: a MIG layout schedule (``c.GPULab.mig_schedule``) re-lays the first
+  ``--layout-gpus`` MIG GPUs 2 x 3g.40gb outside booked class time, and a researcher refused a
+  whole GPU takes a 3g.40gb instance (profile ``research-mig``);
+- ``layout``: the same schedule with the research layout 1 x 7g.80gb;
+- ``all``: every lever at once (fair share, session, Keep then Move to CPU, the 2 x 3g.40gb
+  schedule with ``research-mig``).
+
+``levers`` compares each of ``fairshare``, ``session``, ``keep``, ``cpu``, ``mig-research``,
+``layout``, ``all`` (on) with ``gpulab`` (off). Keep, Move to CPU and the schedule run through
+the service's own functions (``term/levers.py``): ``keep_server``, ``move_to_cpu``, and a
+subclass of the service's ``LayoutKeeper`` whose pass (``layoutplan.decide``, drain, warn, stop
+holders, re-lay only when empty) is unchanged; only NVML's re-lay is stood in (the GPU's
+instances rewritten in the declared inventory, the ledger synced with it).
 
 What runs is the product's code, called as the product calls it (``term/sim.py``): the spawner
 core's reservation path (``ReservationMixin._reserve``: budget, image needs, the ledger's claim
@@ -44,7 +62,8 @@ Inputs (``term/data.py``'s ``INPUTS``, printed in the JSON):
 - **assumed**, each with why: the population, the homework rate and hours, the sections, how
   users leave, researchers' sessions, patience, how often a warning is seen where it is shown,
   the hub's activity, the samples, the image's labels, the lab's configuration, the levers'
-  settings (half-life, longest research session).
+  settings (half-life, longest research session), how often a warning in JupyterLab is acted
+  on (Keep, Move to CPU), and the layout schedule's reach.
 
 The levers' figures are *measured* by the product's own rules on that demand (the waitlist's
 order, ``ledger.fairshare``; the culler's ``max-age`` rule); what they would be on another lab
@@ -67,9 +86,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from term.data import INPUTS, below_threshold_shares
+from term.data import INPUTS, LEVER_SEEN, below_threshold_shares
 from term.demand import workload
-from term.labs import BOOKING, FAIRSHARE_HALF_LIFE, LABS, LEVERS, RESEARCH_MAX_SESSION
+from term.labs import BOOKING, FAIRSHARE_HALF_LIFE, LABS, LEVERS, RESEARCH_MAX_SESSION, SCHEDULE
 from term.sim import Simulation
 
 #: what ``levers`` compares off and on
@@ -131,7 +150,7 @@ def run_labs(args, specs) -> tuple[dict, dict]:
 
 
 def levers(results: dict) -> dict:
-    """Each lever of issue 22 item 3b: the research waits with it off (``gpulab``) and on."""
+    """Each lever of issue 22 items 2 and 3: the research waits with it off (``gpulab``) and on."""
     off = results.get("gpulab")
     found = {}
     for lever, key in LEVERS.items():
@@ -183,12 +202,26 @@ def main() -> None:
         default=4.0,
         help="the session lab's research profile max_age, hours",
     )
+    parser.add_argument(
+        "--lever-seen",
+        type=float,
+        default=LEVER_SEEN["p"],
+        help="keep, cpu, all: probability (0-1) that a user at the keyboard acts on a GPU-idle "
+        "warning shown in JupyterLab",
+    )
+    parser.add_argument(
+        "--layout-gpus",
+        type=int,
+        default=SCHEDULE["gpus"],
+        help="mig-research, layout, all: MIG GPUs the layout schedule covers",
+    )
     args = parser.parse_args()  # fmt: skip
     if args.small:
         args.weeks, args.load = 1, 0.2
     BOOKING["lead"], BOOKING["seats"] = args.lead, args.seats
     FAIRSHARE_HALF_LIFE["s"] = round(args.half_life_days * 86400)
     RESEARCH_MAX_SESSION["s"] = round(args.research_max_hours * 3600)
+    LEVER_SEEN["p"], SCHEDULE["gpus"] = args.lever_seen, args.layout_gpus
     wanted = args.labs.split(",")
     unknown = [k for k in wanted if k not in {s.key for s in LABS}]
     if unknown or not 1 <= args.weeks <= 14:
@@ -232,6 +265,7 @@ def main() -> None:
         "seed": args.seed, "warning_seen": args.warning_seen,
         "fairshare_half_life_days": args.half_life_days,
         "research_max_session_hours": args.research_max_hours,
+        "lever_seen": args.lever_seen, "layout_gpus": args.layout_gpus,
     }  # fmt: skip
     summary["run"] = {"wall_s": round(wall, 1), "jobs": args.jobs,
                       "loadavg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip

@@ -58,7 +58,7 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
 
 
 def test_semester_benchmark_runs_a_small_term():
-    r = run_small("semester", 600)
+    r = run_small("semester", 1800)  # eleven labs, a simulated week each
     headline = ("class_served_within_1min_pct", "homework_intents_unserved_pct",
                 "research_wait_p50_min", "research_wait_p90_min", "idle_held_pct",
                 "culled_at_keyboard_pct", "budget_refusals", "preemptions")  # fmt: skip
@@ -83,6 +83,29 @@ def test_semester_benchmark_runs_a_small_term():
             k: r["by_lab"]["gpulab"][k] for k in r["levers"][lever]["off"]
         }
         has_keys(r["levers"][lever]["on"], "research_wait_p50_min", "research_wait_p90_min")
+    check_term_levers(r)
+
+
+def check_term_levers(r: dict) -> None:
+    """Issue 22 items 2 and 3: each new lab ran, with no double allocation, and each lever did
+    what it is there for (a Keep that never keeps, a move that never frees a slice, a schedule
+    that never re-lays fails here); the labs without a lever never used it."""
+    labs = r["by_lab"]
+    for lever, lab in (("keep", "keep"), ("move_to_cpu", "cpu"), ("mig_research", "mig-research"),
+                       ("layout_schedule", "layout"), ("all", "all")):  # fmt: skip
+        assert labs[lab]["double_allocations"] == 0, lab
+        assert set(r["levers"][lever]) == {"off", "on"}
+        assert r["levers"][lever]["on"] == {k: labs[lab][k] for k in r["levers"][lever]["on"]}
+    off = labs["gpulab"]
+    assert off["keeps"] == off["moved_to_cpu"] == off["relayouts"] == off["research_on_mig"] == 0
+    assert labs["keep"]["keeps"] > 0 and labs["keep"]["moved_to_cpu"] == 0
+    # a moved server restarts on the CPU profile, and the GPU-hours it no longer holds show
+    assert labs["cpu"]["moved_to_cpu"] == labs["cpu"]["cpu_starts"] > 0
+    assert labs["cpu"]["gpu_hours_held"] < off["gpu_hours_held"]
+    assert labs["cpu"]["keeps"] == 0
+    for lab in ("mig-research", "layout", "all"):  # the schedule re-laid a GPU both ways
+        assert labs[lab]["relayouts"] >= 2, lab
+    assert labs["all"]["keeps"] > 0 and labs["all"]["moved_to_cpu"] > 0
 
 
 @pytest.mark.hub

@@ -63,7 +63,21 @@ INPUTS = {
     "default PriorityDecayHalfLife, slurm.conf(5); --half-life-days), the session lab's "
     "research profile max_age 4 h (--research-max-hours); each is the gpulab lab plus that one "
     "setting",
+    "keep_and_cpu": "assumed: in the keep, cpu and all labs the GPU-idle warning is where the "
+    "user works (JupyterLab's status bar), so a user at the keyboard sees it and acts with "
+    "probability 0.8 (--lever-seen): Keep (the service's keep_server, their group's "
+    "keeps_per_day, the product's default 2), or Move to CPU (move_to_cpu), after which they "
+    "go on without a GPU for the rest of the sitting; in all, Keep first and Move to CPU once "
+    "the day's keeps are spent. A user who does not act does as in the gpulab lab",
+    "layout_schedule": "assumed: the schedule covers the first --layout-gpus MIG GPUs (1), class "
+    "time is the booked sections (follow_bookings, from their 60-min lead), drain lead 30 min; "
+    "a researcher refused a whole GPU takes the research-mig profile (3g.40gb or 7g.80gb) at "
+    "once when one is free, else queues for the whole GPU. Re-laying is instant here (NVML's "
+    "calls take seconds)",
 }
+#: probability that a user at the keyboard sees a GPU-idle warning shown in JupyterLab and acts
+#: on it (Keep or Move to CPU); ``--lever-seen`` changes it
+LEVER_SEEN = {"p": 0.8}
 
 
 def data_file(name: str) -> Path:

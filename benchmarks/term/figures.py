@@ -69,5 +69,12 @@ def figures(sim) -> dict:
         "budget_refusals": m["budget_refusals"],
         "budget_culls": m["budget_culls"],
         "preemptions": m["preemptions"],
+        "keeps": m["keeps"],
+        "keeps_refused": m["keeps_refused"],
+        "moved_to_cpu": m["moved_to_cpu"],
+        "cpu_starts": m["cpu_starts"],
+        "research_on_mig": m["research_on_mig"],
+        "relayouts": m["relayouts"],
+        "layout_stops": m["layout_stops"],
         "double_allocations": m["doubles"] + overlaps,
     }  # fmt: skip

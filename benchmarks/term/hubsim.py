@@ -4,7 +4,8 @@ A **model** of JupyterHub's REST answers, nothing of gpulab's: :class:`SimHub` a
 service's :class:`~jupyterhub_gpulab.service.culling.Culler` and
 :class:`~jupyterhub_gpulab.service.waitlist.WaitlistKeeper` ask the real hub
 (``GET /hub/api/users?state=active`` as user models, ``GET /hub/api/users/<name>``, the stop
-``DELETE /hub/api/users/<u>/servers/<name>``), built from the term's running servers; a stop is
+``DELETE /hub/api/users/<u>/servers/<name>``, and for Move to CPU ``GET /hub/api/users/<name>``'s
+servers and the start ``POST``), built from the term's running servers; a stop is
 what the hub then does, the spawner's ``stop()`` releasing the allocation as ``stopped``. The
 service's own :class:`~jupyterhub_gpulab.hubapi.stopper.ServerStopper` drives it.
 
@@ -20,6 +21,7 @@ import logging
 from collections.abc import Callable
 
 from jupyterhub_gpulab.errors import SpawnRefused
+from jupyterhub_gpulab.hubapi.servers import HubServer
 from jupyterhub_gpulab.hubapi.stopper import ServerStopper
 from jupyterhub_gpulab.lab.choice import choose
 from jupyterhub_gpulab.lab.images import requirements_from_labels
@@ -47,13 +49,19 @@ class _Engine:
 class SimState:
     """What the service's passes read of its :class:`~jupyterhub_gpulab.service.state.LabState`:
     the ledger, the lab, each slice's utilisation history (``history(slice_id)``, the term's
-    samples) and each profile's image needs (the product's :class:`ImageNeeds`)."""
+    samples), each profile's image needs (the product's :class:`ImageNeeds`), and for the layout
+    pass the lab's ``c.GPULab``, its node and ``undrain``."""
 
     def __init__(self, runtime, history: Callable):
         self.ledger = runtime.ledger
         self.lab = runtime.lab
+        self.gpulab = runtime.gpulab  # the layout pass re-lays its declared inventory
+        self.node = runtime.lab.node
         self.history = history
         self.image_needs = ImageNeeds(backend=_Engine)
+
+    def undrain(self, device_uuid: str) -> bool:
+        return self.ledger.set_drained(device_uuid, False)
 
 
 class SimHub:
@@ -80,6 +88,16 @@ class SimHub:
 
     async def stop(self, user: str, name: str = "") -> bool:
         self.sim.hub_stop(user, name)
+        return True
+
+    async def servers_of(self, user: str) -> list[HubServer]:
+        models = [u for u in self.sim.user_models() if u["name"] == user]
+        return [HubServer.from_model(u, n, s) for u in models for n, s in u["servers"].items()]
+
+    async def start(self, user: str, name: str = "", options: dict | None = None) -> bool:
+        """A start with ``options`` (Move to CPU's CPU profile): the server runs without a slice
+        (a CPU server holds nothing the term counts)."""
+        self.sim.m["cpu_starts"] += (options or {}).get("profile") == "cpu"
         return True
 
     async def wait_stopped(self, user: str, name: str = "", timeout: float = 120) -> bool:

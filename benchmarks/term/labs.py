@@ -3,7 +3,7 @@ own :meth:`~jupyterhub_gpulab.lab.config.GPULab.load` and run by its
 :class:`~jupyterhub_gpulab.spawner.runtime.LabRuntime` (the hub's ledger and inventory sync),
 and each lab section as the course record an instructor writes (``courses.model``).
 
-The four labs, on the same demand (``semester.py`` runs every one):
+The labs, on the same demand (``semester.py`` runs every one):
 
 - ``static``: plain JupyterHub, one whole GPU per server, Zero to JupyterHub's idle culler
   (``cull.timeout`` 3600 s, ``cull.every`` 600 s);
@@ -18,7 +18,17 @@ The four labs, on the same demand (``semester.py`` runs every one):
   ``levers`` compares each with ``gpulab``): ``fairshare``, the waitlist's fair share
   (``c.GPULab.fairshare_half_life`` :data:`FAIRSHARE_HALF_LIFE`); ``session``, a maximum session
   length on the research profile (its ``max_age``, :data:`RESEARCH_MAX_SESSION`; the culler warns
-  ``cull_warn_before`` ahead, then stops the server).
+  ``cull_warn_before`` ahead, then stops the server);
+- the levers of issue 22 items 2 and 3 (:mod:`.levers` acts them out): ``keep``, a warned user
+  at the keyboard clicks Keep (the service's ``keep_server``, ``keeps_per_day`` of their group,
+  the product's default 2); ``cpu``, they move to the CPU profile (``move_to_cpu``);
+  ``mig-research``, a researcher refused a whole GPU takes a ``3g.40gb`` instance (profile
+  ``research-mig``), which exists outside class time because :data:`SCHEDULE` re-lays the first
+  ``--layout-gpus`` MIG GPUs ``2x3g.40gb`` (the class layout has no 3g instance: 3c needs a
+  layout that has one); ``layout``, the same schedule with the research layout ``1x7g.80gb``
+  (a whole H100 as one instance, taken through ``research-mig`` on ``7g.80gb``); ``all``, every
+  lever at once (fair share, session, keep then CPU when the allowance is spent, the
+  ``2x3g.40gb`` schedule).
 """
 
 from __future__ import annotations
@@ -42,6 +52,9 @@ NODE = "gpu-host"
 #: the levers' settings (seconds); ``--half-life-days`` / ``--research-max-hours`` change them
 FAIRSHARE_HALF_LIFE = {"s": 7 * 86400}
 RESEARCH_MAX_SESSION = {"s": 4 * 3600}
+#: the MIG layout schedule's settings: how many MIG GPUs it covers (``--layout-gpus``), its drain
+#: lead; class time is the booked sections (``follow_bookings``), no fixed class window
+SCHEDULE = {"gpus": 1, "drain_lead": "30m"}
 
 PROFILES = [
     {"slug": "student-1g", "display_name": "PyTorch (1g.10gb)", "image": IMG,
@@ -52,7 +65,19 @@ PROFILES = [
      "max_age": 72 * 3600},
     {"slug": "static-gpu", "display_name": "Whole GPU (static lab)", "image": IMG,
      "slice": {"kind": "gpu"}},
+    {"slug": "cpu", "display_name": "CPU only (Move to CPU)", "image": IMG, "slice": None,
+     "default": True},
 ]  # fmt: skip
+#: the research profile on a MIG instance (``mig-research``, ``layout``, ``all``); its
+#: ``mig_profile`` is the lab's ``research_mig``
+RESEARCH_MIG = {
+    "slug": "research-mig",
+    "display_name": "PyTorch (MIG instance)",
+    "image": IMG,
+    "idle_timeout": 7200,
+    "gpu_idle_timeout": 30 * 60,
+    "max_age": 72 * 3600,
+}
 
 
 @dataclass(frozen=True)
@@ -70,11 +95,21 @@ class LabSpec:
     priority: bool = False
     fairshare: bool = False
     max_session: bool = False
+    keep: bool = False
+    cpu: bool = False
+    #: the research layout the schedule re-lays to outside class (``None``: no schedule); the
+    #: ``research-mig`` profile takes its instances
+    research_layout: str | None = None
 
     def profile_for(self, kind: str) -> str:
         if self.whole:
             return "static-gpu"
         return "research-gpu" if kind == "research" else "student-1g"
+
+    @property
+    def research_mig(self) -> str | None:
+        """The MIG profile of the research layout (``"3g.40gb"``), or ``None``."""
+        return self.research_layout.split("x", 1)[1] if self.research_layout else None
 
 
 LABS = (
@@ -87,9 +122,20 @@ LABS = (
             True, fairshare=True),
     LabSpec("session", "gpulab + a maximum research session", None, False, True, True, True,
             max_session=True),
+    LabSpec("keep", "gpulab + Keep at a warning", None, False, True, True, True, keep=True),
+    LabSpec("cpu", "gpulab + Move to CPU at a warning", None, False, True, True, True,
+            cpu=True),
+    LabSpec("mig-research", "gpulab + research on 3g.40gb (schedule 2x3g.40gb)", None, False,
+            True, True, True, research_layout="2x3g.40gb"),
+    LabSpec("layout", "gpulab + layout schedule (1x7g.80gb for research)", None, False, True,
+            True, True, research_layout="1x7g.80gb"),
+    LabSpec("all", "gpulab + every lever", None, False, True, True, True, fairshare=True,
+            max_session=True, keep=True, cpu=True, research_layout="2x3g.40gb"),
 )  # fmt: skip
 #: lever → the lab that turns it on (off: ``gpulab``)
-LEVERS = {"fairshare": "fairshare", "research_max_session": "session"}
+LEVERS = {"fairshare": "fairshare", "research_max_session": "session", "keep": "keep",
+          "move_to_cpu": "cpu", "mig_research": "mig-research", "layout_schedule": "layout",
+          "all": "all"}  # fmt: skip
 
 
 def _h100(i: int, mig: bool) -> dict:
@@ -115,21 +161,37 @@ def group_policies(spec: LabSpec) -> dict:
             "students": {"profiles": ["student-1g", "static-gpu"]},
             "researchers": {"profiles": ["research-gpu", "static-gpu"]},
         }
+    research = ["research-gpu", "cpu"] + (["research-mig"] if spec.research_mig else [])
     return {
         "students": {
-            "profiles": ["student-1g"], "max_slices_per_user": 1,
+            "profiles": ["student-1g", "cpu"], "max_slices_per_user": 1,
             "gpu_hours": 4, "period": "week", "preemptible": spec.priority,
         },
         "researchers": {
-            "profiles": ["research-gpu"], "max_slices_per_user": 1,
+            "profiles": research, "max_slices_per_user": 1,
             "priority": 10 if spec.priority else 0,
         },
     }  # fmt: skip
 
 
+def mig_schedule(spec: LabSpec, mig_gpus: int) -> list[dict]:
+    """``c.GPULab.mig_schedule``: the first ``SCHEDULE["gpus"]`` MIG GPUs in the class layout
+    during booked sections (their seats' lead included) and ``spec.research_layout`` outside."""
+    if not spec.research_layout:
+        return []
+    uuids = [_h100(i, True)["uuid"] for i in range(min(SCHEDULE["gpus"], mig_gpus))]
+    return [{"gpus": uuids, "class_layout": "7x1g.10gb",
+             "research_layout": spec.research_layout, "class_windows": [],
+             "follow_bookings": True, "drain_lead": SCHEDULE["drain_lead"]}]  # fmt: skip
+
+
 def gpulab_config(spec: LabSpec, db_url: str, mig_gpus: int, research_gpus: int) -> GPULab:
     """The lab's ``c.GPULab`` (declared inventory: the simulated H100s)."""
     profiles = [dict(p) for p in PROFILES]
+    if spec.research_mig:
+        profiles.append(
+            {**RESEARCH_MIG, "slice": {"kind": "mig", "mig_profile": spec.research_mig}}
+        )
     if spec.max_session:
         for p in profiles:
             if p["slug"] == "research-gpu":
@@ -139,6 +201,7 @@ def gpulab_config(spec: LabSpec, db_url: str, mig_gpus: int, research_gpus: int)
         inventory=inventory(spec, mig_gpus, research_gpus), profiles=profiles,
         group_policies=group_policies(spec), lab_name=spec.key,
         fairshare_half_life=FAIRSHARE_HALF_LIFE["s"] if spec.fairshare else 0,
+        mig_schedule=mig_schedule(spec, mig_gpus),
     )  # fmt: skip
 
 

@@ -15,7 +15,10 @@ Every decision of a gpulab lab is the product's own code, called as the product 
 - **the waitlist**: the service's :class:`~jupyterhub_gpulab.service.waitlist.WaitlistKeeper`
   ``run_pass`` (lapse, offer, policy and budget re-checked, image needs), every minute (the
   service's ``waitlist_every`` is 15 s: the term's resolution is a minute);
-- **reservations**: each section's course record booked by ``courses.reserve.book_course``.
+- **reservations**: each section's course record booked by ``courses.reserve.book_course``;
+- **Keep, Move to CPU, the MIG layout schedule**: the service's ``keep_server``,
+  ``move_to_cpu`` and ``LayoutKeeper`` pass (``layoutplan.decide``), every minute
+  (:mod:`.levers`: what a user does with a warning, and the one stand-in, NVML's re-lay).
 
 The ledger stamps simulated time through ``jupyterhub_gpulab.clock.utcnow`` (the one time seam).
 Plain JupyterHub (``static``, ``plain``) takes the first free GPU of the server's kind and culls
@@ -49,6 +52,7 @@ from .demand import PATIENCE, RESEARCHERS, TERM_START, Intent, sections, student
 from .figures import figures
 from .hubsim import SimHub, SimState, TermSpawner
 from .labs import NODE, UTC, LabSpec, gpulab_config, section_course
+from .levers import TermLayouts, react
 from .stock import idle_culler_stops
 
 HUB_ACTIVITY_MIN = 5  # JupyterHub.last_activity_interval (``hub_activity``)
@@ -129,10 +133,12 @@ class Simulation:
         self.m = dict.fromkeys(
             ("held", "idle_held", "present_idle", "culls", "culled_at_keyboard", "preemptions",
              "budget_refusals", "budget_culls", "reused", "doubles", "minutes", "idle_minutes",
-             "warnings", "warnings_at_keyboard"), 0,
+             "warnings", "warnings_at_keyboard", "keeps", "keeps_refused", "moved_to_cpu",
+             "relayouts", "layout_stops", "research_on_mig", "cpu_starts"), 0,
         )  # fmt: skip
         self.cull_rules: dict[str, int] = {}
         self.settings = GPULabService(preemption=spec.priority)  # the service's own defaults
+        self.layouts = None
         if spec.stock is None:
             self.hub = SimHub(self)
             self.state = SimState(self.rt, self.history)
@@ -140,6 +146,7 @@ class Simulation:
             self.culler = Culler(self.state, self.hub, self.settings)
             self.keeper = WaitlistKeeper(self.state, self.hub, self.settings)
             self.cull_every = max(1, round(self.settings.cull_every / 60))
+            self.layouts = TermLayouts(self) if spec.research_layout else None
         else:
             self.cull_every = spec.stock[1] // 60
         # samples kept per slice: the service's utilization_history at one a minute
@@ -202,8 +209,15 @@ class Simulation:
                     profile.slice, user=user, profile=slug, server_name=name, node=NODE
                 ).allocation
         except (SpawnRefused, LedgerRefusal) as err:
-            await self._refused(q, minute, slug, err)
-            return
+            alloc = self._on_mig(q, user, name, err)
+            if alloc is None:
+                await self._refused(q, minute, slug, err)
+                return
+            slug = "research-mig"
+        self._started(q, name, alloc, slug, minute)
+
+    def _started(self, q: Intent, name: str, alloc, slug: str, minute: int) -> None:
+        user = q.user
         if q.served_at < 0:
             q.served_at = minute
         for other in self.waiting.pop(user, []):
@@ -216,6 +230,21 @@ class Simulation:
         self.live[lv.key] = lv
         self.by_user[user] = lv
         self._extend(lv, q, minute)
+
+    def _on_mig(self, q: Intent, user: str, name: str, err=None):
+        """A researcher refused a whole GPU (``err``), or queued for one (``err`` ``None``),
+        chooses the MIG research profile (``mig-research``, ``layout``, ``all``): its
+        allocation, or ``None``."""
+        if q.kind != "research" or not self.spec.research_mig:
+            return None
+        if err is not None and getattr(err, "reason", "") != "no-free-slice":
+            return None
+        try:
+            claim, _ = self.spawner.start(user, name, "research-mig", self.groups[user])
+        except (SpawnRefused, LedgerRefusal):
+            return None
+        self.m["research_on_mig"] += 1
+        return claim.allocation
 
     async def _refused(self, q: Intent, minute: int, slug: str, err) -> None:
         if isinstance(err, SpawnRefused) and err.reason == "quota":
@@ -306,11 +335,24 @@ class Simulation:
                 self.m["warnings"] += 1
                 if lv.present_until > minute:
                     self.m["warnings_at_keyboard"] += 1
+                    acts = d.rule == "gpu-idle" and lv.key in self.live
+                    if acts and await react(self, lv, minute) is not None:
+                        continue  # kept (the culler's next pass honours it) or moved
                     if self.rng.random() < self.warning_seen:
                         lv.busy_until = minute + 5  # they run something on the GPU
             elif d.action == "cull":
                 self._culled(lv, d.rule, minute)
         self.stopped.clear()
+
+    async def _layouts(self, minute: int) -> None:
+        """The service's layout pass; a holder it stops counts as a cull (rule ``mig-layout``)."""
+        for done in await self.layouts.run_pass():
+            self.m["relayouts"] += done.relaid == 0
+            for key in done.stopped:
+                lv = self.stopped.pop(tuple(key.split("/", 1)), None)
+                if lv is not None:
+                    self.m["layout_stops"] += 1
+                    self._culled(lv, "mig-layout", minute)
 
     async def _waitlist(self, minute: int) -> None:
         for user, qs in list(self.waiting.items()):
@@ -319,6 +361,10 @@ class Simulation:
                 for q in qs:
                     q.gave_up = q.served_at < 0
                 del self.waiting[user]
+        for user, qs in list(self.waiting.items()):  # a queued researcher sees a free instance
+            alloc = self._on_mig(qs[0], user, "")
+            if alloc is not None:
+                self._started(qs[0], "", alloc, "research-mig", minute)
         for e in await self.keeper.run_pass():
             for q in self.waiting.get(e.user, [])[:1]:
                 self._push(minute + 1, q)  # they see the banner and start within a minute
@@ -336,6 +382,8 @@ class Simulation:
                 await self._cull(minute)
             if self.spec.waitlist:
                 await self._waitlist(minute)
+            if self.layouts is not None:
+                await self._layouts(minute)
             if minute % 15 == 0:
                 self.m["doubles"] += len(self.ledger.double_allocations())
         for lv in list(self.live.values()):
