@@ -69,5 +69,8 @@ def test_the_fast_selection_leaves_out_the_minutes_long_ones():
     assert any("test_two_processes_never_double_allocate" in t for t in slow)
     assert not any("test_two_processes_never_double_allocate" in t for t in unit)
     # the fast ones stay in it
-    assert "tests/test_benchmarks.py::test_ledger_benchmark_interleaves_ours_and_the_naive_search" in unit
+    assert (
+        "tests/test_benchmarks.py::test_ledger_benchmark_interleaves_ours_and_the_naive_search"
+        in unit
+    )
     assert any(t.startswith("tests/test_units.py::") for t in unit)
