@@ -213,11 +213,12 @@ def _starts_hubs(item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Before ``-m`` selects: mark hub-starting tests ``hub``, and tests needing nothing ``unit``
-    (a ``docs`` test needs nothing outside either, but a Sphinx build takes seconds: not unit)."""
+    (a ``docs`` test needs nothing outside either, but a Sphinx build takes seconds: not unit; a
+    ``slow`` one, e.g. the term's small simulation, takes minutes: not unit either)."""
     for item in items:
         if not any(item.get_closest_marker(n) for n in NEEDS) and _starts_hubs(item):
             item.add_marker(pytest.mark.hub)
-        if not any(item.get_closest_marker(n) for n in (*NEEDS, "docs")):
+        if not any(item.get_closest_marker(n) for n in (*NEEDS, "docs", "slow")):
             item.add_marker(pytest.mark.unit)
 
 

@@ -57,6 +57,7 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
     assert r["rules"] == ["bookings", "waitlist", "holds", "image-needs", "limits"]
 
 
+@pytest.mark.slow  # ~5-9 minutes of CPU: `pytest -m unit` leaves it out
 def test_semester_benchmark_runs_a_small_term():
     r = run_small("semester", 1800)  # eleven labs, a simulated week each
     headline = ("class_served_within_1min_pct", "homework_intents_unserved_pct",

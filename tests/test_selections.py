@@ -46,3 +46,31 @@ def needs(*selection: str) -> str:
 )
 def test_a_selection_asks_for_exactly_the_parts_its_tests_need(selection, answer):
     assert needs(*selection) == answer
+
+
+def collected(*selection: str) -> set[str]:
+    """The test ids pytest collects for ``selection``, as ``-m`` leaves them."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+         *selection],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return {line for line in r.stdout.splitlines() if "::" in line}
+
+
+def test_the_fast_selection_leaves_out_the_minutes_long_ones():
+    """``pytest -m unit`` is what the README promises runs in minutes: the term's small
+    simulation (5-9 minutes of CPU) and the stress tests are ``slow``, not ``unit``; ``-m slow``
+    runs them."""
+    files = ["tests/test_benchmarks.py", "tests/test_ledger_stress.py", "tests/test_units.py"]
+    unit, slow = collected("-m", "unit", *files), collected("-m", "slow", *files)
+    term = "tests/test_benchmarks.py::test_semester_benchmark_runs_a_small_term"
+    assert term in slow and term not in unit
+    assert any("test_two_processes_never_double_allocate" in t for t in slow)
+    assert not any("test_two_processes_never_double_allocate" in t for t in unit)
+    # the fast ones stay in it
+    assert (
+        "tests/test_benchmarks.py::test_ledger_benchmark_interleaves_ours_and_the_naive_search"
+        in unit
+    )
+    assert any(t.startswith("tests/test_units.py::") for t in unit)

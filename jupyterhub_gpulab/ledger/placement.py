@@ -76,8 +76,9 @@ class Reservations:
     ``_statement``, ``_free_up_to``)."""
 
     #: The GPUs whose MIG layout follows ``c.GPULab.mig_schedule``: a booking is judged against
-    #: the layout they will hold at its time (:mod:`.bookingfit`). Set by the process that owns
-    #: the ledger from its lab (:meth:`.bookingfit.ScheduledHost.of`); ``None``: none.
+    #: the layout they will hold at its time (:mod:`.bookingfit`). Set by the gpulab service, the
+    #: one process that books and shows the calendar, from its lab
+    #: (:meth:`.bookingfit.ScheduledHost.of`); ``None``: none (the hub only claims).
     layout_plan: ScheduledHost | None = None
 
     # -- booking ----------------------------------------------------------------------------

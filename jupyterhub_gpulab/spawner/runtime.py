@@ -17,7 +17,6 @@ from ..hub import metrics
 from ..inventory import gpu_instance_ids
 from ..lab.config import GPULab, Lab
 from ..ledger import ForeignContainer, close_shared_ledgers, shared_ledger
-from ..ledger.bookingfit import ScheduledHost
 from ..ledger.jobmap import JobMap
 from .engine import EngineSurvey
 from .reconcile import Reconciler
@@ -40,10 +39,6 @@ class LabRuntime:
             log.warning("gpulab inventory: %s", w)
         self.ledger = shared_ledger(gpulab.db_url, auto_upgrade=gpulab.db_auto_upgrade)
         self.ledger.fairshare_half_life = gpulab.fairshare_half_life
-        # a booking is judged against the layouts the service's schedule pass will lay
-        self.ledger.layout_plan = ScheduledHost.of(
-            self.lab.schedule, self.lab.node, self.lab.inventory.source
-        )
         metrics.prepare(p.slug for p in self.lab.profiles)
         if not any(isinstance(x, metrics.HubMetrics) for x in self.ledger.listeners):
             self.ledger.listeners.append(metrics.HubMetrics())
