@@ -256,7 +256,7 @@ class CourseActionPage(CoursePageBase):
             return f"Saved: {started}; {counted(record['reserve'], 'seat')} reserved per session."
         if action == "record":
             try:
-                body = inputs.json_value(arg("record"))
+                body = inputs.json_value(arg("record"), "form field 'record'")
             except ValueError as e:
                 raise ValueError(f"the record is not JSON ({e})") from None
             if not isinstance(body, dict):

@@ -94,7 +94,10 @@ class PageHandler(BaseHandler):
 
     def render_page(self, name: str, **ns) -> None:
         template = self.settings["gpulab_jinja"].get_template(name)
-        self.finish(template.render(**self.template_namespace(), **ns))
+        html = template.render(**self.template_namespace(), **ns)
+        # a lone surrogate stored before the service refused them (inputs.storable) is shown as
+        # U+FFFD: UTF-8 cannot encode it, and one course title must not 500 every student's page
+        self.finish(inputs.UNSTORABLE_SURROGATE.sub("\ufffd", html))
 
     def pop_flash(self) -> dict | None:
         raw = self.get_signed_cookie(FLASH_COOKIE, max_age_days=1)
