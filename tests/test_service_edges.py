@@ -1,6 +1,7 @@
 """The core's promises at their edges (issue 21): text no page or database can hold is refused
 where a request body becomes values, with a 400 naming the field, and changes nothing; such text
-stored by an older version never takes a page down.
+stored by an older version never takes a page down; Collect and Return name only an assignment
+the course declares.
 
 Through the service's real application, course manager and ledger (``course_web_support``: a
 stand-in hub API, no engine), on SQLite and on PostgreSQL (whose text and JSON refuse NUL where
@@ -13,15 +14,17 @@ import dataclasses
 from html import unescape
 
 import pytest
-from course_web_support import course_lab
+from course_web_support import course_lab, flash
 from ledger_support import backends, make_url
 
+from jupyterhub_gpulab.courses.collect import Entry
 from jupyterhub_gpulab.courses.store import CourseStore
 
 DL101 = {"slug": "dl101", "title": "Deep learning 101", "term": "2026-fall", "profiles": ["cpu"],
          "assignments": [{"name": "hw1"}, {"name": "hw2"}]}  # fmt: skip
 FREE = {"slug": "free1", "title": "Free 1", "profiles": ["cpu"]}
 USERS = {"ta1": ["dl101-staff", "free1-staff"], "stu1": ["dl101"], "stu2": ["dl101", "free1"]}
+OWNER = (1000, 1000)
 
 
 @pytest.fixture(params=backends())
@@ -116,3 +119,33 @@ async def test_a_drain_reason_no_database_can_hold_is_a_400_and_drains_nothing(l
     code, answer = await lab.api("admin", "POST", f"nodes/{node}/drain", {"reason": "fan"})
     assert code == 200, answer
     assert lab.ledger.node(node).drained
+
+
+# -- Collect and Return name a declared assignment -------------------------------------------
+
+
+async def test_collect_of_an_assignment_the_course_does_not_declare_is_refused(lab):
+    files = lab.engine.files
+    s = lab.courses.settings
+    files.write_tree(s.work_of("dl101", "stu1"), "assignments/nope",
+                     [Entry("a.py", b"work", 1.0)], OWNER)  # fmt: skip
+    for action, done in (("collect", "collected"), ("return", "returned")):
+        code, body = await lab.api("ta1", "POST", f"courses/dl101/{action}", {"assignment": "nope"})
+        assert (code, body["message"]) == (
+            400,
+            f"dl101 declares no assignment 'nope'; its assignments are hw1, hw2. "
+            f"Nothing was {done}.",
+        )
+        page = await lab.form("ta1", "dl101", action, {"assignment": "nope"})
+        assert flash(page) == (
+            f"danger: dl101 declares no assignment 'nope'; its assignments are hw1, hw2. "
+            f"Nothing was {done}."
+        )
+    with pytest.raises(FileNotFoundError):  # nothing was copied
+        files.read_tree(s.staff_of("dl101"), "collected", 10**6)
+    # a declared one is collected as before
+    code, body = await lab.api("ta1", "POST", "courses/dl101/collect", {"assignment": "hw1"})
+    assert (code, body["message"]) == (200, "0 of 2 submitted.")
+    # a course that declares none takes any folder name (free-form, as the guide says)
+    code, body = await lab.api("ta1", "POST", "courses/free1/collect", {"assignment": "nope"})
+    assert (code, body["message"]) == (200, "0 of 1 submitted.")
