@@ -91,6 +91,11 @@ async def test_the_course_page_forms_refuse_unstorable_text_and_change_nothing(l
     code, _, text = await lab.request("ta1", "POST", "courses/dl101/actions/assignment",
                                       form={"name": "hw\x003"})  # fmt: skip
     assert code == 400 and "Form field 'name' holds a NUL character" in unescape(text)
+    # a lone surrogate cannot come as UTF-8: its 3 bytes (%ED%A0%80, CESU-8's) are not UTF-8
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    code, _, text = await lab.request("ta1", "POST", "courses/dl101/actions/assignment",
+                                      b"name=hw%ED%A0%80", headers=form)  # fmt: skip
+    assert code == 400 and "The form field 'name' is not UTF-8 text." in unescape(text)
     assert stored(lab) == before
 
 
