@@ -10,8 +10,8 @@
 # lab: those labelled with the lab id kept in its ledger (org.jupyter.gpulab.lab-id), so another
 # lab's containers on the same engine are never touched. With --purge it also removes the state
 # folder (<repo>/.state or GPULAB_STATE_DIR: JupyterHub's and gpulab's databases, cookie secrets).
-# User home volumes are never removed (`docker volume rm` them by name if you mean to). Stops only
-# processes whose command line it recognises. Idempotent.
+# No volume is removed: users' homes, the course's staff and course-work volumes (`docker volume rm`
+# them by name if you mean to). Stops only processes whose command line it recognises. Idempotent.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${GPULAB_STATE_DIR:-$REPO/.state}

@@ -367,14 +367,16 @@ def flash(page: str) -> str:
 
 
 async def course_lab(tmp_path, *, courses: list[dict], users: dict[str, list[str]],
-                     admins=("admin",), extra: dict | None = None) -> CourseLab:  # fmt: skip
+                     admins=("admin",), extra: dict | None = None,
+                     db_url: str | None = None) -> CourseLab:  # fmt: skip
     """The lab of ``courses`` (``c.GPULabCourses.courses``; ``extra``: more GPULabCourses
     settings), its hub knowing ``users`` (name -> groups) and ``admins`` (who hold
-    ``custom:gpulab:admin``), the courses declared as at the service's start."""
+    ``custom:gpulab:admin``), the courses declared as at the service's start; its ledger on
+    ``db_url`` (default: a SQLite file in ``tmp_path``)."""
     hub = StandInHub(users={u: set(g) for u, g in users.items()}, admins=set(admins))
     for a in admins:
         hub.users.setdefault(a, set())
-    ledger = Ledger(f"sqlite:///{tmp_path / 'gpulab.sqlite'}")
+    ledger = Ledger(db_url or f"sqlite:///{tmp_path / 'gpulab.sqlite'}")
     config = Config()
     config.GPULab.profiles = PROFILES
     config.GPULabCourses.courses = courses

@@ -6,6 +6,7 @@ nothing. Against a real hub starting the real service, through the proxy, as a c
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import requests
@@ -82,6 +83,16 @@ API_CASES = [
     pytest.param(
         "POST", f"devices/{TARGET_GPU}/drain", b" " * (5 * 2**20) + b"{}", 413, id="body-5MB"
     ),
+    # text no database can hold: SQLite cannot encode a lone surrogate (a JSON "\udcff"
+    # escape), PostgreSQL's text refuses NUL; both were a 500
+    pytest.param(
+        "POST", f"devices/{TARGET_GPU}/drain", b'{"reason": "\\udcff"}', 400, id="reason-surrogate"
+    ),
+    pytest.param(
+        "POST", f"devices/{TARGET_GPU}/drain", b'{"reason": "fan\\u0000"}', 400, id="reason-NUL"
+    ),
+    pytest.param("POST", "nodes/lab-node/drain", b'{"reason": "\\ud800"}', 400,
+                 id="node-reason-surrogate"),
     pytest.param("DELETE", f"devices/{'G' * 500}/drain", None, 400, id="uuid-500"),
     pytest.param("DELETE", f"users/{'u' * 5000}/server", None, 400, id="user-5000"),
     pytest.param("DELETE", f"users/student/servers/{'n' * 300}", None, 400, id="server-300"),
@@ -124,6 +135,8 @@ def form_cases(allocation_id: int) -> list[tuple[str, dict, int]]:
         ("stop", {"user": "u" * 5000}, 400),
         ("stop", {"user": "student", "server": "s" * 300}, 400),
         ("drain", {"device": TARGET_GPU, "reason": "ok", "pad": "p" * 200_000}, 413),
+        # a NUL in a form field: refused, not stored as the space Tornado would make of it
+        ("drain", {"device": TARGET_GPU, "reason": "fan\x00"}, 400),
     ]
 
 
@@ -158,3 +171,33 @@ def test_a_valid_reason_at_the_limit_is_kept_whole(hub, token, ledger, lab):
     )
     assert r.status_code == 200, r.text
     assert next(d for d in ledger.devices() if d["uuid"] == TARGET_GPU)["drain_reason"] == reason
+
+
+def nav_user(page: str) -> str | None:
+    """Whom a page's nav shows logged in (``None``: it offers "Login")."""
+    m = re.search(r'<span class="me-1">([^<]*)</span>', page)
+    return m.group(1) if m and ">Logout</a>" in page else None
+
+
+def test_a_refused_form_shows_its_page_to_the_user_who_sent_it(hub, lab):
+    """A 403 (a form without its _xsrf token) and a 413 (a body over the limit) are refused
+    without the user (the cookie is not taken), yet the page says it to them, logged in: their
+    name and Logout in the nav, not Login, and what to do."""
+    instructor = login(hub, "instructor")  # a reader: every form below is refused regardless
+    snapshot, _ = lab
+    before = snapshot()
+    xsrf = instructor.cookies.get("_xsrf", path=PREFIX)
+    for data, status, says in (
+        ({"device": TARGET_GPU}, 403, "reload the page and send it again"),
+        ({"device": TARGET_GPU, "pad": "p" * 200_000, "_xsrf": xsrf}, 413, "reads at most"),
+    ):
+        r = instructor.post(hub.url + PREFIX + "actions/drain", data=data, timeout=60)
+        assert r.status_code == status, r.text[:300]
+        assert nav_user(r.text) == "instructor", r.text[:2000]
+        assert says in r.text
+        assert ">Login</a>" not in r.text
+    assert snapshot() == before
+    # anonymous: the same form is refused with the login offered
+    r = requests.post(hub.url + PREFIX + "actions/drain", data={"device": TARGET_GPU}, timeout=60)
+    assert r.status_code == 403 and nav_user(r.text) is None and ">Login</a>" in r.text
+    assert "Log in to the hub first" in r.text

@@ -16,6 +16,24 @@ from .model import Course
 from .roster import roster_of
 
 
+class UndeclaredAssignment(ValueError):
+    """Collect or return named an assignment its course does not declare."""
+
+
+def check_declared(course: Course, assignment: str, action: str) -> None:
+    """Refuse (:class:`UndeclaredAssignment`, naming the declared ones) an ``assignment`` that
+    ``course`` does not declare, when it declares any: a typo would otherwise "collect" an empty
+    folder from everyone and report the whole class missing. A course that declares none takes
+    any folder name under ``~/assignments`` (free-form, as the instructor guide says)."""
+    names = [a.name for a in course.assignments]
+    if names and assignment not in names:
+        done = "collected" if action == "collect" else "returned"
+        raise UndeclaredAssignment(
+            f"{course.slug} declares no assignment {assignment!r}; its assignments are "
+            f"{', '.join(names)}. Nothing was {done}."
+        )
+
+
 class AssignmentActions:
     """Needs of the class it is mixed into: ``hub``, ``store``, ``settings``, ``images`` and
     ``backend`` (the engine seam, :mod:`jupyterhub_gpulab.backends`)."""
@@ -43,7 +61,8 @@ class AssignmentActions:
 
     async def _copy_assignment(self, copy, action: str, course: Course, assignment: str, by: str):
         """Run ``copy`` (collect or give_back) for the roster, audit it as ``action``; the
-        per-student report."""
+        per-student report; :class:`UndeclaredAssignment` before anything is copied."""
+        check_declared(course, assignment, action)
         students = await roster_of(self.hub, course)
         s = self.settings
         extra = {"owner": tuple(s.staff_owner)} if action == "collect" else {}

@@ -39,7 +39,7 @@ from tornado.httputil import url_concat
 from ... import clock
 from ...hub.hubconfig import ADMIN_SCOPE, READ_SCOPE
 from .. import actions
-from .inputs import MAX_BODY, body_size, json_value, refuse, shown
+from .inputs import MAX_BODY, body_size, json_value, refuse, shown, storable
 from .paging import PageError, parse_page
 from .usageview import PeriodError, parse_period
 
@@ -161,6 +161,16 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             for key, values in self.request.body_arguments.items():
                 self.request.arguments.setdefault(key, []).extend(values)
         await self.resolve_user()
+        # after the user (the page that says why is theirs): a form field must be UTF-8 text
+        # that can be stored and shown (no NUL: Tornado would make it a space unasked)
+        for key, values in self.request.body_arguments.items():
+            field = f"form field {shown(key, 40)}"
+            storable(key, "a form field's name")
+            for raw in values:
+                try:
+                    storable(raw.decode("utf-8"), field)
+                except UnicodeDecodeError:
+                    raise refuse(400, f"The {field} is not UTF-8 text.") from None
 
     async def resolve_user(self) -> None:
         """Who is asking: the hub's answer for the request's token or login cookie (a subclass
@@ -287,7 +297,7 @@ class JSONHandler(BaseHandler):
         if not self.request.body:
             return {}
         try:
-            body = json_value(self.request.body)
+            body = json_value(self.request.body)  # a 400 for a string no page can show
         except ValueError:
             raise refuse(400, "The body is not valid JSON.") from None
         if not isinstance(body, dict):

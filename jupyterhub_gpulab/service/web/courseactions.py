@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from tornado import web
 
+from ...courses.assignments import UndeclaredAssignment
 from ...courses.collect import ASSIGNMENT
 from ...courses.model import CourseError
 from ...courses.roster import csv_preview, known_users, parse_csv, roster_of
@@ -83,6 +84,12 @@ class CourseActionPage(CoursePageBase):
             return self.back(
                 course.slug, "danger", f"{inputs.shown(name)} is not an assignment name."
             )
+        try:
+            return await self._copy(course, action, name)
+        except UndeclaredAssignment as e:
+            return self.back(course.slug, "danger", str(e))
+
+    async def _copy(self, course, action: str, name: str):
         if action == "collect":
             report = await self.courses.collect(course, name, by=self.who)
             missing = sorted(u for u, r in report.items() if r["state"] == "missing")
@@ -256,7 +263,7 @@ class CourseActionPage(CoursePageBase):
             return f"Saved: {started}; {counted(record['reserve'], 'seat')} reserved per session."
         if action == "record":
             try:
-                body = inputs.json_value(arg("record"))
+                body = inputs.json_value(arg("record"), "form field 'record'")
             except ValueError as e:
                 raise ValueError(f"the record is not JSON ({e})") from None
             if not isinstance(body, dict):

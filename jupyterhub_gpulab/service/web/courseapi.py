@@ -25,6 +25,7 @@ hold ``custom:gpulab:admin``. Anyone else gets a 403. Errors are ``{"status", "m
 
 from __future__ import annotations
 
+from ...courses.assignments import UndeclaredAssignment
 from ...courses.collect import ASSIGNMENT
 from ...courses.model import CourseError
 from ...courses.parse import KEYS
@@ -313,14 +314,17 @@ class CollectAPI(CourseHandler):
                 400,
                 f"{inputs.shown(name)} is not an assignment name: one folder name under ~/assignments (letters, digits, . _ -).",
             )
-        if self.give:
-            report = await self.courses.give_back(course, name, by=self.who)
-            n = sum(1 for r in report.values() if r["state"] == "returned")
-            message = f"Feedback returned to {n} of {counted(len(report), 'student')}."
-        else:
-            report = await self.courses.collect(course, name, by=self.who)
-            n = sum(1 for r in report.values() if r["state"] == "submitted")
-            message = f"{n} of {len(report)} submitted."
+        try:
+            if self.give:
+                report = await self.courses.give_back(course, name, by=self.who)
+                n = sum(1 for r in report.values() if r["state"] == "returned")
+                message = f"Feedback returned to {n} of {counted(len(report), 'student')}."
+            else:
+                report = await self.courses.collect(course, name, by=self.who)
+                n = sum(1 for r in report.values() if r["state"] == "submitted")
+                message = f"{n} of {len(report)} submitted."
+        except UndeclaredAssignment as e:
+            raise refuse(400, str(e)) from None
         self.write_json({"status": 200, "message": message, "report": report})
 
 

@@ -361,7 +361,8 @@ def course_paths(op, json, ref) -> dict:
             {
                 "post": staff_op(
                     "Copy each student's ~/assignments/<assignment> into the course "
-                    "folder ({assignment})",
+                    "folder ({assignment}; 400 for one the course does not declare, when it "
+                    "declares any)",
                     {"200": json(ref("CourseReport"), "per student"), **bad},
                     requestBody=body,
                 )

@@ -41,7 +41,7 @@ class CoursePageBase(PageHandler):
 
     async def course_for(self, slug: str):
         if self.current_user is None:
-            raise refuse(403, "Log in to the hub first (and send the form's _xsrf token).")
+            raise self.not_logged_in()
         course = await self.courses.course(slug)
         if course is None:
             raise refuse(404, no_course(self.courses, slug))

@@ -8,6 +8,8 @@ that passes can be stored and looked up without a database error.
 
 from __future__ import annotations
 
+import re
+
 from tornado import web
 
 #: Allocation ids are the ledger's SQL ``INTEGER`` (32-bit on PostgreSQL).
@@ -74,16 +76,55 @@ def whole_number(text: object, what: str, low: int, high: int) -> int:
     raise refuse(400, f"{what} must be a whole number from {low} to {high}, not {shown(text)}.")
 
 
-def json_value(text: str | bytes):
+def json_value(text: str | bytes, where: str = "the body"):
     """``text`` parsed as JSON; ``ValueError`` (never ``RecursionError``: ``[[[[…`` nested
     deeper than the parser's stack) when it is not JSON; a 400 for ``NaN``/``Infinity``
-    (:func:`no_constant`)."""
+    (:func:`no_constant`) and for a string no page or database can hold (:func:`storable`;
+    ``where`` names the value in its message)."""
     import json
 
     try:
-        return json.loads(text, parse_constant=no_constant)
+        value = json.loads(text, parse_constant=no_constant)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    return storable(value, where)
+
+
+#: What no stored string may hold: NUL (PostgreSQL's text refuses it) and the lone surrogates
+#: U+D800 to U+DFFF a JSON ``\ud800`` escape gives (no UTF-8 encodes them: SQLite, and every
+#: page that shows them, fail on them).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: A lone surrogate (a page shows one stored before they were refused as U+FFFD).
+UNSTORABLE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(value, where: str):
+    """``value`` (a string, or the lists and objects of a JSON body: keys too) when none of its
+    strings holds a NUL or a lone surrogate; otherwise a 400 naming the field (``where`` is the
+    whole value: ``"the body"``, ``"form field 'title'"``), so nothing half-readable is stored.
+    Every request body becomes values through here: JSON in :func:`json_value`, form fields in
+    ``BaseHandler.ready``."""
+    todo = [(value, where)]
+    while todo:  # a loop, not recursion: a body may be nested as deep as the parser allows
+        v, at = todo.pop()
+        if isinstance(v, str):
+            bad = _UNSTORABLE.search(v)
+            if bad:
+                what = "a NUL character" if bad.group() == "\x00" else "a lone surrogate"
+                raise refuse(
+                    400,
+                    f"{at[:1].upper()}{at[1:]} holds {what} (U+{ord(bad.group()):04X}), which "
+                    "the lab can neither store nor show; send the text without it. Nothing was "
+                    "changed.",
+                )
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                todo.append((k, f"a field name in {at}"))
+                field = f"field {shown(k, 40)}" if at == "the body" else f"{at}[{shown(k, 40)}]"
+                todo.append((item, field))
+        elif isinstance(v, list):
+            todo.extend((item, f"{at}[{i}]") for i, item in enumerate(v))
+    return value
 
 
 def allocation_id(text: str) -> int:

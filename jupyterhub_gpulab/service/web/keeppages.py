@@ -8,7 +8,6 @@ from __future__ import annotations
 from .. import keeping
 from ..actions import ActionError
 from . import inputs
-from .base import refuse
 from .pages import PageHandler
 
 
@@ -18,7 +17,7 @@ class KeepAction(PageHandler):
 
     async def post(self, action: str):
         if self.current_user is None:
-            raise refuse(403, "Log in to the hub first (and send the form's _xsrf token).")
+            raise self.not_logged_in()
         name = inputs.name(self.get_body_argument("server", ""), "server name", empty=True)
         try:
             if action == "keep":

@@ -7,6 +7,7 @@ Pages extend JupyterHub's ``page.html`` and use the hub's CSS, so they look like
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -23,6 +24,8 @@ from .courseview import my_courses
 from .data import allocations_page, user_data
 from .queueapi import bookings_data, my_entries
 from .usageview import warnings_view
+
+log = logging.getLogger(__name__)
 
 FLASH_COOKIE = "gpulab-flash"
 #: Remembers which gpulab scopes a login already asked the hub for (see PageHandler.prepare).
@@ -43,8 +46,17 @@ class PageHandler(BaseHandler):
     asked for once, not in a loop.
     """
 
+    #: who the login cookie names when the request itself is refused it (an error page's nav)
+    _shown_user: dict | None = None
+
     async def ready(self):
-        await super().ready()
+        try:
+            await super().ready()
+        except web.HTTPError:  # a 413 is refused before the body (and its _xsrf) is read
+            await self.name_cookie_user()
+            raise
+        if self.current_user is None:  # a change without its _xsrf token: a 403 follows
+            await self.name_cookie_user()
         user = self.current_user
         if user is None or self.token_authenticated or self.request.method != "GET":
             return
@@ -59,6 +71,35 @@ class PageHandler(BaseHandler):
         )
         self.login_scopes = wanted
         self.redirect(self.get_login_url())
+
+    async def name_cookie_user(self) -> None:
+        """For the error page only: the user the login cookie names, without the ``_xsrf`` check
+        the refused request failed, so the page shows its nav as they are logged in (their name,
+        Logout, an _xsrf token for the next form), not "Login". It authorises nothing."""
+        if self.request.method in ("GET", "HEAD") or self.token_authenticated:
+            return
+        token = self.hub_auth.get_token(self, in_cookie=True)
+        if not token:
+            return
+        try:
+            model = await self.hub_auth.user_for_token(
+                token, session_id=self.hub_auth.get_session_id(self), sync=False
+            )
+            self._shown_user = self.check_hub_user(model) if model else None
+        except Exception:  # an error page never fails for its nav
+            log.debug("no user named for the error page", exc_info=True)
+
+    def not_logged_in(self) -> web.HTTPError:
+        """The 403 of a form posted with no user: a stale or missing ``_xsrf`` token when the
+        login cookie names one (:meth:`name_cookie_user`), else no login."""
+        if self._shown_user:
+            return refuse(
+                403,
+                "The form came without a valid _xsrf token, so it was not taken as "
+                f"{self._shown_user['name']}'s: reload the page and send it again. Nothing was "
+                "changed.",
+            )
+        return refuse(403, "Log in to the hub first (and send the form's _xsrf token).")
 
     def template_namespace(self) -> dict:
         hub_prefix = self.hub_auth.hub_prefix
@@ -94,7 +135,10 @@ class PageHandler(BaseHandler):
 
     def render_page(self, name: str, **ns) -> None:
         template = self.settings["gpulab_jinja"].get_template(name)
-        self.finish(template.render(**self.template_namespace(), **ns))
+        html = template.render(**self.template_namespace(), **ns)
+        # a lone surrogate stored before the service refused them (inputs.storable) is shown as
+        # U+FFFD: UTF-8 cannot encode it, and one course title must not 500 every student's page
+        self.finish(inputs.UNSTORABLE_SURROGATE.sub("\ufffd", html))
 
     def pop_flash(self) -> dict | None:
         raw = self.get_signed_cookie(FLASH_COOKIE, max_age_days=1)
@@ -117,6 +161,8 @@ class PageHandler(BaseHandler):
 
     def write_error(self, status_code: int, **kwargs):
         message = error_message(status_code, self._reason, kwargs.get("exc_info"))
+        if self.current_user is None and self._shown_user:
+            self.current_user = self._shown_user  # the page's nav only: the request is over
         try:
             self.render_page(
                 "gpulab_error.html",
@@ -213,7 +259,7 @@ class ActionPage(PageHandler):
 
     async def post(self, action: str):
         if self.current_user is None:
-            raise refuse(403, "Log in to the hub first (and send the form's _xsrf token).")
+            raise self.not_logged_in()
         if not self.can_admin:
             raise refuse(403, "This needs the scope custom:gpulab:admin.")
         arg = self.get_body_argument

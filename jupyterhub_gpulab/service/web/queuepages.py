@@ -16,7 +16,7 @@ class WaitlistAction(PageHandler):
 
     async def post(self):
         if self.current_user is None:
-            raise refuse(403, "Log in to the hub first (and send the form's _xsrf token).")
+            raise self.not_logged_in()
         action = self.get_body_argument("action", "")
         slug = self.get_body_argument("profile", "")
         if action == "join":
