@@ -16,9 +16,9 @@ from datetime import timedelta
 from culler_support import MIN, SETTINGS, STUDENT, T0, gpu_server
 
 from jupyterhub_gpulab.fairuse.culler import Limits, decide, next_warnings
-from jupyterhub_gpulab.fairuse.spare import Demand, spare_idle, spares
+from jupyterhub_gpulab.fairuse.spare import Demand, Spare, spare_idle, spares
 
-TEN_MIN = 600  # gpu_idle_spare_active, seconds
+TEN_MIN = Spare(active_within_s=600)  # gpu_idle_spare_active "10m", no longest
 FREE, TAKEN, QUEUED = Demand(free=2, queued=0), Demand(free=0, queued=0), Demand(2, 1)
 
 
@@ -26,13 +26,14 @@ def at_keyboard(now):
     return now  # the hub sees activity every pass: the tab is in use
 
 
-def term(make_server, demand_at, hours: float = 4, within_s: float = TEN_MIN):
+def term(make_server, demand_at, hours: float = 4, spare: Spare = TEN_MIN):
     """One-minute passes from T0: spare, then decide. ``(first warning, cull)`` decisions."""
     warnings: dict = {}
     warned = None
     now = T0
     while now <= T0 + timedelta(hours=hours):
-        [server] = spare_idle([make_server(now)], lambda s, t=now: demand_at(t), now, within_s)
+        demand = lambda s, t=now: demand_at(t)  # noqa: E731
+        [server] = spare_idle([make_server(now)], demand, now, spare, SETTINGS)
         d = decide(server, warnings, now, SETTINGS)
         if d.action == "warn" and warned is None:
             warned = d
@@ -73,18 +74,37 @@ def test_a_user_who_left_is_not_spared_even_with_free_slices():
     warned, culled = term(left, lambda now: FREE)
     assert warned.now == T0 + 20 * MIN and culled.now == T0 + 30 * MIN
     # active within the window: still spared at 14 min (9 min after they left)
-    assert spares(left(T0 + 14 * MIN), FREE, T0 + 14 * MIN, TEN_MIN)
-    assert not spares(left(T0 + 16 * MIN), FREE, T0 + 16 * MIN, TEN_MIN)
+    assert spares(left(T0 + 14 * MIN), FREE, T0 + 14 * MIN, TEN_MIN, T0)
+    assert not spares(left(T0 + 16 * MIN), FREE, T0 + 16 * MIN, TEN_MIN, T0)
 
 
 def test_off_by_default_and_without_a_slice():
-    warned, culled = term(idle_gpu(at_keyboard), lambda now: FREE, within_s=0)
+    warned, culled = term(idle_gpu(at_keyboard), lambda now: FREE, spare=Spare(0))
     assert warned.now == T0 + 20 * MIN and culled.now == T0 + 30 * MIN
     cpu = replace(gpu_server(T0, lambda t: 0.0, at_keyboard), has_gpu=False)
-    assert not spares(cpu, FREE, T0, TEN_MIN)
+    assert not spares(cpu, FREE, T0, TEN_MIN, T0)
 
 
 def test_other_rules_still_stop_a_spared_server():
     capped = Limits(STUDENT.idle_timeout, STUDENT.gpu_idle_timeout, max_age=3600)
     warned, culled = term(idle_gpu(at_keyboard, limits=capped), lambda now: FREE)
     assert warned.rule == "max-age" and culled.rule == "max-age" and culled.now == T0 + 60 * MIN
+
+
+def test_a_tab_left_open_over_an_idle_gpu_is_spared_no_longer_than_the_longest():
+    # gpu_idle_spare_longest "1h": the GPU idle since T0, its timeout 30 min, so at 90 min
+    hour = Spare(active_within_s=600, longest_s=3600)
+    warned, culled = term(idle_gpu(at_keyboard), lambda now: FREE, spare=hour)
+    assert warned.now == T0 + 90 * MIN and "since 09:00 UTC" in warned.message
+    assert culled.now == T0 + 100 * MIN and culled.rule == "gpu-idle"
+
+
+def test_a_user_who_runs_a_cell_now_and_then_is_spared_all_along():
+    # a GPU cell of 2 minutes every 45 min: each idle gap is past the 30-min timeout, never
+    # past the longest
+    thinking = lambda t: 60.0 if (t - T0).total_seconds() % 2700 < 120 else 0.0  # noqa: E731
+    hour = Spare(active_within_s=600, longest_s=3600)
+    server = lambda now: gpu_server(now, thinking, at_keyboard)  # noqa: E731
+    assert term(server, lambda now: FREE, spare=hour) == (None, None)
+    warned, culled = term(server, lambda now: FREE, spare=Spare(0))  # without it: stopped
+    assert culled.rule == "gpu-idle"

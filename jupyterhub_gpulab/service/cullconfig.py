@@ -71,10 +71,27 @@ class CullerTraits(LoggingConfigurable):
 
         Use it where beginners think between GPU cells (the term simulation: most GPU-idle
         stops hit users at the keyboard). The price: idle slices stay held while they are
-        free, and the next user to need one waits up to ``cull_warn_before`` for it. The
-        hub refreshes ``last_activity`` every ``JupyterHub.last_activity_interval`` (5 min by
-        default), so use at least that plus ``cull_every``.
-        ``c.GPULabService.gpu_idle_spare_active = "10m"``""",
+        free (at most ``gpu_idle_spare_longest`` past the timeout), and the next user to
+        need one waits up to ``cull_warn_before`` for it. The hub refreshes ``last_activity``
+        every ``JupyterHub.last_activity_interval`` (5 min by default): shorter than that, a
+        user at the keyboard is spared only part of the time; each minute longer holds the
+        slice of a user who left a minute longer.
+        ``c.GPULabService.gpu_idle_spare_active = "5m"``""",
+    )
+
+    gpu_idle_spare_longest = Duration(
+        "1h",
+        allow_none=True,
+        config=True,
+        help="""How long past its ``gpu_idle_timeout`` an idle GPU may be spared by
+        ``gpu_idle_spare_active`` at most (a duration; ``None``: as long as nobody needs it).
+
+        The hub counts an open tab as activity, so a tab left open over an idle GPU looks like a
+        user at the keyboard: this bounds how long such a slice stays held while it is free.
+        A user thinking between GPU cells runs one again well within it (the term simulation's
+        students: a GPU cell every 40 min on average). Past it the ``gpu-idle`` rule is due: the
+        user is warned at once and stopped ``cull_warn_before`` later.
+        ``c.GPULabService.gpu_idle_spare_longest = "1h"``""",
     )
 
     utilization_history = Duration(

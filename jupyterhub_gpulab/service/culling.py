@@ -64,7 +64,7 @@ from ..fairuse.offers import free_for_newcomer, starved
 from ..fairuse.period import PeriodReader
 from ..fairuse.preempt import choose
 from ..fairuse.rounds import RoundReport, cull_round
-from ..fairuse.spare import Demand, spare_idle
+from ..fairuse.spare import Demand, Spare, spare_idle
 from ..hubapi.client import HubClient, HubError
 from ..hubapi.servers import HubServer
 from ..ledger import Allocation, aio
@@ -151,8 +151,8 @@ class Culler:
         self.last_report: RoundReport | None = None
         self.preemption = getattr(traits, "preemption", False)
         self.preempt_min_idle = getattr(traits, "preempt_min_idle", 1800)
-        #: ``gpu_idle_spare_active``, seconds (0: off): :mod:`..fairuse.spare`
-        self.spare_active = traits.gpu_idle_spare_active
+        #: ``gpu_idle_spare_active`` and ``_longest`` (:mod:`..fairuse.spare`; 0: off)
+        self.spare = Spare(traits.gpu_idle_spare_active, traits.gpu_idle_spare_longest)
         #: (user, server) → the queued user a preempted server's slice goes to, this pass
         self._preempt_for: dict[tuple[str, str], str] = {}
         #: the budget window's allocations, re-read only where they changed (:mod:`..fairuse.period`)
@@ -178,7 +178,7 @@ class Culler:
         servers = [s for _, s, _ in planned]
         if self.preemption:
             servers = await aio.call(self._preempt, servers, warnings, now)
-        if self.spare_active:
+        if self.spare.active_within_s:
             servers = await aio.call(self._spare, servers, now)
         servers = await self._ask_kernels(servers, warnings, now, urls)
         report = await cull_round(
@@ -280,7 +280,7 @@ class Culler:
             queued = sum(1 for e in waiting if mine is not None and e.request.matches(mine))
             return Demand(free[s.profile], queued)
 
-        return spare_idle(servers, demand, now, self.spare_active)
+        return spare_idle(servers, demand, now, self.spare, self.settings)
 
     async def _ask_kernels(self, servers: Sequence[Server], warnings, now, urls) -> list[Server]:
         """Servers the ``idle`` rule would stop now, with ``kernels_busy`` where they tell."""
