@@ -30,18 +30,23 @@ for students; ``--research-gpus`` whole; default 2 + 2):
   group's ``keeps_per_day``;
 - ``cpu``: they click Move to CPU instead (``keeping.move_to_cpu``: the slice is released, the
   server starts again on the CPU profile; a move, not a cull);
+- ``spare``: the culler spares a GPU-idle server whose user was active in the last
+  ``--spare-minutes`` (5) while a slice of its kind is free and nobody queues for one
+  (``c.GPULabService.gpu_idle_spare_active``, ``fairuse.spare``): the slice is reclaimed only
+  when someone needs it;
 - ``mig-research``: a MIG layout schedule (``c.GPULab.mig_schedule``) re-lays the first
   ``--layout-gpus`` MIG GPUs 2 x 3g.40gb outside booked class time, and a researcher refused a
   whole GPU takes a 3g.40gb instance (profile ``research-mig``);
 - ``layout``: the same schedule with the research layout 1 x 7g.80gb;
-- ``all``: every lever at once (fair share, session, Keep then Move to CPU, the 2 x 3g.40gb
-  schedule with ``research-mig``).
+- ``all``: every lever at once (fair share, session, the spare, Keep then Move to CPU, the
+  2 x 3g.40gb schedule with ``research-mig``).
 
-``levers`` compares each of ``fairshare``, ``session``, ``keep``, ``cpu``, ``mig-research``,
-``layout``, ``all`` (on) with ``gpulab`` (off). Keep, Move to CPU and the schedule run through
-the service's own functions (``term/levers.py``): ``keep_server``, ``move_to_cpu``, and a
-subclass of the service's ``LayoutKeeper`` whose pass (``layoutplan.decide``, drain, warn, stop
-holders, re-lay only when empty) is unchanged; only NVML's re-lay is stood in (the GPU's
+``levers`` compares each of ``fairshare``, ``session``, ``keep``, ``cpu``, ``spare``,
+``mig-research``, ``layout``, ``all`` (on) with ``gpulab`` (off). The spare is the culler's
+own pass with the setting on; Keep, Move to CPU and the schedule run through the service's own
+functions (``term/levers.py``): ``keep_server``, ``move_to_cpu``, and a subclass of the
+service's ``LayoutKeeper`` whose pass (``layoutplan.decide``, drain, warn, stop holders, re-lay
+only when empty) is unchanged; only NVML's re-lay is stood in (the GPU's
 instances rewritten in the declared inventory, the ledger synced with it).
 
 What runs is the product's code, called as the product calls it (``term/sim.py``): the spawner
@@ -88,7 +93,15 @@ from pathlib import Path
 
 from term.data import INPUTS, LEVER_SEEN, below_threshold_shares
 from term.demand import workload
-from term.labs import BOOKING, FAIRSHARE_HALF_LIFE, LABS, LEVERS, RESEARCH_MAX_SESSION, SCHEDULE
+from term.labs import (
+    BOOKING,
+    FAIRSHARE_HALF_LIFE,
+    LABS,
+    LEVERS,
+    RESEARCH_MAX_SESSION,
+    SCHEDULE,
+    SPARE,
+)
 from term.sim import Simulation
 
 #: what ``levers`` compares off and on
@@ -210,6 +223,18 @@ def main() -> None:
         "warning shown in JupyterLab",
     )
     parser.add_argument(
+        "--spare-minutes",
+        type=float,
+        default=SPARE["s"] / 60,
+        help="spare, all: c.GPULabService.gpu_idle_spare_active, minutes",
+    )
+    parser.add_argument(
+        "--spare-longest-minutes",
+        type=float,
+        default=SPARE["longest"] / 60,
+        help="spare, all: c.GPULabService.gpu_idle_spare_longest, minutes",
+    )
+    parser.add_argument(
         "--layout-gpus",
         type=int,
         default=SCHEDULE["gpus"],
@@ -222,6 +247,8 @@ def main() -> None:
     FAIRSHARE_HALF_LIFE["s"] = round(args.half_life_days * 86400)
     RESEARCH_MAX_SESSION["s"] = round(args.research_max_hours * 3600)
     LEVER_SEEN["p"], SCHEDULE["gpus"] = args.lever_seen, args.layout_gpus
+    SPARE["s"] = round(args.spare_minutes * 60)
+    SPARE["longest"] = round(args.spare_longest_minutes * 60)
     wanted = args.labs.split(",")
     unknown = [k for k in wanted if k not in {s.key for s in LABS}]
     if unknown or not 1 <= args.weeks <= 14:
@@ -266,6 +293,8 @@ def main() -> None:
         "fairshare_half_life_days": args.half_life_days,
         "research_max_session_hours": args.research_max_hours,
         "lever_seen": args.lever_seen, "layout_gpus": args.layout_gpus,
+        "gpu_idle_spare_active_min": args.spare_minutes,
+        "gpu_idle_spare_longest_min": args.spare_longest_minutes,
     }  # fmt: skip
     summary["run"] = {"wall_s": round(wall, 1), "jobs": args.jobs,
                       "loadavg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip

@@ -32,6 +32,9 @@ def profiles(image: str = IMAGE) -> list[dict]:
          "slice": {"kind": "gpu", "model": "A40"}, **LIMITS},
         {"slug": "p40", "display_name": "P40", "image": image,
          "slice": {"kind": "gpu", "model": "P40"}, **LIMITS},
+        # any whole GPU (the mixed lab has three): the demand-aware GPU-idle rule's test
+        {"slug": "anygpu", "display_name": "Any GPU", "image": image,
+         "slice": {"kind": "gpu"}, **LIMITS},
     ]  # fmt: skip
 
 
@@ -67,9 +70,10 @@ for role in c.JupyterHub.load_roles:
 # -- running the culler -----------------------------------------------------------------------
 
 
-def step(svc, hub, at, seconds: float, *, tabs=()):
+def step(svc, hub, at, seconds: float, *, tabs=(), culler=None):
     """``seconds`` pass (``at``: the ``conftest.py`` clock); the servers in ``tabs`` (``(user, name)``) have an open tab, whose
-    activity the hub records; the service samples the GPUs and runs one culler pass."""
+    activity the hub records; the service samples the GPUs and runs one culler pass (the
+    service's, or ``culler``: one built with other settings on the service's state and hub)."""
     at.move(seconds)
     stamp = at.now.isoformat().replace("+00:00", "Z")
     for user, name in tabs:
@@ -80,7 +84,7 @@ def step(svc, hub, at, seconds: float, *, tabs=()):
         )
         assert r.status_code == 200, r.text
     svc.call(svc.service.sample)
-    return svc.call(svc.service.culler.run_pass)
+    return svc.call((culler or svc.service.culler).run_pass)
 
 
 def running(hub, user: str, name: str = "") -> bool:

@@ -59,7 +59,7 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
 
 @pytest.mark.slow  # ~5-9 minutes of CPU: `pytest -m unit` leaves it out
 def test_semester_benchmark_runs_a_small_term():
-    r = run_small("semester", 1800)  # eleven labs, a simulated week each
+    r = run_small("semester", 1800)  # twelve labs, a simulated week each
     headline = ("class_served_within_1min_pct", "homework_intents_unserved_pct",
                 "research_wait_p50_min", "research_wait_p90_min", "idle_held_pct",
                 "culled_at_keyboard_pct", "budget_refusals", "preemptions")  # fmt: skip
@@ -93,7 +93,8 @@ def check_term_levers(r: dict) -> None:
     that never re-lays fails here); the labs without a lever never used it."""
     labs = r["by_lab"]
     for lever, lab in (("keep", "keep"), ("move_to_cpu", "cpu"), ("mig_research", "mig-research"),
-                       ("layout_schedule", "layout"), ("all", "all")):  # fmt: skip
+                       ("layout_schedule", "layout"), ("gpu_idle_spare", "spare"),
+                       ("all", "all")):  # fmt: skip
         assert labs[lab]["double_allocations"] == 0, lab
         assert set(r["levers"][lever]) == {"off", "on"}
         assert r["levers"][lever]["on"] == {k: labs[lab][k] for k in r["levers"][lever]["on"]}
@@ -107,6 +108,8 @@ def check_term_levers(r: dict) -> None:
     for lab in ("mig-research", "layout", "all"):  # the schedule re-laid a GPU both ways
         assert labs[lab]["relayouts"] >= 2, lab
     assert labs["all"]["keeps"] > 0 and labs["all"]["moved_to_cpu"] > 0
+    # the demand-aware GPU-idle rule spares users at the keyboard: fewer of them are stopped
+    assert labs["spare"]["culled_at_keyboard"] < off["culled_at_keyboard"]
 
 
 @pytest.mark.hub

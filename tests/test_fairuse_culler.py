@@ -7,9 +7,10 @@ defaults; every scenario asserts when the user is warned, when the server goes, 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
+from culler_support import MIN, SETTINGS, STUDENT, T0, gpu_server, samples
 
 from jupyterhub_gpulab.fairuse.culler import (
     Decision,
@@ -20,21 +21,6 @@ from jupyterhub_gpulab.fairuse.culler import (
     next_warnings,
 )
 from jupyterhub_gpulab.fairuse.rounds import cull_round
-from jupyterhub_gpulab.inventory.model import Utilization
-
-T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
-MIN = timedelta(minutes=1)
-STUDENT = Limits(idle_timeout=2 * 3600, gpu_idle_timeout=30 * 60, max_age=8 * 3600)
-SETTINGS = Settings(threshold_percent=5.0, warn_before_s=600)
-
-
-def samples(until: datetime, gpu_at, start: datetime = T0, every_s: int = 10) -> list[Utilization]:
-    """One sample every ``every_s`` from ``start`` to ``until``; ``gpu_at(t)`` gives the percent."""
-    out, t = [], start
-    while t <= until:
-        out.append(Utilization(gpu_at(t), 2**30, at=t))
-        t += timedelta(seconds=every_s)
-    return out
 
 
 def live(make_server, hours: float = 9, settings: Settings = SETTINGS):
@@ -51,20 +37,6 @@ def live(make_server, hours: float = 9, settings: Settings = SETTINGS):
         warnings = next_warnings(warnings, d)
         now += MIN
     return warned, None
-
-
-def gpu_server(now, gpu_at, last_activity, name="", limits=STUDENT, **kw) -> Server:
-    return Server(
-        user="alice",
-        name=name,
-        profile="pytorch-1g",
-        started_at=T0,
-        limits=limits,
-        last_activity=last_activity(now) if callable(last_activity) else last_activity,
-        has_gpu=True,
-        samples=samples(now, gpu_at),
-        **kw,
-    )
 
 
 def test_open_tab_over_idle_gpu_is_warned_then_culled_after_the_gpu_timeout():

@@ -30,7 +30,7 @@ from culling_support import (
     step,
 )
 from e2e_support import IMAGE, require_docker
-from fake_nvml import A40_UUID, P40_UUID, FakeNVML
+from fake_nvml import A40_UUID, H100_UUID, P40_UUID, FakeNVML
 from html_support import parse_html
 from inprocess_support import InProcessService, inprocess_service_hub
 from leakcheck import unique
@@ -286,6 +286,58 @@ def test_dry_run_logs_every_decision_and_stops_nothing(hub, svc, at, ledger, cap
     assert any(m.startswith("[dry-run] warn dan/''") and "rule=gpu-idle" in m for m in lines)
     assert any(m.startswith("[dry-run] cull dan/''") for m in lines)
     assert any(m.startswith("[dry-run] keep dan/''") for m in lines)
+
+
+def test_a_user_at_the_keyboard_keeps_an_idle_gpu_until_someone_needs_one(
+    hub, svc, at, ledger, fake
+):
+    """``c.GPULabService.gpu_idle_spare_active``: ann's tab stays open over an idle GPU past its
+    10-minute timeout. While another GPU of her profile is free and nobody queues for hers, the
+    culler's pass neither warns nor stops her; a user queued for her GPU's model brings the
+    warning, their leaving takes it back, and once the lab's other GPUs are taken she is warned
+    at once and stopped ``cull_warn_before`` (2 min) later."""
+    fake.set_utilization(H100_UUID, gpu_percent=0)
+    config = load_config_file(hub.config_path)
+    spare = Culler(
+        svc.service.state,
+        svc.service.hub,
+        GPULabService(config=config, gpu_idle_spare_active="10m"),
+    )
+    held = spawn(hub, ledger, "ann", "anygpu")
+    tabs = [("ann", "")]
+
+    def pass_(seconds=2 * MINUTE):
+        return step(svc, hub, at, seconds, tabs=tabs, culler=spare)
+
+    for _ in range(7):  # 14 minutes of an idle GPU: 4 past its timeout
+        report = pass_()
+        assert report.count("warn") == report.count("cull") == 0
+    assert rules(ledger, "ann") == set() and running(hub, "ann")
+
+    # ben queues for the very model ann holds (taken: the waitlist cannot offer him one)
+    mine = ledger.slice_objects([held.slice_id])[held.slice_id]
+    ledger.join_waitlist("ben", "anygpu", SliceRequest(SliceKind.GPU, model=mine.device_name))
+    try:
+        assert pass_(MINUTE).count("warn") == 1 and rules(ledger, "ann") == {"gpu-idle"}
+    finally:
+        ledger.leave_waitlist("ben")
+    pass_(MINUTE)
+    assert rules(ledger, "ann") == set() and running(hub, "ann")  # nobody waits: spared again
+
+    anygpu = SliceRequest(kind=SliceKind.GPU)
+    free, _ = ledger.capacity(anygpu)
+    assert free >= 1  # the mixed lab's other whole GPUs
+    for i in range(free):  # the last free GPUs of her profile are taken
+        ledger.claim(anygpu, user=f"other{i}", profile="anygpu")
+    report = pass_(MINUTE)
+    assert report.count("warn") == 1 and rules(ledger, "ann") == {"gpu-idle"}
+    stop_at = (at.now + timedelta(minutes=2)).strftime("%H:%M")
+    ann = login(hub, "ann")
+    assert f"Your server will be stopped at {stop_at} UTC" in home_announcement(ann, hub)
+
+    assert pass_().count("cull") == 1
+    eventually(lambda: ended(ledger, held, "culled:gpu-idle"), "the cull once a GPU is needed")
+    assert not running(hub, "ann")
 
 
 def test_a_server_whose_stop_fails_does_not_stop_the_pass(hub, svc, at, ledger, caplog):

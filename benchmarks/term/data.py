@@ -63,6 +63,10 @@ INPUTS = {
     "default PriorityDecayHalfLife, slurm.conf(5); --half-life-days), the session lab's "
     "research profile max_age 4 h (--research-max-hours); each is the gpulab lab plus that one "
     "setting",
+    "spare": "assumed: the spare and all labs run the culler with "
+    "c.GPULabService.gpu_idle_spare_active 5 min (--spare-minutes: the hub's 5-min activity "
+    "refresh) and gpu_idle_spare_longest 1 h (--spare-longest-minutes, the product's default); "
+    "an open tab counts as activity, as in hub_activity",
     "keep_and_cpu": "assumed: in the keep, cpu and all labs the GPU-idle warning is where the "
     "user works (JupyterLab's status bar), so a user at the keyboard sees it and acts with "
     "probability 0.8 (--lever-seen): Keep (the service's keep_server, their group's "

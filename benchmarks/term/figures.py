@@ -8,7 +8,8 @@ for a sitting), never per retry; an intent whose user finds their server running
   intent counted at its full patience (240 min);
 - ``idle_held_pct``: slice-minutes (a 1g slice 1/7) held while nobody was at the keyboard and
   the GPU idle, of all held; ``culled_at_keyboard_pct``: culls whose user was at the keyboard in
-  the last 5 minutes, of all culls; ``budget_refusals``: spawns the GPU-hour budget refused;
+  the last 5 minutes, of all culls (``culled_at_keyboard_rules``: those by rule);
+  ``budget_refusals``: spawns the GPU-hour budget refused;
   ``preemptions``: culls by the ``preempt`` rule;
 - ``double_allocations``: slices with two open allocations (the ledger, every 15 minutes) plus
   overlapping allocations of one slice over the whole history.
@@ -64,6 +65,7 @@ def figures(sim) -> dict:
         "culled_at_keyboard": m["culled_at_keyboard"],
         "culled_at_keyboard_pct": pct(m["culled_at_keyboard"], m["culls"]),
         "cull_rules": dict(sorted(sim.cull_rules.items())),
+        "culled_at_keyboard_rules": dict(sorted(sim.keyboard_rules.items())),
         "warnings": m["warnings"],
         "warnings_at_keyboard": m["warnings_at_keyboard"],
         "budget_refusals": m["budget_refusals"],

@@ -21,14 +21,17 @@ The labs, on the same demand (``semester.py`` runs every one):
   ``cull_warn_before`` ahead, then stops the server);
 - the levers of issue 22 items 2 and 3 (:mod:`.levers` acts them out): ``keep``, a warned user
   at the keyboard clicks Keep (the service's ``keep_server``, ``keeps_per_day`` of their group,
-  the product's default 2); ``cpu``, they move to the CPU profile (``move_to_cpu``);
+  the product's default 2); ``cpu``, they move to the CPU profile (``move_to_cpu``); ``spare``,
+  the culler spares a GPU-idle server whose user was active within :data:`SPARE` while a slice
+  of its kind is free and nobody queues for one (``c.GPULabService.gpu_idle_spare_active``,
+  :mod:`jupyterhub_gpulab.fairuse.spare`);
   ``mig-research``, a researcher refused a whole GPU takes a ``3g.40gb`` instance (profile
   ``research-mig``), which exists outside class time because :data:`SCHEDULE` re-lays the first
   ``--layout-gpus`` MIG GPUs ``2x3g.40gb`` (the class layout has no 3g instance: 3c needs a
   layout that has one); ``layout``, the same schedule with the research layout ``1x7g.80gb``
   (a whole H100 as one instance, taken through ``research-mig`` on ``7g.80gb``); ``all``, every
-  lever at once (fair share, session, keep then CPU when the allowance is spent, the
-  ``2x3g.40gb`` schedule).
+  lever at once (fair share, session, the spare, keep then CPU when the allowance is spent,
+  the ``2x3g.40gb`` schedule).
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ NODE = "gpu-host"
 #: the levers' settings (seconds); ``--half-life-days`` / ``--research-max-hours`` change them
 FAIRSHARE_HALF_LIFE = {"s": 7 * 86400}
 RESEARCH_MAX_SESSION = {"s": 4 * 3600}
+#: ``c.GPULabService.gpu_idle_spare_active`` in the ``spare`` and ``all`` labs (seconds;
+#: ``--spare-minutes`` changes it): "active in the last 5 minutes", the hub's refresh
+#: (``hubsim``: every 5 min, ``JupyterHub.last_activity_interval``); ``gpu_idle_spare_longest``
+#: the product's default 1 h unless ``--spare-longest-minutes`` sets it
+SPARE = {"s": 5 * 60, "longest": 3600}
 #: the MIG layout schedule's settings: how many MIG GPUs it covers (``--layout-gpus``), its drain
 #: lead; class time is the booked sections (``follow_bookings``), no fixed class window
 SCHEDULE = {"gpus": 1, "drain_lead": "30m"}
@@ -97,6 +105,9 @@ class LabSpec:
     max_session: bool = False
     keep: bool = False
     cpu: bool = False
+    #: the culler spares a GPU-idle user at the keyboard while nobody needs the slice
+    #: (``c.GPULabService.gpu_idle_spare_active`` :data:`SPARE`)
+    spare: bool = False
     #: the research layout the schedule re-lays to outside class (``None``: no schedule); the
     #: ``research-mig`` profile takes its instances
     research_layout: str | None = None
@@ -125,17 +136,19 @@ LABS = (
     LabSpec("keep", "gpulab + Keep at a warning", None, False, True, True, True, keep=True),
     LabSpec("cpu", "gpulab + Move to CPU at a warning", None, False, True, True, True,
             cpu=True),
+    LabSpec("spare", "gpulab + GPU idle spared at the keyboard while a slice is free", None,
+            False, True, True, True, spare=True),
     LabSpec("mig-research", "gpulab + research on 3g.40gb (schedule 2x3g.40gb)", None, False,
             True, True, True, research_layout="2x3g.40gb"),
     LabSpec("layout", "gpulab + layout schedule (1x7g.80gb for research)", None, False, True,
             True, True, research_layout="1x7g.80gb"),
     LabSpec("all", "gpulab + every lever", None, False, True, True, True, fairshare=True,
-            max_session=True, keep=True, cpu=True, research_layout="2x3g.40gb"),
+            max_session=True, keep=True, cpu=True, spare=True, research_layout="2x3g.40gb"),
 )  # fmt: skip
 #: lever → the lab that turns it on (off: ``gpulab``)
 LEVERS = {"fairshare": "fairshare", "research_max_session": "session", "keep": "keep",
-          "move_to_cpu": "cpu", "mig_research": "mig-research", "layout_schedule": "layout",
-          "all": "all"}  # fmt: skip
+          "move_to_cpu": "cpu", "gpu_idle_spare": "spare", "mig_research": "mig-research",
+          "layout_schedule": "layout", "all": "all"}  # fmt: skip
 
 
 def _h100(i: int, mig: bool) -> dict:
@@ -180,6 +193,8 @@ def mig_schedule(spec: LabSpec, mig_gpus: int) -> list[dict]:
     if not spec.research_layout:
         return []
     uuids = [_h100(i, True)["uuid"] for i in range(min(SCHEDULE["gpus"], mig_gpus))]
+    if not uuids:  # --layout-gpus 0: research-mig only where a layout has 3g instances
+        return []
     return [{"gpus": uuids, "class_layout": "7x1g.10gb",
              "research_layout": spec.research_layout, "class_windows": [],
              "follow_bookings": True, "drain_lead": SCHEDULE["drain_lead"]}]  # fmt: skip

@@ -51,7 +51,7 @@ from jupyterhub_gpulab.spawner.runtime import LabRuntime
 from .demand import PATIENCE, RESEARCHERS, TERM_START, Intent, sections, student_runs
 from .figures import figures
 from .hubsim import SimHub, SimState, TermSpawner
-from .labs import NODE, UTC, LabSpec, gpulab_config, section_course
+from .labs import NODE, SPARE, UTC, LabSpec, gpulab_config, section_course
 from .levers import TermLayouts, react
 from .stock import idle_culler_stops
 
@@ -137,7 +137,14 @@ class Simulation:
              "relayouts", "layout_stops", "research_on_mig", "cpu_starts"), 0,
         )  # fmt: skip
         self.cull_rules: dict[str, int] = {}
-        self.settings = GPULabService(preemption=spec.priority)  # the service's own defaults
+        self.keyboard_rules: dict[str, int] = {}  # the culls at the keyboard, by rule
+        # the service's own defaults, with the lab's levers
+        spare = SPARE["s"] if spec.spare else 0
+        self.settings = GPULabService(
+            preemption=spec.priority,
+            gpu_idle_spare_active=spare,
+            gpu_idle_spare_longest=SPARE["longest"],
+        )
         self.layouts = None
         if spec.stock is None:
             self.hub = SimHub(self)
@@ -311,6 +318,7 @@ class Simulation:
         self.m["budget_culls"] += rule == "budget"
         if self._at_keyboard(lv, minute):
             self.m["culled_at_keyboard"] += 1
+            self.keyboard_rules[rule] = self.keyboard_rules.get(rule, 0) + 1
             left = lv.present_until - minute
             if left >= 30 and rule in ("gpu-idle", "idle"):  # they start it again
                 again = replace(lv.intent, present=left, respawn=True)

@@ -16,7 +16,9 @@ Rules (``rule`` names, also the allocation's end reason ``culled:<rule>``):
   NVML could not read (``gpu_percent=None``), a gap in the samples longer than
   ``max_sample_gap_s`` or a last sample older than that restarts or suspends the idle clock: the
   culler never calls a GPU idle that it could not see. A **Keep** at ``kept_at``
-  (:mod:`.keeps`) makes it due no earlier than ``kept_at + gpu_idle_timeout``.
+  (:mod:`.keeps`) makes it due no earlier than ``kept_at + gpu_idle_timeout``; a server
+  :mod:`.spare` spares (its user at the keyboard, a free slice of its kind, nobody queued) is
+  not due this pass.
 - ``idle``: no activity for ``idle_timeout``, where activity is the latest of the hub's
   ``last_activity``, the server's start, *now* while a kernel is busy, and the last sample at or
   above the threshold: **a busy GPU counts as activity**, so a long run with the tab closed
@@ -110,6 +112,9 @@ class Server:
     idle_since_kept: datetime | None = None
     #: the user's latest Keep of this server's slice (:mod:`.keeps`); ``None``: never kept
     kept_at: datetime | None = None
+    #: set by :mod:`.spare`: its user is at the keyboard and nobody needs its slice, so the
+    #: ``gpu-idle`` rule does not come due this pass
+    gpu_idle_spared: bool = False
 
 
 @dataclass(frozen=True)
@@ -224,7 +229,8 @@ def _conditions(server: Server, now: datetime, s: Settings) -> dict[str, tuple[d
             f"it reaches the longest session allowed ({_span(lim.max_age)})",
             f"started {server.started_at.isoformat()}, max age {lim.max_age} s",
         )
-    if server.has_gpu and lim.gpu_idle_timeout is not None and idle_since is not None:
+    spared = server.gpu_idle_spared  # at the keyboard, nobody needs the slice (.spare)
+    if server.has_gpu and lim.gpu_idle_timeout is not None and idle_since and not spared:
         window = timedelta(seconds=lim.gpu_idle_timeout)
         due = idle_since + window
         kept = ""

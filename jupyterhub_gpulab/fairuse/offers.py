@@ -68,13 +68,21 @@ def offer_limits(
     }
 
 
+def free_for_newcomer(ledger, request, profile: str) -> int:
+    """Slices of ``request`` a user starting ``profile`` now, in no booked group, could claim:
+    free slices less the seats bookings keep of them (counted as kept from anyone). What
+    :func:`starved` and the culler's demand-aware GPU-idle rule (:mod:`.spare`) read as "a
+    slice is free" (reads ``ledger``)."""
+    free, _total = ledger.capacity(request)
+    if free <= 0:
+        return 0
+    kept = sum(n.unclaimed for n in ledger.reserved_for_others(request, (), profile))
+    return max(0, free - kept)
+
+
 def starved(ledger, entry) -> bool:
     """Whether queued ``entry`` (a waitlist entry: ``request``, ``profile``) finds no slice it
     could be offered now: every free slice of its request is kept by a reservation (counted as
     kept from it, whoever it is) or there is none. Preemption serves only such entries: where a
     slice is free, the waitlist offers it instead (reads the ledger)."""
-    free, _total = ledger.capacity(entry.request)
-    if free <= 0:
-        return True
-    kept = sum(n.unclaimed for n in ledger.reserved_for_others(entry.request, (), entry.profile))
-    return free <= kept
+    return free_for_newcomer(ledger, entry.request, entry.profile) <= 0

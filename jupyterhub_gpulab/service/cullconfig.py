@@ -54,6 +54,46 @@ class CullerTraits(LoggingConfigurable):
         ``gpu_idle_timeout`` rule. ``c.GPULabService.gpu_idle_threshold = 5.0``""",
     )
 
+    gpu_idle_spare_active = Duration(
+        0,
+        config=True,
+        help="""Spare an idle GPU from the ``gpu_idle_timeout`` rule while its user is at the
+        keyboard and nobody needs the slice (a duration; 0, the default, turns it off).
+
+        A server is spared, neither warned nor stopped for its idle GPU, while all of these
+        hold: its user was active (the hub's ``last_activity``: an open tab, a kernel) within
+        this long; a user starting its profile now would still find a free slice (free, and not
+        kept by a course booking); and nobody is on the waitlist for a slice it could give.
+        The pass the last free slice is taken or someone queues, the rule applies again from
+        the GPU's idle clock, which kept running: a server idle past its timeout is warned at
+        once and stopped ``cull_warn_before`` later (Keep and Move to CPU are offered as
+        always). The ``idle``, ``max-age``, budget and preemption rules are unchanged.
+
+        Use it where beginners think between GPU cells (the term simulation: most GPU-idle
+        stops hit users at the keyboard). The price: idle slices stay held while they are
+        free (at most ``gpu_idle_spare_longest`` past the timeout), and the next user to
+        need one waits up to ``cull_warn_before`` for it. The hub refreshes ``last_activity``
+        every ``JupyterHub.last_activity_interval`` (5 min by default): shorter than that, a
+        user at the keyboard is spared only part of the time; each minute longer holds the
+        slice of a user who left a minute longer.
+        ``c.GPULabService.gpu_idle_spare_active = "5m"``""",
+    )
+
+    gpu_idle_spare_longest = Duration(
+        "1h",
+        allow_none=True,
+        config=True,
+        help="""How long past its ``gpu_idle_timeout`` an idle GPU may be spared by
+        ``gpu_idle_spare_active`` at most (a duration; ``None``: as long as nobody needs it).
+
+        The hub counts an open tab as activity, so a tab left open over an idle GPU looks like a
+        user at the keyboard: this bounds how long such a slice stays held while it is free.
+        A user thinking between GPU cells runs one again well within it (the term simulation's
+        students: a GPU cell every 40 min on average). Past it the ``gpu-idle`` rule is due: the
+        user is warned at once and stopped ``cull_warn_before`` later.
+        ``c.GPULabService.gpu_idle_spare_longest = "1h"``""",
+    )
+
     utilization_history = Duration(
         "4h",
         positive=True,

@@ -15,7 +15,9 @@ Each pass (:meth:`Culler.run_pass`):
    close the allocation (``stopped``); the culler then amends its end reason to
    ``culled:<rule>`` (or closes it so if the spawner could not) and leaves the user a notice;
 4. clears warnings whose condition cleared or whose server stopped (a **Keep**, read from the
-   ledger with each pass, moves a GPU-idle stop out: :mod:`.keeping`).
+   ledger with each pass, moves a GPU-idle stop out: :mod:`.keeping`; with
+   ``c.GPULabService.gpu_idle_spare_active``, a user at the keyboard whose slice nobody needs
+   is spared the GPU-idle rule: :mod:`~jupyterhub_gpulab.fairuse.spare`).
 
 ``c.GPULabService.cull_dry_run`` logs every decision (``[dry-run] …``) and changes nothing. A
 failure on one server (the hub refuses its stop, the database is busy) is logged and the pass
@@ -58,10 +60,11 @@ from ..fairuse.cullplan import (
     to_clear,
     warnings_map,
 )
-from ..fairuse.offers import starved
+from ..fairuse.offers import free_for_newcomer, starved
 from ..fairuse.period import PeriodReader
 from ..fairuse.preempt import choose
 from ..fairuse.rounds import RoundReport, cull_round
+from ..fairuse.spare import Demand, Spare, spare_idle
 from ..hubapi.client import HubClient, HubError
 from ..hubapi.servers import HubServer
 from ..ledger import Allocation, aio
@@ -148,6 +151,8 @@ class Culler:
         self.last_report: RoundReport | None = None
         self.preemption = getattr(traits, "preemption", False)
         self.preempt_min_idle = getattr(traits, "preempt_min_idle", 1800)
+        #: ``gpu_idle_spare_active`` and ``_longest`` (:mod:`..fairuse.spare`; 0: off)
+        self.spare = Spare(traits.gpu_idle_spare_active, traits.gpu_idle_spare_longest)
         #: (user, server) → the queued user a preempted server's slice goes to, this pass
         self._preempt_for: dict[tuple[str, str], str] = {}
         #: the budget window's allocations, re-read only where they changed (:mod:`..fairuse.period`)
@@ -173,6 +178,8 @@ class Culler:
         servers = [s for _, s, _ in planned]
         if self.preemption:
             servers = await aio.call(self._preempt, servers, warnings, now)
+        if self.spare.active_within_s:
+            servers = await aio.call(self._spare, servers, now)
         servers = await self._ask_kernels(servers, warnings, now, urls)
         report = await cull_round(
             servers,
@@ -252,6 +259,28 @@ class Culler:
         )  # fmt: skip
         self._preempt_for = {(s.user, s.name): s.preempt_for for s in out if s.preempt_at}
         return out
+
+    def _spare(self, servers: list[Server], now) -> list[Server]:
+        """Mark the servers the demand-aware GPU-idle rule spares (:mod:`..fairuse.spare`):
+        their profile's free slices, and who is queued for their slice (reads the ledger)."""
+        ledger, lab = self.state.ledger, self.state.lab
+        waiting = [e for e in ledger.waitlist() if e.state == "waiting"]
+        held = {k: v[0].slice_id for k, v in self._held.items() if v}
+        objs = ledger.slice_objects(held.values()) if waiting else {}
+        free: dict[str, int] = {}
+
+        def demand(s: Server) -> Demand:
+            if s.profile not in free:
+                profile = lab.profile(s.profile)
+                wants = profile is not None and profile.wants_gpu
+                free[s.profile] = (
+                    free_for_newcomer(ledger, profile.slice, s.profile) if wants else 0
+                )
+            mine = objs.get(held.get((s.user, s.name), ""))
+            queued = sum(1 for e in waiting if mine is not None and e.request.matches(mine))
+            return Demand(free[s.profile], queued)
+
+        return spare_idle(servers, demand, now, self.spare, self.settings)
 
     async def _ask_kernels(self, servers: Sequence[Server], warnings, now, urls) -> list[Server]:
         """Servers the ``idle`` rule would stop now, with ``kernels_busy`` where they tell."""
