@@ -11,6 +11,7 @@ floor gpulab is measured against.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -24,6 +25,7 @@ from traitlets.config import Config
 
 from jupyterhub_gpulab.errors import SpawnRefused
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.ledger import aio
 from jupyterhub_gpulab.spawner import runtime as runtime_module
 from jupyterhub_gpulab.spawner.runtime import forget_runtimes
 
@@ -296,3 +298,59 @@ async def test_a_poll_of_a_running_server_reads_the_ledger_once(hubwork):
     assert [a.id for a in ledger.open_allocations("ann")] == [sp.allocation_id]
     await ann.stop("")
 
+
+async def test_a_burst_s_claims_reach_a_sqlite_ledger_one_at_a_time_in_the_order_asked(
+    hubwork, monkeypatch
+):
+    """Twelve researchers ask at once for the lab's one A40, which is taken: twelve refusals.
+    Their claims must reach the SQLite ledger one after another, in the order the starts asked:
+    on the loop's thread pool they met at SQLite's lock, and every writer that found it taken
+    slept in SQLite's busy handler (1, 2, 5, 10 … 100 ms) however soon it freed, so the burst's
+    last refusals waited for those sleeps (issue 21 item 6)."""
+    hub = hubwork()
+    users = [hub.user(f"r{i}", ["researchers"]) for i in range(12)]
+    ledger = users[0].spawner.runtime().ledger
+    ledger.claim(SliceRequest(kind=SliceKind.GPU), user="rita", profile="a40")
+    real_claim, inside, order = ledger.claim, [], []
+
+    def claim(request, **kw):
+        inside.append(kw["user"])
+        try:
+            assert inside == [kw["user"]], f"claims met at the lock: {inside}"
+            order.append(kw["user"])
+            time.sleep(0.005)  # a claim that takes a while: a second thread would come in
+            return real_claim(request, **kw)
+        finally:
+            inside.remove(kw["user"])
+
+    monkeypatch.setattr(ledger, "claim", claim)
+    refused = await asyncio.gather(
+        *(u.spawn("", options={"profile": "a40"}) for u in users), return_exceptions=True
+    )
+    assert all(isinstance(e, SpawnRefused) for e in refused), refused
+    assert all("No free whole GPU slice" in e.message for e in refused)
+    assert order == [u.name for u in users]
+    for u in users:
+        await u.stop("")
+
+
+async def test_a_postgresql_ledger_s_writes_are_not_queued_behind_each_other():
+    """PostgreSQL has no single writer (the claim locks rows, SKIP LOCKED): a hub's writes to it
+    run side by side on the loop's threads, as every other ledger call."""
+
+    class PostgresLedger:
+        dialect = "postgresql"
+
+    running, most = [], []
+
+    def write(i):
+        running.append(i)
+        most.append(len(running))
+        time.sleep(0.02)
+        running.remove(i)
+        return i
+
+    ledger = PostgresLedger()
+    got = await asyncio.gather(*(aio.write(ledger, write, i) for i in range(4)))
+    assert got == [0, 1, 2, 3]
+    assert max(most) > 1
