@@ -354,3 +354,18 @@ async def test_a_postgresql_ledger_s_writes_are_not_queued_behind_each_other():
     got = await asyncio.gather(*(aio.write(ledger, write, i) for i in range(4)))
     assert got == [0, 1, 2, 3]
     assert max(most) > 1
+
+
+async def test_a_named_server_created_with_options_starts_with_them(hubwork):
+    """JupyterHub 6 creates a named server with its options (``PUT …/servers/<name>`` stores
+    them on the server's row) and starts it later without any (``POST``): it starts with the
+    options it was created with, which only then are cleared."""
+    hub = hubwork()
+    ann = hub.user("ann", ["researchers"])
+    sp = ann.get_or_create_spawner("tf", "tf")
+    sp.user_options = sp.orm_spawner.user_options = {"profile": "seat"}  # what PUT does
+    hub.db.commit()
+    await ann.spawn("tf")
+    assert ann.spawners["tf"].user_options == {"profile": "seat"}
+    assert ann.spawners["tf"].profile_slug == "seat"
+    await ann.stop("tf")

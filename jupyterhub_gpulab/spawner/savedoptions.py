@@ -10,9 +10,10 @@ and its journal's fsyncs, on the hub's event loop), where a bare hub's identical
 nothing: under a burst of 40 spawns over 4 free slices that was the largest part of gpulab's
 cost over the bare hub (issue 21 item 6).
 
-:func:`keep_no_options` makes every assignment to that attribute of a gpulab server's row keep
-it empty (a SQLAlchemy attribute event on JupyterHub's ``orm.Spawner``, for the rows of gpulab's
-spawners only): JupyterHub's save leaves the row unchanged, and its commit writes nothing.
+:func:`keep_no_options` makes JupyterHub's save on a gpulab server's row keep it empty (a
+SQLAlchemy attribute event on JupyterHub's ``orm.Spawner``, for the rows of gpulab's spawners
+while they have a server, :func:`_keep_empty`): the save leaves the row unchanged, and its
+commit writes nothing.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ _listening = False
 
 
 def _keep_empty(target, value, oldvalue, initiator):
-    """``orm.Spawner.user_options``' set event: a gpulab server's row keeps an empty copy as it
-    is (``NULL``, a row that never held options, or ``{}``), and a copy an older gpulab left
-    becomes ``{}``; any other row stores ``value``."""
-    if target not in _rows:
+    """``orm.Spawner.user_options``' set event: while a gpulab server's row has a server (from
+    the top of ``User.spawn``, where JupyterHub saves the options, until the server stops) it
+    keeps an empty copy as it is (``NULL``, a row that never held options, or ``{}``), and a copy
+    an older gpulab left becomes ``{}``. A stopped server's row stores ``value``: JupyterHub 6
+    creates a named server with its options (``PUT …/servers/<name>``) or sets them for its next
+    start (``PATCH``), and the start without options that follows runs them (``User.spawn``
+    reads them before ``clear_state()`` clears them). Any other row stores ``value``."""
+    if target not in _rows or target.server is None:
         return value
     return None if oldvalue is None else {}
 
