@@ -168,7 +168,15 @@ def step_breakdown(path: Path, answers: dict[str, tuple[float, float]]) -> dict[
     until ``start()``), ``image`` (the image's labels), ``reserve_queue`` (waiting for a thread),
     ``reserve`` (budget, claim, the refusal's record: one thread trip), ``after_reserve`` (back on
     the loop until ``start()`` raised), ``after_start`` (JupyterHub's handling of the failure,
-    ``poll`` included, until the answer), ``poll``, and ``total``."""
+    ``poll`` included, until the answer), ``poll``, and ``total``; ``start`` is the whole of
+    ``start()``. A floor hub's refusals (:data:`FLOOR_STEPS`) have ``before_start``, ``start``,
+    ``after_start`` and ``total`` only. The answers are appended to ``path`` (step ``answer``)
+    and the file is kept as ``<stem>-burst<N>.jsonl`` beside it, a burst's raw timeline."""
+    with path.open("a") as f:
+        for user, (sent, answered) in answers.items():
+            f.write(json.dumps({"user": user, "step": "answer", "t0": sent, "t1": answered}) + "\n")
+    kept = sorted(path.parent.glob(f"{path.stem}-burst*.jsonl"))
+    shutil.copy(path, path.with_name(f"{path.stem}-burst{len(kept) + 1}.jsonl"))
     steps: dict[str, dict[str, tuple[float, float]]] = {}
     for line in path.read_text().splitlines():
         rec = json.loads(line)
@@ -180,19 +188,47 @@ def step_breakdown(path: Path, answers: dict[str, tuple[float, float]]) -> dict[
 
     for user, (sent, answered) in answers.items():
         got = steps.get(user, {})
-        if not {"start", "image", "reserve"} <= got.keys():
+        if "start" not in got:
             continue
-        start, image, reserve = got["start"], got["image"], got["reserve"]
+        start = got["start"]
         add("before_start", start[0] - sent)
-        add("image", image[1] - image[0])
-        add("reserve_queue", reserve[0] - image[1])
-        add("reserve", reserve[1] - reserve[0])
-        add("after_reserve", start[1] - reserve[1])
+        add("start", start[1] - start[0])
+        if {"image", "reserve"} <= got.keys():
+            image, reserve = got["image"], got["reserve"]
+            add("image", image[1] - image[0])
+            add("reserve_queue", reserve[0] - image[1])
+            add("reserve", reserve[1] - reserve[0])
+            add("after_reserve", start[1] - reserve[1])
         add("after_start", answered - start[1])
         if "poll" in got:
             add("poll", got["poll"][1] - got["poll"][0])
         add("total", answered - sent)
     return out
+
+
+#: ``--steps``: the floor's spawner (:func:`floor_config`) writes when its ``start()`` began and
+#: ended, as :data:`STEPS` does, so that the two hubs' refusals split into the same parts.
+FLOOR_STEPS = """
+import json as _json
+import time as _time
+
+_STEPS = open({path!r}, "a", buffering=1)
+
+
+class FloorStepsSpawner(FloorSpawner):
+    async def start(self):
+        t0 = _time.time()
+        try:
+            return await super().start()
+        finally:
+            _STEPS.write(
+                _json.dumps({{"user": self.user.name, "step": "start", "t0": t0, "t1": _time.time()}})
+                + "\\n"
+            )
+
+
+c.JupyterHub.spawner_class = FloorStepsSpawner
+"""
 
 
 def plain_config(node: str) -> str:
@@ -425,7 +461,13 @@ def main(argv=None) -> int:
     )
     plain = Hub(tmp / "gpubenchplain", plain_config("gpubenchplain"))
     crowd = [f"b{i}" for i in range(args.burst)]
-    floor = Hub(tmp / "gpubenchfloor", floor_config("gpubenchfloor", crowd[:BURST_SLICES]))
+    floor_steps = tmp / "gpubenchfloor" / "steps.jsonl"
+    floor = Hub(
+        tmp / "gpubenchfloor",
+        floor_config("gpubenchfloor", crowd[:BURST_SLICES])
+        + (FLOOR_STEPS.format(path=str(floor_steps)) if args.steps else ""),
+    )
+    floor_steps_ms: dict[str, list[float]] = {}
     hubs = (ours, plain, floor)
     result: dict = {}
     t_start = time.perf_counter()
@@ -483,8 +525,13 @@ def main(argv=None) -> int:
             refusals["ours"] += refused
             with ThreadPoolExecutor(BURST_SLICES) as pool:
                 list(pool.map(lambda u: settle_and_stop(ours, u), started))
+            if args.steps:
+                floor_steps.write_text("")
             with sampled(floor, prof and prof / f"floor-burst{b + 1}.txt"):
-                refused, started, _ = burst(floor, crowd, {})
+                refused, started, answers = burst(floor, crowd, {})
+            if args.steps:
+                for k, v in step_breakdown(floor_steps, answers).items():
+                    floor_steps_ms.setdefault(k, []).extend(v)
             refusals["floor"] += refused
             with ThreadPoolExecutor(BURST_SLICES) as pool:
                 list(pool.map(lambda u: settle_and_stop(floor, u), started))
@@ -517,6 +564,11 @@ def main(argv=None) -> int:
             result["refusal_steps_ms"] = {
                 k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)}
                 for k, v in steps.items()
+                if len(v) > 1
+            }
+            result["refusal_steps_ms_hub_floor"] = {
+                k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)}
+                for k, v in floor_steps_ms.items()
                 if len(v) > 1
             }
         if args.profile is not None:

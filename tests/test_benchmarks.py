@@ -130,6 +130,9 @@ def test_spawn_benchmark_reports_refusals_against_the_bare_hubs_floor():
     )
     assert r["refusals"] == r["burst_size"] - r["burst_free_slices"]
     assert r["double_allocations"] == 0 and r["open_allocations_after"] == 0
+    # --steps (on in the small mode): the bare hub's refusals split into the same parts as ours
+    parts = {"before_start", "start", "after_start", "total"}
+    assert parts <= r["refusal_steps_ms"].keys() and parts <= r["refusal_steps_ms_hub_floor"].keys()
 
 
 @pytest.mark.hub

@@ -65,8 +65,12 @@ class AdoptionMixin:
             try:
                 claim = await self._claim(rt, profile, only_slice=self.slice_id)
                 self.allocation_id = claim.allocation.id
-                await aio.call(
-                    rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
+                await aio.write(
+                    rt.ledger,
+                    rt.ledger.set_container,
+                    claim.allocation.id,
+                    self.object_id,
+                    self.object_name,
                 )
                 self.log.warning(
                     "Re-adopted %s's running container on %s", self._log_name, self.slice_id

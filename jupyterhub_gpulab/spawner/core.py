@@ -285,10 +285,12 @@ class SliceSpawnerCore(
             if self.choice_notice:
                 self._events.append({"progress": 10, "message": self.choice_notice})
             if profile.wants_gpu:
-                # One trip to a thread for the budget, the claim and a refusal's record: under a
-                # burst every extra await queues behind the hub's own work for the other spawns.
+                # One trip to the ledger's writing thread (ledger/aio.py) for the budget, the
+                # claim and a refusal's record: under a burst every extra await queues behind
+                # the hub's own work for the other spawns.
                 need = self._current_need = await self.image_requirements(profile)
-                claim = await aio.call(self._reserve, rt, profile, ctx, ent, self._asker(), need)
+                who = self._asker()
+                claim = await aio.write(rt.ledger, self._reserve, rt, profile, ctx, ent, who, need)
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id
                 self._emit(30, f"Reserved {claim.slice.explain(self.mps, need.seat_cap)}")
@@ -326,9 +328,8 @@ class SliceSpawnerCore(
             if claim is not None:
                 if self._stopped_during_start:
                     raise RuntimeError("the server was stopped while it was starting")
-                await aio.call(
-                    rt.ledger.set_container, claim.allocation.id, self.object_id, self.object_name
-                )
+                ledger, aid = rt.ledger, claim.allocation.id
+                await aio.write(ledger, ledger.set_container, aid, self.object_id, self.object_name)
             kind = getattr(self, "object_type", "container").title()
             self._emit(90, f"{kind} started; waiting for the server to answer")
             return result
@@ -384,7 +385,7 @@ class SliceSpawnerCore(
         if aid is None:
             return
         rt = rt or self.runtime()
-        closed = await aio.call(rt.ledger.release, aid, reason)
+        closed = await aio.write(rt.ledger, rt.ledger.release, aid, reason)
         if closed:
             self.log.info("Released allocation %d of %s (%s)", aid, self._log_name, reason)
         self.allocation_id = None

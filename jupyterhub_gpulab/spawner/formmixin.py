@@ -8,9 +8,10 @@
   metric, the ledger's refusals) and logged alike. A link (``GET /hub/spawn?…``) must name its
   profile: a GET never starts the saved or default profile.
 - The saved choice is ``last_profile`` (in the server's state). JupyterHub saves each start's
-  ``user_options`` as the next default before ``start()`` runs, even a refused request;
-  :meth:`clear_state` clears that copy, so a start without options always means "the profile
-  this server last started with if I may still pick it, else the default".
+  ``user_options`` as the next default before ``start()`` runs, even a refused request; for a
+  gpulab server that copy stays empty (:mod:`.savedoptions`: JupyterHub's save writes nothing;
+  :meth:`clear_state` clears a copy saved before), so a start without options always means
+  "the profile this server last started with if I may still pick it, else the default".
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .form import (
 )
 from .logs import install_refusal_filter
 from .runtime import LabRuntime
+from .savedoptions import keep_no_options
 
 
 async def ready_with_notice(spawner, event: dict) -> dict:
@@ -84,6 +86,7 @@ class ProfileFormMixin(HasTraits):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_refusal_filter(self.log, app_log)  # app_log: JupyterHub's User.spawn
+        keep_no_options(self.orm_spawner)  # JupyterHub's saved options (module docstring)
 
     @default("options_form")
     def _default_options_form(self):
@@ -174,7 +177,8 @@ class ProfileFormMixin(HasTraits):
         return options_from_query(query_data, self.entitled())
 
     def clear_state(self):
-        """Also clear JupyterHub's saved copy of the options (module docstring).
+        """Also clear JupyterHub's saved copy of the options (module docstring): one saved
+        before :func:`~.savedoptions.keep_no_options` held the row (an older gpulab's).
 
         ``User.spawn`` saves the request's options, commits, calls ``clear_state()`` and commits
         again before ``start()`` (``stop`` too: ``clear_state()`` then a commit), so the clearing

@@ -107,7 +107,8 @@ class ObjectSpecMixin(HasTraits):
     async def _notify_gone(self, rt, reason: str, message: str) -> None:
         """Tell the user their server stopped without them: rule ``stopped:<reason>``, kept until
         they start it again or for a day (the service's culler clears it then)."""
-        await aio.call(
+        await aio.write(
+            rt.ledger,
             rt.ledger.set_warning,
             self.user.name,
             self.name or "",

@@ -1,7 +1,7 @@
 """The reservation half of the spawner core (:mod:`.core`): the GPU-hour budget, the claim, and
 a refusal's record for the admin page.
 
-``_reserve`` runs in one thread trip (:func:`~jupyterhub_gpulab.ledger.aio.call`) with what it
+``_reserve`` runs in one thread trip (:func:`~jupyterhub_gpulab.ledger.aio.write`) with what it
 needs read on the event loop first (:class:`_Asker`), so it never touches JupyterHub's
 database session.
 """
@@ -77,7 +77,7 @@ class ReservationMixin:
             self.log.exception("Could not record a refused spawn")
 
     async def _refuse(self, rt: LabRuntime, profile: str | None, err: SpawnRefused) -> None:
-        await aio.call(self._record_refusal, rt, self._asker(), profile, err)
+        await aio.write(rt.ledger, self._record_refusal, rt, self._asker(), profile, err)
 
     def _reserve(
         self,
@@ -129,7 +129,8 @@ class ReservationMixin:
 
     async def _claim(self, rt: LabRuntime, profile: Profile, **limits) -> Claim:
         """Claim a slice for this server in a thread (the ledger is synchronous)."""
-        return await aio.call(
+        return await aio.write(
+            rt.ledger,
             rt.ledger.claim,
             profile.slice,
             user=self.user.name,
