@@ -414,3 +414,19 @@ def test_a_swarm_lab_is_checked_with_the_swarm_spawners_rules(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "extra_container_spec may not set env" in err
     assert "extra_task_spec may not set restart_policy" in err
+
+
+def test_check_config_reads_a_home_relative_sqlite_file_as_the_ledger_opens_it(
+    tmp_path, monkeypatch
+):
+    """``sqlite:///~/lab/gpulab.sqlite``: check-config looks for the folder in the admin's home,
+    where the ledger makes and opens the file (``db.sqlite_file``), not for a folder named ``~``."""
+    from jupyterhub_gpulab.cli.checkconfig import _db_url_errors
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    url = "sqlite:///~/lab/gpulab.sqlite"
+    (missing,) = _db_url_errors(url)
+    assert f"the folder {tmp_path / 'lab'} does not exist" in missing
+    (tmp_path / "lab").mkdir()
+    assert _db_url_errors(url) == []

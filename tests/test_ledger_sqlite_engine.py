@@ -109,3 +109,27 @@ def test_a_write_transaction_holds_the_write_lock_from_its_begin(tmp_path):
         assert conn.exec_driver_sql("SELECT count(*) FROM cull_warnings").scalar_one() == 0
     other.close()
     ledger.close()
+
+
+def test_a_home_relative_database_is_one_file_for_the_claims_and_the_checkpointer(
+    tmp_path, monkeypatch
+):
+    """``c.GPULab.db_url = "sqlite:///~/lab/gpulab.sqlite"`` means the admin's home: the claims
+    and the WAL checkpointer work on that one file, and no folder named ``~`` appears where the
+    hub was started."""
+    home, started_in = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    started_in.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(started_in)
+    ledger = Ledger("sqlite:///~/lab/gpulab.sqlite")
+    try:
+        ledger.sync_inventory(lab_inventory())
+        ledger.claim(SEAT, user="ann", profile="seat")
+        busy, frames, done = ledger._checkpointer.checkpoint()
+    finally:
+        ledger.close()
+    assert (busy, done) == (0, frames) and frames > 0  # it moved the claims' WAL
+    with sqlite3.connect(home / "lab" / "gpulab.sqlite") as conn:
+        assert conn.execute("SELECT count(*) FROM allocations").fetchone() == (1,)
+    assert list(started_in.iterdir()) == []

@@ -102,6 +102,19 @@ def test_walk_ins_do_not_jump_the_queue(ledger):
     assert seat(ledger, "walkin")  # nobody waits now
 
 
+def test_a_walk_in_takes_a_seat_while_more_are_free_than_users_queued(ledger):
+    held = full_lab(ledger)
+    join(ledger, "u2")
+    for claim in held:
+        ledger.release(claim.allocation.id, "stopped")
+    # Two seats free, one user waiting: one seat is the queue's, the other anyone's…
+    assert seat(ledger, "walkin").allocation.user == "walkin"
+    # …and the last free seat is the queue's.
+    with pytest.raises(QueueFirst) as e:
+        seat(ledger, "late")
+    assert "1 person is waiting" in e.value.message
+
+
 def test_policy_is_checked_again_at_the_offer(ledger):
     held = full_lab(ledger)
     join(ledger, "spent")

@@ -195,6 +195,8 @@ def _db_url_errors(url: str) -> list[str]:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+    from ..ledger.db import sqlite_file
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -215,8 +217,9 @@ def _db_url_errors(url: str) -> list[str]:
             else f"install the Python driver for {parsed.drivername}"
         )
         return [f"c.GPULab.db_url {safe!r}: its driver is not installed ({e.name}); {fix}"]
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        folder = Path(parsed.database).expanduser().resolve().parent
+    database = sqlite_file(parsed)
+    if database is not None:
+        folder = Path(database).resolve().parent
         if not folder.is_dir():
             return [f"c.GPULab.db_url {safe!r}: the folder {folder} does not exist; create it"]
     return []

@@ -6,9 +6,8 @@ only read left here is the notes' ``total``, a callable it is handed.
 
 from __future__ import annotations
 
-from ..inventory.model import SliceRequest
+from ..inventory.model import Slice, SliceRequest
 from .bookings import Booking, Reserved
-from .models import slice_from_row
 
 
 class BookingLimit:
@@ -19,10 +18,10 @@ class BookingLimit:
     O(slices)); ``counts``/``used``: per booking id. The rule (:mod:`.placement`'s docstring):
     after the claim, the unclaimed seats of these bookings must still be free:
     ``free - 1 >= Σ unclaimed`` for an uncharged claim, and ``free - 1 >= Σ unclaimed of the other
-    bookings`` for one charged to ``a`` (it takes one of ``a``'s own seats). ``free`` is read before ``used``, so a release
-    committing in between can only make the check stricter (a release raises ``free`` and
-    ``Σ unclaimed`` alike); a claim, the only thing that lowers ``free``, holds the
-    reservations lock. ``total`` (available slices of the request, for the notes) is counted
+    bookings`` for one charged to ``a`` (it takes one of ``a``'s own seats). ``free`` and ``used``
+    are read in one statement (:func:`.claimreads.read_counts`), so on PostgreSQL too they are
+    one snapshot: no release commits between them; a claim, the only thing that lowers
+    ``free``, holds the reservations lock. ``total`` (available slices of the request, for the notes) is counted
     only when a note is wanted: a refusal or the form."""
 
     def __init__(self, request, free, counts, used, bookings, total):
@@ -62,8 +61,8 @@ class ClaimGuard:
     def _charged_id(self):
         return self.charged.id if self.charged is not None else None
 
-    def allows(self, row) -> bool:
-        s = slice_from_row(row)
+    def allows(self, s: Slice) -> bool:
+        """Whether the claim may take slice ``s`` (a candidate the search found)."""
         return all(lim.allows(self._charged_id) for lim in self.limits if lim.request.matches(s))
 
     def blocks_everything(self) -> bool:

@@ -40,16 +40,29 @@ class SchemaOutOfDate(ConfigError):
     """The database has an older schema; the message gives the upgrade command."""
 
 
+def sqlite_file(url: str | sa.URL) -> str | None:
+    """The file a SQLite ``url`` opens, ``~`` expanded (``sqlite:///~/gpulab.sqlite`` is in the
+    home folder, as an admin means it; SQLite itself would open a folder named ``~``); ``None``
+    for another database, an in-memory one or none. The one home of that path: the engine, its
+    WAL checkpointer and ``gpulab check-config`` all open or check this file."""
+    u = sa.make_url(url)
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        return None
+    return str(Path(u.database).expanduser())
+
+
 def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> sa.Engine:
     """Return an engine for ``url``, configured for concurrent use by several processes.
 
     ``busy_timeout_s`` (seconds) is how long a SQLite writer waits for the lock before failing.
+    A SQLite file's folder is made when missing (:func:`sqlite_file` names the file).
     """
     u = sa.make_url(url)
     if u.get_backend_name() == "sqlite":
-        database = u.database or ""
-        if database and database != ":memory:":
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        database = sqlite_file(u)
+        if database is not None:
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            u = u.set(database=database)
         # LIFO: a thread gets back the connection it just used. SQLite drops a connection's
         # page cache whenever another connection wrote since its last transaction; with the
         # default FIFO queue the pool's two connections (the checkpointer's checkout made a
@@ -171,7 +184,7 @@ class Checkpointer:
 
     @staticmethod
     def wanted(engine: sa.Engine) -> bool:
-        return engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:")
+        return sqlite_file(engine.url) is not None
 
     def start(self) -> Checkpointer:
         self._thread.start()
@@ -187,7 +200,7 @@ class Checkpointer:
                 # autocommit (isolation_level None); used by this thread and by callers of this
                 # method, one at a time under the lock
                 self._conn = sqlite3.connect(
-                    self.engine.url.database, isolation_level=None, check_same_thread=False
+                    sqlite_file(self.engine.url), isolation_level=None, check_same_thread=False
                 )
             cur = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             busy, log_frames, done = cur.fetchone()

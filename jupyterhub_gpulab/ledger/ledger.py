@@ -9,6 +9,7 @@ reads are in :mod:`.queries`, the queue in :mod:`.waitlist`, bookings in :mod:`.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import zlib
@@ -23,6 +24,7 @@ from .. import clock
 from ..inventory.model import SliceRequest
 from ..units import counted
 from . import db
+from .claimreads import read_holder
 from .events import LedgerEvents, announced_claim
 from .inventory_sync import InventorySync
 from .keeps import KeepRecords
@@ -137,18 +139,6 @@ class Ledger(
         for key in sorted(set(keys)):
             conn.execute(ADVISORY_LOCK, {"k": zlib.crc32(key.encode()) - 2**31})
 
-    def _count_open(self, conn, column, value) -> int:
-        def build():
-            return (
-                sa.select(sa.func.count())
-                .select_from(allocations)
-                .where(column == sa.bindparam("v"), allocations.c.ended_at.is_(None))
-            )
-
-        return conn.execute(
-            self._statement(("open", column.name), build), {"v": value}
-        ).scalar_one()
-
     @announced_claim
     def claim(
         self,
@@ -211,29 +201,32 @@ class Ledger(
         self, conn, request, user, profile, server_name, node, user_limit, charge_groups,
         only_slice, only_node, groups, hold_until, queue_entry,
     ) -> Claim:  # fmt: skip
-        """:meth:`claim`'s work on its transaction ``conn``; raises its refusals."""
+        """:meth:`claim`'s work on its transaction ``conn``; raises its refusals. Its reads are
+        two statements (:mod:`.claimreads`) before the search, whatever rules are live."""
         self._lock(conn, [f"user:{user}"] + [f"group:{g}" for g, _ in charge_groups])
-        if hold_until is None and only_slice is None:
-            taken = self._take_hold(conn, user, profile, server_name, clock.utcnow())
+        now = clock.utcnow()
+        # the groups counted: those tried before the first without a cap
+        capped = list(itertools.takewhile(lambda gc: gc[1] is not None, charge_groups))
+        me = read_holder(conn, self._statement, user, profile, [g for g, _ in capped], now)
+        if hold_until is None and only_slice is None and me.hold_id is not None:
+            taken = self._take_hold(conn, me.hold_id, user, server_name, now)
             if taken is not None:
                 row = conn.execute(_SLICE, {"sid": taken.slice_id})
                 return Claim(taken, slice_from_row(row.one()))
-        if user_limit is not None:
-            held = self._count_open(conn, allocations.c.user, user)
-            if held >= user_limit:
-                raise QuotaExceeded(
-                    f"You already hold {counted(held, 'GPU slice')}, the most "
-                    f"your groups allow at once ({user_limit}). Stop one of your servers to "
-                    "start this one."
-                )
+        if user_limit is not None and me.held >= user_limit:
+            raise QuotaExceeded(
+                f"You already hold {counted(me.held, 'GPU slice')}, the most "
+                f"your groups allow at once ({user_limit}). Stop one of your servers to "
+                "start this one."
+            )
         charge_group = None
         if charge_groups:
             full = []
-            for group, cap in charge_groups:
+            for i, (group, cap) in enumerate(charge_groups):
                 if cap is None:
                     charge_group = group
                     break
-                used = self._count_open(conn, allocations.c.charge_group, group)
+                used = me.group_used[i]
                 if used < cap:
                     charge_group = group
                     break
@@ -253,11 +246,15 @@ class Ledger(
         # keeps a user off the slice their server already runs on.
         guard = entry = None
         if only_slice is None:
-            guard = self._guard(conn, request, profile, groups, clock.utcnow(), server_name)
+            # the queue's gate is read with the bookings' counts, when anyone waits
+            gate = request if queue_entry is None and me.waiting else None
+            guard, counts = self._guard(
+                conn, request, profile, groups, now, server_name, rows=me.booking_rows, gate=gate
+            )
             # a member taking a seat kept for their session waits behind nobody: the users
             # queued for the profile could not take that seat anyway
             kept = guard is not None and guard.seat_kept
-            entry = self._queue_gate(conn, request, user, profile, queue_entry, kept)
+            entry = self._queue_gate(conn, user, profile, queue_entry, kept, counts)
         booking_id = guard.charged.id if guard is not None and guard.charged else None
         kept = False
         while not kept:
@@ -273,7 +270,8 @@ class Ledger(
                 break
             for row in rows:
                 tried.add(row.id)
-                if guard is not None and not guard.allows(row):
+                found = slice_from_row(row)
+                if guard is not None and not guard.allows(found):
                     kept = guard.blocks_everything()
                     if kept:
                         break
@@ -285,7 +283,7 @@ class Ledger(
                 if got is not None:
                     if entry is not None:
                         self._mark_offered(conn, entry, got.id, hold_until, got.started_at)
-                    return Claim(got, slice_from_row(row))
+                    return Claim(got, found)
         raise self._no_free_slice(conn, request, guard.notes() if guard is not None else [])
 
     def _try_hold(

@@ -43,27 +43,13 @@ from ..inventory.model import SliceRequest
 from .bookingfit import ScheduledHost, check_fits, planned_inventory
 from .bookings import Booking, Reserved, _Row, booking_values
 from .claimguard import BookingLimit, ClaimGuard, overlaps
+from .claimreads import OPEN_BOOKING, Counts, read_counts
 from .models import slice_from_row
 from .queries import slice_filter
-from .schema import allocations, bookings, devices, slices
+from .schema import bookings, devices, slices
 
-#: Bookings that may be open at ``now`` (not ended, starting within a day: leads are shorter), read by
-#: every claim; built once.
-_OPEN_BOOKINGS = sa.select(bookings).where(
-    bookings.c.ends_at > sa.bindparam("now"), bookings.c.starts_at <= sa.bindparam("soon")
-)
-
-#: Open allocations charged to each of some bookings (``ids``, an expanding parameter), read by
-#: every claim while a booking is open; built once: building it per claim (``in_`` of a list)
-#: cost more than running it, and left cyclic garbage (a bound parameter per claim) for the GC.
-_USED = (
-    sa.select(allocations.c.booking_id, sa.func.count())
-    .where(
-        allocations.c.booking_id.in_(sa.bindparam("ids", expanding=True)),
-        allocations.c.ended_at.is_(None),
-    )
-    .group_by(allocations.c.booking_id)
-)
+#: The bookings that may be open now, for a read outside a claim (the form's notes)
+_OPEN_BOOKINGS = sa.select(bookings).where(OPEN_BOOKING)
 
 #: The PostgreSQL advisory lock every claim takes while any booking protects seats.
 _LOCK_KEY = zlib.crc32(b"gpulab:reservations") - 2**31
@@ -73,7 +59,7 @@ ADVISORY_LOCK = sa.text("SELECT pg_advisory_xact_lock(:k)")
 
 class Reservations:
     """Mixed into :class:`~.ledger.Ledger` (uses ``_read``, ``_write``, ``dialect``,
-    ``_statement``, ``_free_up_to``)."""
+    ``_statement``, ``_free_clauses``)."""
 
     #: The GPUs whose MIG layout follows ``c.GPULab.mig_schedule``: a booking is judged against
     #: the layout they will hold at its time (:mod:`.bookingfit`). Set by the gpulab service, the
@@ -212,30 +198,37 @@ class Reservations:
         groups: Collection[str],
         now: datetime,
         server_name: str | None = None,
-    ) -> ClaimGuard | None:
+        *,
+        rows=None,
+        gate: SliceRequest | None = None,
+    ) -> tuple[ClaimGuard | None, Counts | None]:
         """The bookings' limits on one claim of ``server_name``, read inside its transaction
-        (``None``: no booking is open now). Takes the reservations lock on PostgreSQL while any
-        booking protects."""  # fmt: skip
-        open_now = [
-            b
-            for b in (
-                Booking.from_row(r)
-                for r in conn.execute(_OPEN_BOOKINGS, {"now": now, "soon": now + timedelta(days=1)})
-            )
-            if b.is_open(now)
-        ]
-        if not open_now:
-            return None
+        (``None``: no booking is open now), and the counts they were judged on. Takes the
+        reservations lock on PostgreSQL while any booking protects, before counting.
+
+        ``rows``: the bookings that may be open, as the claim's first read brought them (read
+        here when ``None``); ``gate``: the claim's request when the waitlist's gate is to be
+        read in the same statement as the bookings' counts (:func:`.claimreads.read_counts`;
+        the counts come back even when no booking is open)."""  # fmt: skip
+        if rows is None:
+            rows = conn.execute(_OPEN_BOOKINGS, {"now": now, "soon": now + timedelta(days=1)})
+        open_now = [b for b in map(Booking.from_row, rows) if b.is_open(now)]
+        if not open_now and gate is None:
+            return None, None
         protecting = [b for b in open_now if overlaps(b.request, request) and b.protects(now)]
         if protecting:
             self._lock_reservations(conn)
         by_request: dict[SliceRequest, list[Booking]] = {}
         for b in protecting:  # only bookings whose slices this claim could take
             by_request.setdefault(b.request, []).append(b)
-        # free first, then used: see BookingLimit
-        free = {req: self._free_up_to(conn, req, sum(b.count for b in bs) + 1)
-                for req, bs in by_request.items()}  # fmt: skip
-        used = self._used(conn, [b.id for b in open_now])
+        caps = {req: sum(b.count for b in bs) + 1 for req, bs in by_request.items()}
+        counts = read_counts(
+            conn, self._statement, self._free_clauses, caps, [b.id for b in open_now], gate,
+            profile,
+        )  # fmt: skip
+        if not open_now:
+            return None, counts
+        used = counts.used
         charged = next(
             (
                 b
@@ -247,11 +240,11 @@ class Reservations:
             None,
         )
         limits = [
-            BookingLimit(req, free[req], {b.id: b.count for b in bs}, used, bs,
+            BookingLimit(req, counts.free[req], {b.id: b.count for b in bs}, used, bs,
                    lambda req=req: self._available_count(req))
             for req, bs in by_request.items()
         ]  # fmt: skip
-        return ClaimGuard(request, charged, limits, now)
+        return ClaimGuard(request, charged, limits, now), counts
 
     def _available_count(self, request: SliceRequest) -> int:
         """Slices of ``request`` in service, held or not (the notes' "of N"; built once per
@@ -267,10 +260,6 @@ class Reservations:
         with self._read() as conn:
             return conn.execute(self._statement(("available", request), build)).scalar_one()
 
-    @staticmethod
-    def _used(conn, booking_ids: list[int]) -> dict[int, int]:
-        return {bid: n for bid, n in conn.execute(_USED, {"ids": booking_ids})}
-
     def reserved_for_others(
         self,
         request: SliceRequest,
@@ -283,7 +272,7 @@ class Reservations:
         unclaimed=3, total=8, …)]``."""  # fmt: skip
         now = clock.utcnow()
         with self._read() as conn:
-            guard = self._guard(conn, request, profile, groups, now, server_name)
+            guard, _ = self._guard(conn, request, profile, groups, now, server_name)
         return [] if guard is None else guard.notes()
 
     def capacity_calendar(

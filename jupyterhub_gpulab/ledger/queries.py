@@ -49,8 +49,29 @@ def slice_filter(request: SliceRequest) -> tuple[sa.ColumnElement[bool], ...]:
     return tuple(where)
 
 
+def free_up_to(free: tuple[sa.ColumnElement[bool], ...], request: SliceRequest, cap):
+    """Free slices of ``request`` counted up to ``cap`` (an int or a SQL expression), as a scalar
+    subquery: ``min(free, cap)``, reading at most ``cap`` index entries (the rules that count free
+    slices only ever compare them with a small number: a booking's seats, the queue). ``free``:
+    the ledger's :meth:`LedgerQueries._free_clauses`."""
+    found = sa.select(slices.c.id).where(*slice_filter(request), *free).limit(cap).subquery()
+    return sa.select(sa.func.count()).select_from(found).scalar_subquery()
+
+
+def open_count(column: sa.Column, value) -> sa.ScalarSelect:
+    """Open allocations whose ``column`` is ``value`` (a bound parameter), as a scalar subquery:
+    the user limit's, the group caps' and the bookings' ``used`` count (each walks a partial
+    index of open allocations)."""
+    return (
+        sa.select(sa.func.count())
+        .select_from(allocations)
+        .where(column == value, allocations.c.ended_at.is_(None))
+        .scalar_subquery()
+    )
+
+
 class LedgerQueries:
-    """Mixed into :class:`~.ledger.Ledger` (uses its ``_read``, ``_write``, ``_count_open``)."""
+    """Mixed into :class:`~.ledger.Ledger` (uses its ``_read``, ``_write``)."""
 
     def _free_clauses(self) -> tuple[sa.ColumnElement[bool], ...]:
         """``WHERE`` clauses over :data:`~.schema.slices` for "free now": in service and held by
@@ -70,17 +91,6 @@ class LedgerQueries:
                 cache.clear()
             stmt = cache[key] = build()
         return stmt
-
-    def _free_up_to(self, conn, request: SliceRequest, cap: int) -> int:
-        """Free slices of ``request`` (:meth:`_free_clauses`) counted up to ``cap``:
-        ``min(free, cap)``, reading at most ``cap`` index entries (the rules that count free
-        slices only ever compare them with a small number: a booking's seats, the queue)."""
-
-        def build():
-            found = sa.select(slices.c.id).where(*slice_filter(request), *self._free_clauses())
-            return sa.select(sa.func.count()).select_from(found.limit(cap).subquery())
-
-        return conn.execute(self._statement(("free_up_to", request, cap), build)).scalar_one()
 
     def get(self, allocation_id: int) -> Allocation | None:
         with self._read() as conn:
@@ -199,9 +209,12 @@ class LedgerQueries:
     def count_open(self, *, user: str | None = None, group: str | None = None) -> int:
         """Open allocations held by ``user`` or charged to ``group``."""
         with self._read() as conn:
-            if user is not None:
-                return self._count_open(conn, allocations.c.user, user)
-            return self._count_open(conn, allocations.c.charge_group, group)
+            column, value = (
+                (allocations.c.user, user)
+                if user is not None
+                else (allocations.c.charge_group, group)
+            )
+            return conn.execute(sa.select(open_count(column, value))).scalar_one()
 
     def open_by_group(self) -> dict[str, int]:
         """``{group: open allocations charged to it}``."""

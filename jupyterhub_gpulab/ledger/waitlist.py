@@ -203,7 +203,7 @@ class Waitlist:
         counts among the user's open allocations, so toward their slice limit for any other
         profile. Read by the spawn form."""
         with self._read() as conn:
-            rows = [Allocation.from_row(r) for r in conn.execute(_holds_of(user))]
+            rows = [Allocation.from_row(r) for r in conn.execute(holds_query(user))]
         held: dict[str, Allocation] = {}
         for a in rows:
             held.setdefault(a.profile, a)
@@ -211,40 +211,39 @@ class Waitlist:
 
     # -- inside the claim -------------------------------------------------------------------
 
-    def _take_hold(self, conn, user: str, profile: str, server_name: str, now: datetime):
-        """If ``user`` holds an offer for ``profile``, make it their server's allocation and
-        return it (``None`` otherwise). Runs in the claim's transaction."""
-        row = conn.execute(_HOLD_OF, {"user": user, "profile": profile}).first()
+    def _take_hold(self, conn, hold_id: int, user: str, server_name: str, now: datetime):
+        """Make ``user``'s held offer ``hold_id`` (the claim's first read found it:
+        :func:`holds_query`) their server's allocation and return it (``None`` when the offer
+        lapsed in the meantime). Runs in the claim's transaction."""
+        row = conn.execute(
+            _TAKE_HOLD, {"aid": hold_id, "server_name": server_name, "now": now}
+        ).first()
         if row is None:
-            return None
-        took = conn.execute(
-            _TAKE_HOLD, {"aid": row.id, "server_name": server_name, "now": now}
-        ).rowcount
-        if took != 1:
             return None  # the offer lapsed between our read and our write
-        conn.execute(_SERVED, {"aid": row.id, "now": now})
+        conn.execute(_SERVED, {"aid": hold_id, "now": now})
         conn.execute(_DROP_OFFER_NOTICE, {"user": user})
-        m = dict(row._mapping, hold_until=None, server_name=server_name, started_at=now)
-        return Allocation.from_row(_Mapped(m))
+        return Allocation.from_row(row)
 
-    def _queue_gate(
-        self, conn, request: SliceRequest, user: str, profile: str, queue_entry, kept=False
-    ) -> int | None:
+    def _queue_gate(self, conn, user: str, profile: str, queue_entry, kept, counts) -> int | None:
         """Inside a claim: the waitlist entry this claim serves (``queue_entry``, or the user's
         own entry when first in line, or whenever ``kept``: a seat reserved for them), after
         refusing with :class:`QueueFirst` a claim that would take a slice someone ahead is
-        waiting for."""
+        waiting for. ``counts``: the claim's :class:`~.claimreads.Counts` (the users waiting
+        and the free slices of the claim's request, counted up to their number + 1, read in one
+        statement), ``None`` when nobody was waiting."""
         if queue_entry is not None:
             return queue_entry
-        waiting = list(conn.execute(_WAITING_FOR, {"profile": profile}))
-        if not waiting:
+        if counts is None or not counts.waiting:
             return None
-        waiting = serving_order(waiting, self._usage(conn, waiting))
-        mine = next((w.id for w in waiting if w.user == user), None)
-        if waiting[0].user == user or kept:
+        mine = next((w.id for w in counts.waiting if w.user == user), None)
+        if kept:  # no order needed: nobody queued could take that seat
+            return mine
+        waiting = serving_order(counts.waiting, self._usage(conn, counts.waiting))
+        if waiting[0].user == user:
             return mine
         ahead = next((i for i, w in enumerate(waiting) if w.user == user), len(waiting))
-        if self._free_up_to(conn, request, ahead + 1) <= ahead:
+        # free counted up to len(waiting) + 1 > ahead: "free <= ahead" is read exactly
+        if counts.gate_free <= ahead:
             raise QueueFirst(
                 f"{ahead} {'person is' if ahead == 1 else 'people are'} waiting for profile "
                 f"{profile!r} ahead of you. Join the waitlist: the next free slice is held for "
@@ -296,9 +295,10 @@ class Waitlist:
         return self.release(allocation_id, reason, only_hold=True)
 
 
-def _holds_of(user: str, profile: str | None = None):
+def holds_query(user, profile=None) -> sa.Select:
     """``user``'s open holds (for ``profile``), oldest first: the one home of "this user holds an
-    offer", for :meth:`Waitlist._take_hold` (the claim) and :meth:`Waitlist.holds_of` (the form)."""
+    offer", for the claim's first read (:func:`.claimreads.read_holder`, whose hold
+    :meth:`Waitlist._take_hold` takes) and :meth:`Waitlist.holds_of` (the form)."""
     q = sa.select(allocations).where(
         allocations.c.user == user,
         allocations.c.ended_at.is_(None),
@@ -309,17 +309,14 @@ def _holds_of(user: str, profile: str | None = None):
     return q.order_by(allocations.c.id)
 
 
-#: the claim's two reads of the queue, built once (statement construction costs more than
-#: SQLite's execution on the claim path): the user's hold for a profile, and who waits for it
-#: (ordered by :func:`.fairshare.serving_order` after the read)
-_HOLD_OF = _holds_of(sa.bindparam("user"), sa.bindparam("profile"))
-_WAITING_FOR = sa.select(waitlist.c.id, waitlist.c.user, waitlist.c.priority).where(
-    waitlist.c.state == "waiting", waitlist.c.profile == sa.bindparam("profile")
-)
+#: who waits for profile ``:profile`` (the claim reads them with its counts,
+#: :func:`.claimreads.read_counts`, and orders them by :func:`.fairshare.serving_order`)
+WAITING = sa.and_(waitlist.c.state == "waiting", waitlist.c.profile == sa.bindparam("profile"))
 
 # The claim's writes to the queue and the fair-share read of its gate, built once for the same
 # reason (and so that a claim leaves no cyclic garbage of statement objects for the GC).
-#: a hold (``aid``) becomes the server's allocation, while it is still an open hold
+#: a hold (``aid``) becomes the server's allocation, while it is still an open hold; the
+#: allocation as it is now comes back
 _TAKE_HOLD = (
     allocations.update()
     .where(
@@ -330,6 +327,7 @@ _TAKE_HOLD = (
     .values(
         hold_until=None, server_name=sa.bindparam("server_name"), started_at=sa.bindparam("now")
     )
+    .returning(*allocations.c)
 )
 #: the entry offered hold ``aid`` is served
 _SERVED = (
@@ -371,8 +369,3 @@ class _Used:
     share: float
     started_at: datetime
     ended_at: datetime | None
-
-
-class _Mapped:
-    def __init__(self, mapping: dict):
-        self._mapping = mapping
