@@ -507,34 +507,38 @@ def main(argv=None) -> int:
             h, opts = sides[label]
             walls[label].append(storm(h, users, opts))
             print(f"storm of {args.storm}: {label} {walls[label][-1]:.1f} s", file=sys.stderr)
-        # Refusal bursts: ours over BURST_SLICES free whole GPUs, then the hub's own floor.
+        # Refusal bursts: ours over BURST_SLICES free whole GPUs and the hub's own floor, in ABBA
+        # order (ours first in bursts 1 and 4, the floor first in 2 and 3, …), so that neither
+        # side always meets the machine as the other's burst left it.
         refusals = {"ours": [], "floor": []}
-        for b in range(args.bursts):
+        per_burst = []
+
+        def one_burst(side: str, b: int) -> None:
+            hub, opts, out = (ours, {"profile": "a40"}, steps) if side == "ours" else (
+                floor, {}, floor_steps_ms)  # fmt: skip
+            path = steps_file if side == "ours" else floor_steps
             if args.steps:
-                steps_file.write_text("")
+                path.write_text("")
+            with sampled(hub, prof and prof / f"{side}-burst{b + 1}.txt"):
+                refused, started, answers = burst(hub, crowd, opts)
+            if args.steps:
+                for k, v in step_breakdown(path, answers).items():
+                    out.setdefault(k, []).extend(v)
+            if side == "ours" and len(started) != BURST_SLICES:
+                raise RuntimeError(f"{len(started)} servers started in a burst, not {BURST_SLICES}")
+            refusals[side] += refused
+            this[side] = p95(refused)
+            with ThreadPoolExecutor(BURST_SLICES) as pool:
+                list(pool.map(lambda u: settle_and_stop(hub, u), started))
+
+        for b in range(args.bursts):
             prof = args.profile
             if prof is not None:
                 prof.mkdir(parents=True, exist_ok=True)
-            with sampled(ours, prof and prof / f"ours-burst{b + 1}.txt"):
-                refused, started, answers = burst(ours, crowd, {"profile": "a40"})
-            if args.steps:
-                for k, v in step_breakdown(steps_file, answers).items():
-                    steps.setdefault(k, []).extend(v)
-            if len(started) != BURST_SLICES:
-                raise RuntimeError(f"{len(started)} servers started in a burst, not {BURST_SLICES}")
-            refusals["ours"] += refused
-            with ThreadPoolExecutor(BURST_SLICES) as pool:
-                list(pool.map(lambda u: settle_and_stop(ours, u), started))
-            if args.steps:
-                floor_steps.write_text("")
-            with sampled(floor, prof and prof / f"floor-burst{b + 1}.txt"):
-                refused, started, answers = burst(floor, crowd, {})
-            if args.steps:
-                for k, v in step_breakdown(floor_steps, answers).items():
-                    floor_steps_ms.setdefault(k, []).extend(v)
-            refusals["floor"] += refused
-            with ThreadPoolExecutor(BURST_SLICES) as pool:
-                list(pool.map(lambda u: settle_and_stop(floor, u), started))
+            this: dict[str, float] = {}
+            for side in ("ours", "floor") if b % 4 in (0, 3) else ("floor", "ours"):
+                one_burst(side, b)
+            per_burst.append(this["ours"] / this["floor"])
             print(
                 f"burst {b + 1} of {args.burst}: refusal p95 ours {p95(refusals['ours']):.2f} s, "
                 f"hub floor {p95(refusals['floor']):.2f} s",
@@ -553,6 +557,8 @@ def main(argv=None) -> int:
             "refusal_s": spread(refusals["ours"]),
             "refusal_p95_s_hub_floor": round(p95(refusals["floor"]), 3),
             "refusal_p95_over_floor": round(p95(refusals["ours"]) / p95(refusals["floor"]), 3),
+            # each burst's own ratio: a spread that straddles 1.10 says one run decides nothing
+            "refusal_p95_over_floor_per_burst": spread(per_burst),
             "double_allocations": doubles,
             "open_allocations_after": leaked,
             "rounds": args.rounds,
