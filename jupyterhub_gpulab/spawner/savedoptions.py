@@ -46,10 +46,11 @@ def _keep_empty(target, value, oldvalue, initiator):
 
 def keep_no_options(orm_spawner) -> None:
     """From now on, ``orm_spawner.user_options`` (a gpulab server's row) holds no options
-    whatever is assigned to it (:func:`_keep_empty`); ``None``: nothing (a spawner built outside
-    a hub)."""
+    whatever is assigned to it (:func:`_keep_empty`); ``None`` or anything that is not
+    JupyterHub's ``orm.Spawner`` (a spawner built outside a hub, e.g. by ``gpulab names``):
+    nothing."""
     global _listening
-    if orm_spawner is None:
+    if not isinstance(orm_spawner, orm.Spawner):
         return
     with _lock:
         if not _listening:
