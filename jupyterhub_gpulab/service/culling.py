@@ -245,13 +245,7 @@ class Culler:
         waiting = [e for e in ledger.waitlist() if e.state == "waiting" and starved(ledger, e)]
         if not waiting:
             return servers
-        held = {k: v[0].slice_id for k, v in self._held.items() if v}
-        objs = ledger.slice_objects(held.values())
-
-        def matches(server, entry):
-            sid = held.get((server.user, server.name))
-            return sid in objs and entry.request.matches(objs[sid])
-
+        matches = self._queue_matcher(waiting)
         already = {k: w["preempt"] for k, w in warnings.items() if "preempt" in w}
         out = choose(
             servers, waiting, matches, now, self.settings,
@@ -265,8 +259,7 @@ class Culler:
         their profile's free slices, and who is queued for their slice (reads the ledger)."""
         ledger, lab = self.state.ledger, self.state.lab
         waiting = [e for e in ledger.waitlist() if e.state == "waiting"]
-        held = {k: v[0].slice_id for k, v in self._held.items() if v}
-        objs = ledger.slice_objects(held.values()) if waiting else {}
+        matches = self._queue_matcher(waiting)
         free: dict[str, int] = {}
 
         def demand(s: Server) -> Demand:
@@ -276,11 +269,22 @@ class Culler:
                 free[s.profile] = (
                     free_for_newcomer(ledger, profile.slice, s.profile) if wants else 0
                 )
-            mine = objs.get(held.get((s.user, s.name), ""))
-            queued = sum(1 for e in waiting if mine is not None and e.request.matches(mine))
-            return Demand(free[s.profile], queued)
+            return Demand(free[s.profile], sum(1 for e in waiting if matches(s, e)))
 
         return spare_idle(servers, demand, now, self.spare, self.settings)
+
+    def _queue_matcher(self, waiting):
+        """``matches(server, entry)``: whether the slice ``server`` holds satisfies queued
+        ``entry``'s request (what preemption and the spare ask; reads the held slices once,
+        only when someone waits)."""
+        held = {k: v[0].slice_id for k, v in self._held.items() if v}
+        objs = self.state.ledger.slice_objects(held.values()) if waiting else {}
+
+        def matches(server, entry) -> bool:
+            sid = held.get((server.user, server.name))
+            return sid in objs and entry.request.matches(objs[sid])
+
+        return matches
 
     async def _ask_kernels(self, servers: Sequence[Server], warnings, now, urls) -> list[Server]:
         """Servers the ``idle`` rule would stop now, with ``kernels_busy`` where they tell."""
