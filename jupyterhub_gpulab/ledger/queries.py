@@ -206,16 +206,6 @@ class LedgerQueries:
             total=total,
         )
 
-    def count_open(self, *, user: str | None = None, group: str | None = None) -> int:
-        """Open allocations held by ``user`` or charged to ``group``."""
-        with self._read() as conn:
-            column, value = (
-                (allocations.c.user, user)
-                if user is not None
-                else (allocations.c.charge_group, group)
-            )
-            return conn.execute(sa.select(open_count(column, value))).scalar_one()
-
     def open_by_group(self) -> dict[str, int]:
         """``{group: open allocations charged to it}``."""
         q = (
