@@ -133,17 +133,22 @@ def test_slices_devices_culls_warnings_and_drift_follow_the_ledger(hub, ledger):
         assert value(m, "gpulab_budget_exhaustion_total", group="researchers") == 0
         assert value(m, "gpulab_allocations_without_container", node="lab-node") == 0
         # the value, in seconds, weighted by share: the A40's whole half hour and more for the
-        # researchers, a quarter of the seat's ten minutes for the students
+        # researchers, a quarter of the seat's ten minutes for the students; only what ran this
+        # week (Monday 00:00 UTC, quota_timezone) counts, so early on a Monday less of either
         ran = {a.id: a for a in ledger.allocations_between(clock.utcnow() - timedelta(hours=1),
                                                            clock.utcnow())}  # fmt: skip
-        a40_s = (
-            ran[a40.allocation.id].ended_at - ran[a40.allocation.id].started_at
-        ).total_seconds()
-        seat_s = ran[seat.allocation.id].ended_at - ran[seat.allocation.id].started_at
+        now = clock.utcnow()
+        monday = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(now.weekday())
+
+        def this_week_s(a):
+            return (a.ended_at - max(a.started_at, monday)).total_seconds()
+
+        a40, seat = ran[a40.allocation.id], ran[seat.allocation.id]
+        assert (a40.ended_at - a40.started_at).total_seconds() >= 1800
         used = value(m, "gpulab_group_used_gpu_seconds", group="researchers", period="week")
-        assert a40_s >= 1800 and used == pytest.approx(a40_s, abs=1)
+        assert used == pytest.approx(this_week_s(a40), abs=1)
         used = value(m, "gpulab_group_used_gpu_seconds", group="students", period="week")
-        assert used == pytest.approx(0.25 * seat_s.total_seconds(), abs=1)
+        assert used == pytest.approx(0.25 * this_week_s(seat), abs=1)
     finally:
         ledger.set_drained("GPU-p40-0003", False)
         ledger.clear_warnings("student", "")

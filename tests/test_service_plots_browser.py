@@ -90,11 +90,13 @@ def test_admin_and_user_plots_show_the_apis_figures(hub, fake, browser):  # noqa
                      profile="a40", charge_groups=[("researchers", None)])  # fmt: skip
         ledger.claim(SliceRequest(kind=SliceKind.GPU, model="P40"), user="student",
                      profile="cpu", charge_groups=[("students", 3)])  # fmt: skip
-        # three GPU-hours last week, charged to the students
+        # three GPU-hours last week (its Wednesday, whatever day this runs), charged to the students
         past = ledger.claim(SliceRequest(kind=SliceKind.GPU, model="H100"), user="student",
                             profile="cpu", server_name="old", charge_groups=[("students", 3)])  # fmt: skip
         ledger.release(past.allocation.id, "stopped")
-        start = clock.utcnow() - timedelta(days=8)
+        now = clock.utcnow()  # the hub's weeks start on Monday 00:00 UTC (quota_timezone)
+        monday = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(now.weekday())
+        start = monday - timedelta(days=5, hours=-9)
         with ledger.engine.begin() as conn:
             conn.execute(
                 allocations.update()
