@@ -340,6 +340,7 @@ def test_a_user_at_the_keyboard_keeps_an_idle_gpu_until_someone_needs_one(
     assert not running(hub, "ann")
 
 
+@pytest.mark.usefixtures("api_contract")  # the report's answers match the OpenAPI document
 def test_a_tab_left_open_loses_the_spare_once_jupyterlab_reports_no_keystrokes(
     hub, svc, at, ledger, fake
 ):
