@@ -34,14 +34,18 @@ for students; ``--research-gpus`` whole; default 2 + 2):
   ``--spare-minutes`` (5) while a slice of its kind is free and nobody queues for one
   (``c.GPULabService.gpu_idle_spare_active``, ``fairuse.spare``): the slice is reclaimed only
   when someone needs it;
+- ``signal``: the spare, with every server's JupyterLab extension reporting its user's last
+  keystroke, click or scroll to the service (``service.presence``): at the keyboard means a
+  keystroke in the last ``--spare-minutes``, not an open tab (a server's interaction time is
+  its user's keyboard time);
 - ``mig-research``: a MIG layout schedule (``c.GPULab.mig_schedule``) re-lays the first
   ``--layout-gpus`` MIG GPUs 2 x 3g.40gb outside booked class time, and a researcher refused a
   whole GPU takes a 3g.40gb instance (profile ``research-mig``);
 - ``layout``: the same schedule with the research layout 1 x 7g.80gb;
-- ``all``: every lever at once (fair share, session, the spare, Keep then Move to CPU, the
-  2 x 3g.40gb schedule with ``research-mig``).
+- ``all``: every lever at once (fair share, session, the spare on the interaction report, Keep
+  then Move to CPU, the 2 x 3g.40gb schedule with ``research-mig``).
 
-``levers`` compares each of ``fairshare``, ``session``, ``keep``, ``cpu``, ``spare``,
+``levers`` compares each of ``fairshare``, ``session``, ``keep``, ``cpu``, ``spare``, ``signal``,
 ``mig-research``, ``layout``, ``all`` (on) with ``gpulab`` (off). The spare is the culler's
 own pass with the setting on; Keep, Move to CPU and the schedule run through the service's own
 functions (``term/levers.py``): ``keep_server``, ``move_to_cpu``, and a subclass of the
@@ -226,13 +230,13 @@ def main() -> None:
         "--spare-minutes",
         type=float,
         default=SPARE["s"] / 60,
-        help="spare, all: c.GPULabService.gpu_idle_spare_active, minutes",
+        help="spare, signal, all: c.GPULabService.gpu_idle_spare_active, minutes",
     )
     parser.add_argument(
         "--spare-longest-minutes",
         type=float,
         default=SPARE["longest"] / 60,
-        help="spare, all: c.GPULabService.gpu_idle_spare_longest, minutes",
+        help="spare, signal, all: c.GPULabService.gpu_idle_spare_longest, minutes",
     )
     parser.add_argument(
         "--layout-gpus",

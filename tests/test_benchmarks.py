@@ -59,7 +59,7 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
 
 @pytest.mark.slow  # ~5-9 minutes of CPU: `pytest -m unit` leaves it out
 def test_semester_benchmark_runs_a_small_term():
-    r = run_small("semester", 1800)  # twelve labs, a simulated week each
+    r = run_small("semester", 1800)  # thirteen labs, a simulated week each
     headline = ("class_served_within_1min_pct", "homework_intents_unserved_pct",
                 "research_wait_p50_min", "research_wait_p90_min", "idle_held_pct",
                 "culled_at_keyboard_pct", "budget_refusals", "preemptions")  # fmt: skip
@@ -94,7 +94,7 @@ def check_term_levers(r: dict) -> None:
     labs = r["by_lab"]
     for lever, lab in (("keep", "keep"), ("move_to_cpu", "cpu"), ("mig_research", "mig-research"),
                        ("layout_schedule", "layout"), ("gpu_idle_spare", "spare"),
-                       ("all", "all")):  # fmt: skip
+                       ("interaction_signal", "signal"), ("all", "all")):  # fmt: skip
         assert labs[lab]["double_allocations"] == 0, lab
         assert set(r["levers"][lever]) == {"off", "on"}
         assert r["levers"][lever]["on"] == {k: labs[lab][k] for k in r["levers"][lever]["on"]}
@@ -110,6 +110,9 @@ def check_term_levers(r: dict) -> None:
     assert labs["all"]["keeps"] > 0 and labs["all"]["moved_to_cpu"] > 0
     # the demand-aware GPU-idle rule spares users at the keyboard: fewer of them are stopped
     assert labs["spare"]["culled_at_keyboard"] < off["culled_at_keyboard"]
+    # with JupyterLab's interaction report a tab left open is no longer "at the keyboard": the
+    # spare holds fewer idle slices for users who left
+    assert labs["signal"]["idle_held_pct"] < labs["spare"]["idle_held_pct"]
 
 
 @pytest.mark.hub

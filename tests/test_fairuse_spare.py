@@ -108,3 +108,31 @@ def test_a_user_who_runs_a_cell_now_and_then_is_spared_all_along():
     assert term(server, lambda now: FREE, spare=hour) == (None, None)
     warned, culled = term(server, lambda now: FREE, spare=Spare(0))  # without it: stopped
     assert culled.rule == "gpu-idle"
+
+
+# -- the JupyterLab extension's interaction report (c.f. service/presence.py) ----------------------
+
+
+def test_a_tab_left_open_is_not_at_the_keyboard_once_the_extension_reports_interaction():
+    # the hub sees the open tab every pass; the page's last keystroke was 5 min in: 10 min
+    # later the user is no longer at the keyboard, the spare ends, and the GPU-idle rule (its
+    # clock since T0) warns at once and stops 10 min later, as without the spare
+    typed_then_left = idle_gpu(at_keyboard, interaction_at=T0 + 5 * MIN)
+    warned, culled = term(typed_then_left, lambda now: FREE)
+    assert warned.now == T0 + 20 * MIN and culled.now == T0 + 30 * MIN
+    assert spares(typed_then_left(T0 + 14 * MIN), FREE, T0 + 14 * MIN, TEN_MIN, T0)
+    assert not spares(typed_then_left(T0 + 16 * MIN), FREE, T0 + 16 * MIN, TEN_MIN, T0)
+    # without the report the same open tab is spared all along
+    assert term(idle_gpu(at_keyboard), lambda now: FREE) == (None, None)
+
+
+def test_a_user_typing_is_at_the_keyboard_within_a_window_shorter_than_the_hubs_lag():
+    # gpu_idle_spare_active "2m"; the hub's last_activity lags 5 min behind (its refresh
+    # interval), the page reports a keystroke every minute: the user thinking between GPU cells
+    # keeps the idle slice, where the hub's view alone would have them gone
+    two_min = Spare(active_within_s=120)
+    lagging = lambda now: now - 5 * MIN  # noqa: E731
+    typing = lambda now: gpu_server(now, lambda t: 0.0, lagging, interaction_at=now)  # noqa: E731
+    assert term(typing, lambda now: FREE, spare=two_min) == (None, None)
+    warned, culled = term(idle_gpu(lagging), lambda now: FREE, spare=two_min)
+    assert warned.now == T0 + 20 * MIN and culled.now == T0 + 30 * MIN

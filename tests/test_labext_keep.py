@@ -2,13 +2,15 @@
 carries this server's GPU-idle warning (the one it offers the two buttons for), and the server
 extension asks the service for this very server. The modules are read from the extension's
 source (``images/jupyterlab-gpulab``), without JupyterLab: summary.py is pure; handlers.py's
-path builder is called with stand-ins for jupyter_server's base handler."""
+path builder and the interaction report's reading are called with stand-ins for
+jupyter_server's base handler."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 import types
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -57,8 +59,9 @@ def test_no_buttons_for_another_servers_or_rules_warning(warning):
     assert line["warning"] is None and line["level"] == "ok"
 
 
-def test_the_server_extension_asks_for_this_very_server(monkeypatch):
-    # stand-ins for jupyter_server's APIHandler (not installed in the hub's venv)
+@pytest.fixture
+def handlers(monkeypatch):
+    """handlers.py, with stand-ins for jupyter_server's APIHandler (not in the hub's venv)."""
     base = types.ModuleType("jupyter_server.base.handlers")
     base.APIHandler = type("APIHandler", (), {})
     for name, mod in {
@@ -72,10 +75,42 @@ def test_the_server_extension_asks_for_this_very_server(monkeypatch):
     module = types.ModuleType("labext_handlers")
     exec(compile(source.replace("from .summary", "from labext_pkg.summary"), "handlers.py", "exec"),
          module.__dict__)  # fmt: skip
-    assert module.action_path("ann", "", "keep") == "users/ann/server/keep"
+    return module
+
+
+def test_the_server_extension_asks_for_this_very_server(handlers):
+    assert handlers.action_path("ann", "", "keep") == "users/ann/server/keep"
     assert (
-        module.action_path("a b", "dl/1", "move-to-cpu") == "users/a%20b/servers/dl%2F1/move-to-cpu"
+        handlers.action_path("a b", "dl/1", "move-to-cpu")
+        == "users/a%20b/servers/dl%2F1/move-to-cpu"
     )
+    assert handlers.action_path("ann", "", "interaction") == "users/ann/server/interaction"
+
+
+NOW = datetime(2026, 12, 7, 10, 0, tzinfo=timezone.utc)
+
+
+def test_the_page_s_report_becomes_the_time_of_the_last_keystroke_on_the_server_s_clock(handlers):
+    # the page says how long ago (its own clock may be off); the server dates it
+    assert handlers.interaction_time(b'{"idle_s": 42.5}', NOW) == NOW - timedelta(seconds=42.5)
+    assert handlers.interaction_time(b'{"idle_s": 0}', NOW) == NOW
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"[1]", id="not-an-object"),
+        pytest.param(b'{"idle_s": "5"}', id="text"),
+        pytest.param(b'{"idle_s": true}', id="boolean"),
+        pytest.param(b'{"idle_s": -1}', id="in-the-future"),
+        pytest.param(b'{"idle_s": 3601}', id="over-an-hour-old"),
+        pytest.param(b'{"idle_s": NaN}', id="nan"),
+        pytest.param(b"{", id="not-json"),
+    ],
+)
+def test_a_report_that_says_no_recent_interaction_is_refused(handlers, body):
+    assert handlers.interaction_time(body, NOW) is None
 
 
 @pytest.mark.parametrize(

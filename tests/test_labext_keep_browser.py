@@ -195,3 +195,36 @@ def test_the_status_bar_keeps_then_saves_and_moves_to_cpu(hub, browser):  # noqa
         assert ledger.open_allocations("student") == []
     finally:
         ledger.close()
+
+
+def test_keystrokes_in_jupyterlab_reach_the_service_as_the_servers_last_interaction(hub, browser):  # noqa: F811
+    """The page notes keystrokes (not the open tab) and, within a minute, its server extension
+    reports the latest to the service, which holds it for the student's server."""
+    from datetime import datetime, timezone
+
+    from selenium.webdriver.common.by import By
+    from service_support import PREFIX, login, user_token
+
+    if not (hub.server("student") or {}).get("ready"):
+        r = hub.spawn("student", {"profile": "cpu"})
+        assert r.status_code in (201, 202), r.text
+        hub.wait_ready("student", timeout=150)
+    token = user_token(hub, login(hub, "student"), "student")
+    url = f"{hub.url}{PREFIX}api/users/student/server/interaction"
+
+    def held():
+        r = requests.get(url, headers={"Authorization": f"token {token}"}, timeout=30)
+        assert r.status_code == 200, r.text
+        at = r.json()["at"]
+        return datetime.fromisoformat(at) if at else None
+
+    log_in(browser, hub, "student", "/user/student/lab")
+    wait_until(lambda: status_bar(browser).startswith("GPU"), 60, "JupyterLab's status bar")
+    before = datetime.now(timezone.utc)
+    browser.find_element(By.TAG_NAME, "body").send_keys("a")  # a keystroke in the page
+    typed = wait_until(
+        lambda: (at := held()) is not None and at >= before.replace(microsecond=0) and at,
+        90,
+        "the page's report of the keystroke",
+    )
+    assert typed <= datetime.now(timezone.utc)

@@ -340,6 +340,61 @@ def test_a_user_at_the_keyboard_keeps_an_idle_gpu_until_someone_needs_one(
     assert not running(hub, "ann")
 
 
+@pytest.mark.usefixtures("api_contract")  # the report's answers match the OpenAPI document
+def test_a_tab_left_open_loses_the_spare_once_jupyterlab_reports_no_keystrokes(
+    hub, svc, at, ledger, fake
+):
+    """The JupyterLab extension's report (``POST …/interaction``, with the user's own token as
+    the server extension asks): ann types in the page, then leaves the tab open over an idle
+    GPU. The hub keeps seeing the tab, but the spare (``gpu_idle_spare_active`` 10 min) asks
+    the keyboard: 10 minutes after her last keystroke the GPU-idle rule is back with its clock
+    and warns her, although a GPU of her kind is free and nobody queues. Reports for someone
+    else's server, from the future or from long ago are refused and move nothing."""
+    fake.set_utilization(H100_UUID, gpu_percent=0)
+    config = load_config_file(hub.config_path)
+    spare = Culler(
+        svc.service.state,
+        svc.service.hub,
+        GPULabService(config=config, gpu_idle_spare_active="10m"),
+    )
+    spawn(hub, ledger, "ann", "anygpu")
+    api = hub.url + PREFIX + "api/users/"
+    ann = {"Authorization": f"token {user_token(hub, login(hub, 'ann'), 'ann')}"}
+    ben = {"Authorization": f"token {user_token(hub, login(hub, 'ben'), 'ben')}"}
+
+    def report(when, headers=ann, path="ann/server/interaction"):
+        at_text = when.isoformat() if isinstance(when, datetime) else when
+        return requests.post(api + path, json={"at": at_text}, headers=headers, timeout=30)
+
+    def pass_(seconds=2 * MINUTE):
+        return step(svc, hub, at, seconds, tabs=[("ann", "")], culler=spare)
+
+    for _ in range(5):  # 10 minutes of typing over an idle GPU: spared, as without the report
+        assert pass_().count("warn") == 0
+        r = report(at.now)
+        assert r.status_code == 200 and r.json()["at"] == at.now.isoformat(), r.text
+    typed = at.now
+    # refused: another user's server, a time ahead of the clock or a day old, not a time
+    refused = [
+        report(at.now, headers=ben),
+        report(at.now + timedelta(minutes=10)),
+        report(at.now - timedelta(days=2)),
+        report("soon"),
+        report("2026-12-07T10:00:00"),  # no zone
+    ]
+    assert [r.status_code for r in refused] == [403, 400, 400, 400, 400], [r.text for r in refused]
+    assert "Only 'ann' may report" in refused[0].json()["message"]
+    assert "ahead of the service's clock" in refused[1].json()["message"]
+    r = requests.get(api + "ann/server/interaction", headers=ann, timeout=30)
+    assert r.json()["at"] == typed.isoformat()  # none of them moved it
+    # she stops typing; the tab stays open (the hub's activity goes on)
+    for _ in range(4):  # 8 minutes after the last keystroke: still at the keyboard
+        assert pass_().count("warn") == 0
+    last = pass_(3 * MINUTE)  # 11 minutes: gone; the GPU idle for 21 min, past its 10
+    assert last.count("warn") == 1 and rules(ledger, "ann") == {"gpu-idle"}
+    assert running(hub, "ann")
+
+
 def test_a_server_whose_stop_fails_does_not_stop_the_pass(hub, svc, at, ledger, caplog):
     hub.create_user("researcher", ["researchers"])
     theirs = spawn(hub, ledger, "researcher", "a40")

@@ -112,6 +112,23 @@ def test_a_gpu_server_gets_its_allocations_profile_and_the_policys_shorter_sessi
     assert server.started_at == NOW - timedelta(minutes=30)  # since the slice was held
 
 
+def test_a_server_carries_its_pages_last_interaction_since_it_started():
+    # ann's extension reported 2 min ago; ben's report is from before his server's start (a
+    # page of the server he stopped): he is judged by the hub's last_activity
+    started = NOW - timedelta(minutes=30)
+    running = running_servers(
+        [hub_user("ann", {"": hub_server()}), hub_user("ben", {"": hub_server()})]
+    )
+    reported = {("ann", ""): NOW - timedelta(minutes=2), ("ben", ""): started - timedelta(1)}
+    found = plan(
+        running, [alloc(1, "ann"), alloc(2, "ben")], lab(), no_history, [], NOW,
+        within_s=600, interactions=reported,
+    )  # fmt: skip
+    by_user = {s.user: s for _, s, _ in found}
+    assert by_user["ann"].interaction_at == NOW - timedelta(minutes=2)
+    assert by_user["ben"].interaction_at is None
+
+
 def test_a_cpu_server_gets_its_profiles_idle_rule_and_no_gpu_rule():
     the_lab = lab()
     [r] = running_servers([hub_user("ann", {"": hub_server()}, groups=("staff",))])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import pytest
 import requests
@@ -146,6 +147,10 @@ EXPECTED = {
     "POST api/users/{user}/servers/{name}/keep": expect("forbidden", student="conflict"),
     "POST api/users/{user}/server/move-to-cpu": expect("forbidden", student="conflict"),
     "POST api/users/{user}/servers/{name}/move-to-cpu": expect("forbidden", student="conflict"),
+    "GET api/users/{user}/server/interaction": expect("forbidden", student="ok"),
+    "POST api/users/{user}/server/interaction": expect("forbidden", student="ok"),
+    "GET api/users/{user}/servers/{name}/interaction": expect("forbidden", student="ok"),
+    "POST api/users/{user}/servers/{name}/interaction": expect("forbidden", student="ok"),
     "GET api/waitlist": expect("ok", anonymous="forbidden"),
     "POST api/waitlist": expect("ok", anonymous="forbidden"),
     "DELETE api/waitlist/{profile}": expect("ok", anonymous="forbidden"),
@@ -316,6 +321,24 @@ def cell_api_own_server(action: str, path: str):
     return cell
 
 
+def cell_api_interaction(method: str, path: str):
+    """The JupyterLab extension's report of the student's last keystroke: only the student may
+    send or read it (everyone else, admins included, 403 before anything is held); a report
+    the student sends is the time then held."""
+
+    def cell(ctx: Ctx, who: str, outcome: str) -> None:
+        at = datetime.now(timezone.utc).isoformat()
+        kw = {"json": {"at": at}} if method == "POST" else {}
+        r = ctx.api(who, method, f"users/student/{path}/interaction", **kw)
+        check_status(r, outcome)
+        if outcome != "ok":
+            assert is_json_error(r, r.status_code)
+        elif method == "POST":
+            assert r.json()["at"] == at
+
+    return cell
+
+
 def cell_api_waitlist(ctx: Ctx, who: str, outcome: str) -> None:
     if who != "anonymous":
         ctx.ledger.join_waitlist(who, "mig-small", MIG_1G)
@@ -481,6 +504,12 @@ CELLS = {
     "POST api/users/{user}/server/move-to-cpu": cell_api_own_server("move-to-cpu", "server"),
     "POST api/users/{user}/servers/{name}/move-to-cpu": cell_api_own_server(
         "move-to-cpu", "servers/train"
+    ),
+    "GET api/users/{user}/server/interaction": cell_api_interaction("GET", "server"),
+    "POST api/users/{user}/server/interaction": cell_api_interaction("POST", "server"),
+    "GET api/users/{user}/servers/{name}/interaction": cell_api_interaction("GET", "servers/train"),
+    "POST api/users/{user}/servers/{name}/interaction": cell_api_interaction(
+        "POST", "servers/train"
     ),
 }
 

@@ -67,6 +67,11 @@ INPUTS = {
     "c.GPULabService.gpu_idle_spare_active 5 min (--spare-minutes: the hub's 5-min activity "
     "refresh) and gpu_idle_spare_longest 1 h (--spare-longest-minutes, the product's default); "
     "an open tab counts as activity, as in hub_activity",
+    "interaction_signal": "assumed: in the signal and all labs every server runs the lab image, "
+    "so its JupyterLab extension reports its user's last keystroke, click or scroll (not an open "
+    "tab, not a running kernel) to the service each minute they are at the keyboard; a server's "
+    "interaction time is its user's keyboard time (leaving, sitting_length), not tab-open time; "
+    "culled_at_keyboard_pct keeps its definition",
     "keep_and_cpu": "assumed: in the keep, cpu and all labs the GPU-idle warning is where the "
     "user works (JupyterLab's status bar), so a user at the keyboard sees it and acts with "
     "probability 0.8 (--lever-seen): Keep (the service's keep_server, their group's "

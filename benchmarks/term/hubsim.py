@@ -29,6 +29,7 @@ from jupyterhub_gpulab.lab.policy import PolicyContext
 from jupyterhub_gpulab.lab.profiles import entitled_in
 from jupyterhub_gpulab.ledger import Claim
 from jupyterhub_gpulab.service.imageneeds import ImageNeeds
+from jupyterhub_gpulab.service.presence import Presence
 from jupyterhub_gpulab.spawner.core import SliceSpawnerCore
 from jupyterhub_gpulab.spawner.reserve import ReservationMixin, _Asker
 
@@ -59,6 +60,8 @@ class SimState:
         self.node = runtime.lab.node
         self.history = history
         self.image_needs = ImageNeeds(backend=_Engine)
+        #: the interactions the labs' JupyterLab extensions report (the service's own store)
+        self.presence = Presence()
 
     def undrain(self, device_uuid: str) -> bool:
         return self.ledger.set_drained(device_uuid, False)

@@ -24,14 +24,16 @@ The labs, on the same demand (``semester.py`` runs every one):
   the product's default 2); ``cpu``, they move to the CPU profile (``move_to_cpu``); ``spare``,
   the culler spares a GPU-idle server whose user was active within :data:`SPARE` while a slice
   of its kind is free and nobody queues for one (``c.GPULabService.gpu_idle_spare_active``,
-  :mod:`jupyterhub_gpulab.fairuse.spare`);
+  :mod:`jupyterhub_gpulab.fairuse.spare`); ``signal``, the spare with the JupyterLab
+  extension's interaction report (``jupyterhub_gpulab.service.presence``): at the keyboard is
+  a keystroke in the last :data:`SPARE` minutes, not an open tab;
   ``mig-research``, a researcher refused a whole GPU takes a ``3g.40gb`` instance (profile
   ``research-mig``), which exists outside class time because :data:`SCHEDULE` re-lays the first
   ``--layout-gpus`` MIG GPUs ``2x3g.40gb`` (the class layout has no 3g instance: 3c needs a
   layout that has one); ``layout``, the same schedule with the research layout ``1x7g.80gb``
   (a whole H100 as one instance, taken through ``research-mig`` on ``7g.80gb``); ``all``, every
-  lever at once (fair share, session, the spare, keep then CPU when the allowance is spent,
-  the ``2x3g.40gb`` schedule).
+  lever at once (fair share, session, the spare on the interaction report, keep then CPU when
+  the allowance is spent, the ``2x3g.40gb`` schedule).
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ class LabSpec:
     #: the culler spares a GPU-idle user at the keyboard while nobody needs the slice
     #: (``c.GPULabService.gpu_idle_spare_active`` :data:`SPARE`)
     spare: bool = False
+    #: every server's JupyterLab extension reports its user's last interaction
+    #: (``service.presence``), so the spare asks the keyboard, not the hub's view of the tab
+    signal: bool = False
     #: the research layout the schedule re-lays to outside class (``None``: no schedule); the
     #: ``research-mig`` profile takes its instances
     research_layout: str | None = None
@@ -138,16 +143,20 @@ LABS = (
             cpu=True),
     LabSpec("spare", "gpulab + GPU idle spared at the keyboard while a slice is free", None,
             False, True, True, True, spare=True),
+    LabSpec("signal", "gpulab + the spare on JupyterLab's interaction report", None, False,
+            True, True, True, spare=True, signal=True),
     LabSpec("mig-research", "gpulab + research on 3g.40gb (schedule 2x3g.40gb)", None, False,
             True, True, True, research_layout="2x3g.40gb"),
     LabSpec("layout", "gpulab + layout schedule (1x7g.80gb for research)", None, False, True,
             True, True, research_layout="1x7g.80gb"),
     LabSpec("all", "gpulab + every lever", None, False, True, True, True, fairshare=True,
-            max_session=True, keep=True, cpu=True, spare=True, research_layout="2x3g.40gb"),
+            max_session=True, keep=True, cpu=True, spare=True, signal=True,
+            research_layout="2x3g.40gb"),
 )  # fmt: skip
 #: lever → the lab that turns it on (off: ``gpulab``)
 LEVERS = {"fairshare": "fairshare", "research_max_session": "session", "keep": "keep",
-          "move_to_cpu": "cpu", "gpu_idle_spare": "spare", "mig_research": "mig-research",
+          "move_to_cpu": "cpu", "gpu_idle_spare": "spare",
+          "interaction_signal": "signal", "mig_research": "mig-research",
           "layout_schedule": "layout", "all": "all"}  # fmt: skip
 
 

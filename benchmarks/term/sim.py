@@ -16,6 +16,9 @@ Every decision of a gpulab lab is the product's own code, called as the product 
   ``run_pass`` (lapse, offer, policy and budget re-checked, image needs), every minute (the
   service's ``waitlist_every`` is 15 s: the term's resolution is a minute);
 - **reservations**: each section's course record booked by ``courses.reserve.book_course``;
+- **the interaction report** (``signal``, ``all``): each minute its user is at the keyboard, a
+  server's JupyterLab extension reports that minute to the service's
+  :class:`~jupyterhub_gpulab.service.presence.Presence`, which the culler's pass reads;
 - **Keep, Move to CPU, the MIG layout schedule**: the service's ``keep_server``,
   ``move_to_cpu`` and ``LayoutKeeper`` pass (``layoutplan.decide``), every minute
   (:mod:`.levers`: what a user does with a warning, and the one stand-in, NVML's re-lay).
@@ -299,6 +302,8 @@ class Simulation:
                 Utilization(BUSY if busy else IDLE, 2**30, at=self.now)
             )
             present = lv.present_until > minute
+            if present and self.spec.signal:  # the page reports the keystrokes of the minute
+                self.state.presence.report(*lv.key, self.now)
             share = lv.alloc.share
             self.m["held"] += share
             self.m["minutes"] += 1

@@ -115,6 +115,10 @@ class Server:
     #: set by :mod:`.spare`: its user is at the keyboard and nobody needs its slice, so the
     #: ``gpu-idle`` rule does not come due this pass
     gpu_idle_spared: bool = False
+    #: its user's last keystroke, click or scroll in the page, as the server's JupyterLab
+    #: extension reports it (:mod:`~..service.presence`); ``None``: no report since it started
+    #: (no extension, or nobody touched the page): :mod:`.spare` reads ``last_activity`` then
+    interaction_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -96,14 +96,19 @@ def plan(
     unknown_idle: bool = False,
     idle_clocks: Mapping[int, datetime] | None = None,
     keeps: Mapping[int, datetime] | None = None,
+    interactions: Mapping[tuple[str, str], datetime] | None = None,
 ) -> list[tuple[HubServer, Server, tuple[Allocation, ...]]]:
     """One culler :class:`~..fairuse.culler.Server` per running server (module docstring), with
     the hub's record and the open allocations it holds (oldest first). ``history(slice_id)``
     gives a slice's samples; ``period_allocations``: the ledger's allocations since
     :func:`budget_window_start` (every user's; only running users' count); ``idle_clocks``:
     ``{allocation id: GPU idle since}`` kept in the ledger (``Ledger.idle_clocks``); ``keeps``:
-    ``{allocation id: the latest Keep}`` (``Ledger.latest_keeps``, :mod:`.keeps`)."""
+    ``{allocation id: the latest Keep}`` (``Ledger.latest_keeps``, :mod:`.keeps`);
+    ``interactions``: ``{(user, server name): last interaction}`` its JupyterLab extension
+    reported (:class:`~..service.presence.Presence`), kept only when at or after the server's
+    start (an earlier one was in the page of a server since stopped)."""
     idle_clocks = idle_clocks or {}
+    interactions = interactions or {}
     keeps = keeps or {}
     held: dict[tuple[str, str], list[Allocation]] = {}
     for a in open_allocations:
@@ -131,6 +136,7 @@ def plan(
         limits = Limits.for_profile(profile, session_limit(profile, mine)) if profile else Limits()
         started = first.started_at if first else (r.started or now)
         dues = [exhausted[a.id] for a in allocations if a.id in exhausted]
+        touched = interactions.get(r.key)
         server = Server(
             user=r.user,
             name=r.name,
@@ -146,6 +152,7 @@ def plan(
             preemptible=contexts[r.user].preemptible,
             idle_since_kept=idle_clocks.get(first.id) if first else None,
             kept_at=keeps.get(first.id) if first else None,
+            interaction_at=touched if touched is not None and touched >= started else None,
         )
         found.append((r, server, allocations))
     return found

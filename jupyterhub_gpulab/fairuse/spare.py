@@ -8,8 +8,10 @@ and nobody is waiting for one. With ``c.GPULabService.gpu_idle_spare_active`` se
 *spares* such a server (:func:`spares`): the ``gpu-idle`` rule does not come due for it this
 pass, so it is neither warned nor stopped, when all of these hold now:
 
-- it holds a slice and its user was active (the hub's ``last_activity``: an open tab, a kernel's
-  activity) within ``active_within_s``;
+- it holds a slice and its user was at the keyboard within ``active_within_s``: their last
+  keystroke, click or scroll in JupyterLab (:attr:`~.culler.Server.interaction_at`, which the
+  server's JupyterLab extension reports), or, for a server whose extension reports none, the
+  hub's ``last_activity`` (an open tab, a kernel's activity: a tab left open counts);
 - a user starting the server's profile now would still find a free slice for it
   (:attr:`Demand.free`: free slices of the profile's request that no booking keeps);
 - nobody is queued for a slice this server's slice could serve (:attr:`Demand.queued`);
@@ -33,7 +35,7 @@ from datetime import datetime, timedelta
 
 from .culler import Server, Settings, gpu_idle_since
 
-__all__ = ["Demand", "Spare", "spare_idle", "spares"]
+__all__ = ["Demand", "Spare", "last_seen", "spare_idle", "spares"]
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,20 @@ class Spare:
     longest_s: float | None = None
 
 
+def last_seen(server: Server) -> datetime | None:
+    """When ``server``'s user was last seen at the keyboard: the interaction its JupyterLab
+    extension reported, where it reported one; else the hub's ``last_activity`` (``None``:
+    never)."""
+    if server.interaction_at is not None:
+        return server.interaction_at
+    return server.last_activity
+
+
 def _at_keyboard(server: Server, now: datetime, spare: Spare) -> bool:
-    if spare.active_within_s <= 0 or not server.has_gpu or server.last_activity is None:
+    seen = last_seen(server)
+    if spare.active_within_s <= 0 or not server.has_gpu or seen is None:
         return False
-    return now - server.last_activity <= timedelta(seconds=spare.active_within_s)
+    return now - seen <= timedelta(seconds=spare.active_within_s)
 
 
 def _not_too_long(server: Server, now: datetime, spare: Spare, idle_since) -> bool:

@@ -61,8 +61,9 @@ class CullerTraits(LoggingConfigurable):
         keyboard and nobody needs the slice (a duration; 0, the default, turns it off).
 
         A server is spared, neither warned nor stopped for its idle GPU, while all of these
-        hold: its user was active (the hub's ``last_activity``: an open tab, a kernel) within
-        this long; a user starting its profile now would still find a free slice (free, and not
+        hold: its user was at the keyboard within this long (the last keystroke, click or
+        scroll its JupyterLab extension reported, for servers running the lab image; else the
+        hub's ``last_activity``: an open tab, a kernel); a user starting its profile now would still find a free slice (free, and not
         kept by a course booking); and nobody is on the waitlist for a slice it could give.
         The pass the last free slice is taken or someone queues, the rule applies again from
         the GPU's idle clock, which kept running: a server idle past its timeout is warned at
@@ -88,6 +89,9 @@ class CullerTraits(LoggingConfigurable):
 
         The hub counts an open tab as activity, so a tab left open over an idle GPU looks like a
         user at the keyboard: this bounds how long such a slice stays held while it is free.
+        Servers whose JupyterLab extension reports keystrokes are judged by those, not by the
+        tab, so a lab whose image has the extension can set it longer (the term simulation met
+        every target of issue 22 with ``"4h"``).
         A user thinking between GPU cells runs one again well within it (the term simulation's
         students: a GPU cell every 40 min on average). Past it the ``gpu-idle`` rule is due: the
         user is warned at once and stopped ``cull_warn_before`` later.

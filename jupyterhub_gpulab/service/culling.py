@@ -17,7 +17,9 @@ Each pass (:meth:`Culler.run_pass`):
 4. clears warnings whose condition cleared or whose server stopped (a **Keep**, read from the
    ledger with each pass, moves a GPU-idle stop out: :mod:`.keeping`; with
    ``c.GPULabService.gpu_idle_spare_active``, a user at the keyboard whose slice nobody needs
-   is spared the GPU-idle rule: :mod:`~jupyterhub_gpulab.fairuse.spare`).
+   is spared the GPU-idle rule: :mod:`~jupyterhub_gpulab.fairuse.spare`; "at the keyboard" is
+   the last interaction the server's JupyterLab extension reported, :mod:`.presence`, where it
+   reports one).
 
 ``c.GPULabService.cull_dry_run`` logs every decision (``[dry-run] …``) and changes nothing. A
 failure on one server (the hub refuses its stop, the database is busy) is logged and the pass
@@ -228,6 +230,7 @@ class Culler:
             unknown_idle=self.unknown_idle,
             idle_clocks=kept,
             keeps=ledger.latest_keeps(),
+            interactions=self.state.presence.snapshot(),
         )
         clocks = {}
         for _hub, server, allocations in planned:

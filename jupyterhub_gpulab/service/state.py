@@ -28,6 +28,7 @@ from ..ledger.bookingfit import ScheduledHost
 from ..ledger.listing import open_slice_presence
 from .imageneeds import ImageNeeds
 from .monitor import UtilizationMonitor
+from .presence import Presence
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class LabState:
         #: the user page's free slices): the spawner's gate, as the service sees it, reading the
         #: labels through the lab's backend (made, and connected, on the first read)
         self.image_needs = ImageNeeds(lambda: backend_for(gpulab.config))
+        #: each server's last interaction its JupyterLab extension reported (:mod:`.presence`)
+        self.presence = Presence()
         self.inventory: Inventory = self.lab.inventory
         self.nvml_problem: str | None = None
         self._local = Sample()

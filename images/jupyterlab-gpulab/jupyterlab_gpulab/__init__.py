@@ -7,9 +7,12 @@ reaches the browser. ``GET <base_url>gpulab/me`` answers the status bar with
 :func:`~.summary.summarise`'s line: the slice this server holds (kind, memory, isolation) and
 the GPU-hours left, and, while the culler's GPU-idle warning for this server stands, that
 warning with **Keep** and **Move to CPU** (``POST <base_url>gpulab/keep`` / ``move-to-cpu``).
+The page also reports its user's last keystroke, click or scroll (``POST
+<base_url>gpulab/interaction``, at most about once a minute), so the culler can tell a user at
+the keyboard from a tab left open.
 """
 
-from .handlers import ActionHandler, MeHandler
+from .handlers import ActionHandler, InteractionHandler, MeHandler
 
 __version__ = "0.1.0"
 
@@ -31,5 +34,6 @@ def _load_jupyter_server_extension(serverapp):
         [
             (url_path_join(base, "gpulab", "me"), MeHandler),
             (url_path_join(base, "gpulab", "(keep|move-to-cpu)"), ActionHandler),
+            (url_path_join(base, "gpulab", "interaction"), InteractionHandler),
         ],
     )

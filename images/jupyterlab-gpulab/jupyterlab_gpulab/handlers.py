@@ -7,12 +7,19 @@
   ``POST users/<user>/server[s/<name>]/keep`` and ``…/move-to-cpu``). The answer is the
   service's status and ``{"status", "message"}``. The page saves open notebooks before it asks
   to move (``src/index.js``); this server is stopped right after the service answers.
+- ``POST <base_url>gpulab/interaction`` with ``{"idle_s": <seconds since the last keystroke,
+  click or scroll in the page>}``: this server's user is at the keyboard. The page sends it at
+  most about once a minute, only after real interaction (not for an open tab or a running
+  kernel); the time, on this server's clock, goes to the service's
+  ``POST users/<user>/server[s/<name>]/interaction`` (``{"at": <ISO time>}``), which the
+  culler's GPU-idle spare reads in place of the hub's ``last_activity``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timedelta, timezone
 from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
@@ -27,6 +34,9 @@ TIMEOUT = 10
 
 #: The actions the status bar may ask for.
 ACTIONS = ("keep", "move-to-cpu")
+#: The most seconds since the last interaction a report may say (the page reports within a
+#: minute or two; an older one is no news about the keyboard).
+MAX_IDLE_S = 3600
 
 
 def action_path(user: str, server_name: str, action: str) -> str:
@@ -38,24 +48,41 @@ def action_path(user: str, server_name: str, action: str) -> str:
     return f"users/{u}/server/{action}"
 
 
-class ActionHandler(APIHandler):
-    """``POST gpulab/keep`` or ``gpulab/move-to-cpu`` for this very server."""
+def interaction_time(body: bytes, now: datetime) -> datetime | None:
+    """The last interaction a page's report ``body`` (``{"idle_s": seconds}``) says, on this
+    server's clock ``now``; ``None`` for a body that is not such a report (0 to
+    :data:`MAX_IDLE_S` seconds)."""
+    try:
+        idle = json.loads(body or b"null").get("idle_s")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(idle, bool) or not isinstance(idle, (int, float)):
+        return None
+    if not 0 <= idle <= MAX_IDLE_S:
+        return None
+    return now - timedelta(seconds=idle)
 
-    @web.authenticated
-    async def post(self, action: str):
+
+class _ServiceHandler(APIHandler):
+    async def ask_service(self, path: str, body: dict | None) -> None:
+        """POST ``body`` to the service's ``path`` for this very server, with its token;
+        answer with the service's status and ``{"status", "message"}``."""
         api = os.environ.get("GPULAB_API_URL", "")
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
         user = os.environ.get("JUPYTERHUB_USER", "")
-        if action not in ACTIONS or not api or not token or not user:
-            self.set_status(404 if action not in ACTIONS else 503)
+        if not api or not token or not user:
+            self.set_status(503)
             self.finish({"message": "no gpulab service is configured for this server"})
             return
-        path = action_path(user, os.environ.get("JUPYTERHUB_SERVER_NAME", ""), action)
+        path = action_path(user, os.environ.get("JUPYTERHUB_SERVER_NAME", ""), path)
+        headers = {"Authorization": f"token {token}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         request = HTTPRequest(
             api.rstrip("/") + "/" + path,
             method="POST",
-            body=b"",
-            headers={"Authorization": f"token {token}", "Accept": "application/json"},
+            body=json.dumps(body).encode() if body is not None else b"",
+            headers=headers,
             request_timeout=TIMEOUT * 3,
             connect_timeout=TIMEOUT,
         )
@@ -70,6 +97,32 @@ class ActionHandler(APIHandler):
         code = response.code if response.code != 599 else 502
         self.set_status(code)
         self.finish({"status": code, "message": data.get("message", "")})
+
+
+class ActionHandler(_ServiceHandler):
+    """``POST gpulab/keep`` or ``gpulab/move-to-cpu`` for this very server."""
+
+    @web.authenticated
+    async def post(self, action: str):
+        if action not in ACTIONS:
+            self.set_status(404)
+            self.finish({"message": "no gpulab service is configured for this server"})
+            return
+        await self.ask_service(action, None)
+
+
+class InteractionHandler(_ServiceHandler):
+    """``POST gpulab/interaction``: the page's user typed, clicked or scrolled ``idle_s``
+    seconds ago."""
+
+    @web.authenticated
+    async def post(self):
+        at = interaction_time(self.request.body, datetime.now(timezone.utc))
+        if at is None:
+            self.set_status(400)
+            self.finish({"message": f'send {{"idle_s": 0 to {MAX_IDLE_S}}}'})
+            return
+        await self.ask_service("interaction", {"at": at.isoformat()})
 
 
 class MeHandler(APIHandler):

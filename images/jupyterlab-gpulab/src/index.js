@@ -5,15 +5,23 @@
 // buttons: Keep (POST gpulab/keep: the stop moves one window later, one of the day's keeps) and
 // Move to CPU (saves every open document, then POST gpulab/move-to-cpu: the server restarts on
 // a CPU profile with the same home; the page goes to the hub's home while it does).
+// It also notes real interaction in the page (a keystroke, a click, a scroll on the document;
+// not an open tab, not a running kernel) and, at most once a minute and only when there was
+// some since its last report, tells the server extension how long ago the latest was (POST
+// gpulab/interaction {"idle_s"}): the culler's GPU-idle spare then knows who is at the keyboard.
 import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
 
-async function call(settings, path, method) {
+// seconds between two interaction reports, at most
+const REPORT_EVERY_S = 60;
+
+async function call(settings, path, method, payload) {
   const url = URLExt.join(settings.baseUrl, 'gpulab', path);
-  const response = await ServerConnection.makeRequest(url, { method }, settings);
+  const init = payload === undefined ? { method } : { method, body: JSON.stringify(payload) };
+  const response = await ServerConnection.makeRequest(url, init, settings);
   let body = {};
   try {
     body = await response.json();
@@ -30,6 +38,34 @@ async function call(settings, path, method) {
 function clock(iso) {
   const at = new Date(iso);
   return isNaN(at) ? 'soon' : at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+}
+
+// Notes the latest keydown / pointerdown / wheel on the document (one timestamp, so a burst
+// of keys costs nothing) and reports it every REPORT_EVERY_S when there was one since the
+// last report. Only this: an open tab or a busy kernel sends nothing.
+function reportInteraction(settings) {
+  let last = null; // performance.now() of the latest interaction
+  let reported = null; // the interaction last reported
+  const note = () => {
+    last = performance.now();
+  };
+  for (const type of ['keydown', 'pointerdown', 'wheel']) {
+    document.addEventListener(type, note, { capture: true, passive: true });
+  }
+  const report = async () => {
+    if (last !== null && last !== reported) {
+      const at = last;
+      try {
+        await call(settings, 'interaction', 'POST', {
+          idle_s: Math.max(0, (performance.now() - at) / 1000)
+        });
+        reported = at;
+      } catch (e) {
+        // the service is down or refused: the next minute tries again
+      }
+    }
+  };
+  window.setInterval(() => void report(), REPORT_EVERY_S * 1000);
 }
 
 function button(label, onClick) {
@@ -49,6 +85,7 @@ const plugin = {
   autoStart: true,
   optional: [IStatusBar],
   activate: (app, statusBar) => {
+    reportInteraction(ServerConnection.makeSettings());
     if (!statusBar) {
       return;
     }

@@ -13,6 +13,7 @@
     DELETE users/<user>/servers/<n>   stop a named server through the hub        (admin)
     GET    me                         my servers, slices, limits, capacity       (any user)
     POST   users/<me>/server[s/<n>]/keep, …/move-to-cpu: see keepapi     (own server)
+    GET, POST users/<me>/server[s/<n>]/interaction: see presenceapi    (own server)
     GET    waitlist, POST waitlist, DELETE waitlist/<profile>, GET bookings: see queueapi
     GET    nodes, POST nodes/<node>/report, …/drain, …/token: see nodeapi
     GET    openapi.json               this API's OpenAPI 3.1 document            (public)
@@ -33,6 +34,7 @@ from .data import admin_data, allocations_page, usage_data, user_data
 from .keepapi import keep_handlers
 from .nodeapi import node_handlers
 from .openapi import openapi
+from .presenceapi import presence_handlers
 from .queueapi import queue_handlers
 
 
@@ -183,6 +185,7 @@ def api_handlers(prefix: str) -> list[tuple]:
         (api + r"users/" + user + r"/servers/(?P<name>[^/]*)", ServerAPI),
         (api + r"me", MeAPI),
         *keep_handlers(api),
+        *presence_handlers(api),
         *queue_handlers(api),
         *node_handlers(api),
         (api + r".*", NotFoundAPI),

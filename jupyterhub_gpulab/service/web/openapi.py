@@ -15,6 +15,7 @@ from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
 from .keepapi import keep_paths, keep_schemas
 from .nodeschemas import node_schemas
 from .paging import DEFAULT_LIMIT, MAX_LIMIT, PAGINATION_MEDIA_TYPE
+from .presenceapi import presence_paths, presence_schemas
 from .queueapi import queue_paths, queue_schemas
 
 
@@ -356,6 +357,7 @@ def _document(prefix: str) -> dict:
             },
             **queue_paths(_op, _json, _ref),
             **keep_paths(_op, _json, _ref),
+            **presence_paths(_op, _json, _ref),
             **_node_paths(done, not_found),
             **course_paths(_op, _json, _ref),
         },
@@ -382,6 +384,7 @@ def _document(prefix: str) -> dict:
                 **node_schemas(),
                 **queue_schemas(),
                 **keep_schemas(),
+                **presence_schemas(),
                 **course_schemas(),
             },
         },
