@@ -34,16 +34,17 @@ ROUNDS = 3
 
 #: Statements one claim and its release send to the database (BEGIN and COMMIT left out: they
 #: go to the DBAPI connection). SQLite: the claim's two reads (what the user holds and the open
-#: bookings; the bookings' and the queue's counts with the users queued), the search, the
-#: allocation's INSERT and the slice's UPDATE, then the release's two UPDATEs; a walk-in adds
-#: fair share's read of the queued users' use, an offer's claim marks the waitlist entry, and
-#: taking the offer is one UPDATE of the hold, the entry served, the notice dropped and the
-#: slice read. PostgreSQL adds the advisory locks of the user, the group and the reservations,
-#: and the savepoint (SAVEPOINT, RELEASE) around the INSERT. Issue 26 measured 13 per walk-in on SQLite before the
-#: reads were folded.
+#: bookings; the bookings' and the queue's counts with the users queued), the search and the
+#: allocation's INSERT, then the release's UPDATE (the database keeps the slice's ``held_by`` in
+#: those two statements: migration 0011's triggers; each was two before); a walk-in adds fair
+#: share's read of the queued users' use, an offer's claim marks the waitlist entry, and taking
+#: the offer is one UPDATE of the hold, the entry served, the notice dropped and the slice read.
+#: PostgreSQL adds the advisory locks of the user, the group and the reservations, and the
+#: savepoint (SAVEPOINT, RELEASE) around the INSERT. Issue 26 measured 13 per walk-in on SQLite
+#: before the reads were folded.
 STATEMENTS = {
-    "sqlite": {"walk-in": 8, "member": 7, "offer taken": 13},
-    "postgresql": {"walk-in": 13, "member": 11, "offer taken": 18},
+    "sqlite": {"walk-in": 6, "member": 5, "offer taken": 11},
+    "postgresql": {"walk-in": 11, "member": 9, "offer taken": 16},
 }
 
 

@@ -33,6 +33,27 @@ def test_the_checkpointer_moves_the_wal_into_the_database(tmp_path):
     engine.dispose()
 
 
+def test_a_storm_of_claims_meets_a_checkpoint_only_in_a_pause_or_after_the_longest_wait(tmp_path):
+    """A checkpoint syncs the files, and a claim committing meanwhile waits on the disk: the
+    checkpointer waits for this process's claims to pause, and a storm that never pauses gets
+    one every ``max_wait_s``, not one a second."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'q.sqlite'}")
+    ledger.sync_inventory(lab_inventory())
+    cp = ledger._checkpointer
+    try:
+        cp._checkpoint_now()  # what the inventory sync wrote is moved; nothing pending
+        assert not cp.due(cp._checkpointed_at + cp.quiet_s)
+        c = ledger.claim(SEAT, user="ann", profile="p")
+        wrote = cp._wrote_at
+        assert not cp.due(wrote + cp.quiet_s / 2), "checkpointed in the middle of the claims"
+        assert cp.due(wrote + cp.quiet_s), "the claims paused, but their writes stay in the WAL"
+        cp._checkpointed_at -= cp.max_wait_s  # the storm has gone on for max_wait_s
+        assert cp.due(wrote + cp.quiet_s / 2), "a storm that never pauses is never checkpointed"
+        assert ledger.release(c.allocation.id, "stopped")
+    finally:
+        ledger.close()
+
+
 def test_one_thread_keeps_its_connection_after_another_was_opened(tmp_path):
     engine = db.make_engine(f"sqlite:///{tmp_path / 'p.sqlite'}")
     first, second = engine.connect(), engine.connect()  # two pooled, as with the checkpointer

@@ -48,12 +48,10 @@ log = logging.getLogger(__name__)
 
 # Statements on the claim / release path are built once: constructing SQLAlchemy statements
 # costs more than running them on SQLite, and the benchmark holds this path to ~1 ms.
+# The ``held_by`` mirror is the database's to keep (:mod:`.schema`, migration 0011): inserting an
+# open allocation marks its slice held, or fails as the unique index does when another holds it;
+# closing one frees its slice. A claim and a release are one statement each.
 _INSERT_ALLOCATION = allocations.insert().returning(allocations.c.id)
-_HOLD_SLICE = (
-    slices.update()
-    .where(slices.c.id == sa.bindparam("sid"), slices.c.held_by.is_(None))
-    .values(held_by=sa.bindparam("aid"))
-)
 _CLOSE_ALLOCATION = (
     allocations.update()
     .where(allocations.c.id == sa.bindparam("aid"), allocations.c.ended_at.is_(None))
@@ -62,11 +60,6 @@ _CLOSE_ALLOCATION = (
 )
 #: :data:`_CLOSE_ALLOCATION` only while the allocation is still a waitlist hold (no server took it).
 _CLOSE_HOLD = _CLOSE_ALLOCATION.where(allocations.c.hold_until.is_not(None))
-_FREE_SLICE = (
-    slices.update()
-    .where(slices.c.id == sa.bindparam("sid"), slices.c.held_by == sa.bindparam("aid"))
-    .values(held_by=None)
-)
 
 _SLICE = sa.select(slices).where(slices.c.id == sa.bindparam("sid"))
 
@@ -304,18 +297,16 @@ class Ledger(
             "hold_until": hold_until,
         }
         # SQLite: BEGIN IMMEDIATE made us the only writer and a failed statement leaves the
-        # transaction usable, so no savepoint is needed. PostgreSQL aborts the transaction on a
-        # unique violation, so the attempt runs inside a savepoint there.
+        # transaction usable (the failed INSERT is undone), so no savepoint is needed.
+        # PostgreSQL aborts the transaction on a unique violation, so the attempt runs inside a
+        # savepoint there. The slice held by another open allocation fails the INSERT itself:
+        # the unique index of open slices, or the trigger that marks the slice held.
         nested = conn.begin_nested() if self.dialect != "sqlite" else None
         try:
             alloc_id = conn.execute(_INSERT_ALLOCATION, values).scalar_one()
-            if conn.execute(_HOLD_SLICE, {"sid": row.id, "aid": alloc_id}).rowcount != 1:
-                raise _Taken()
-        except (IntegrityError, _Taken):
+        except IntegrityError:
             if nested is not None:
                 nested.rollback()
-            elif "alloc_id" in locals():
-                conn.execute(allocations.delete().where(allocations.c.id == alloc_id))
             log.debug("Slice %s was taken concurrently; trying the next", row.id)
             return None
         if nested is not None:
@@ -340,13 +331,13 @@ class Ledger(
         declined offers too.
         """
         with self._write() as conn:
+            # one statement: the database frees the slice (``_INSERT_ALLOCATION``'s comment)
             slice_id = conn.execute(
                 _CLOSE_HOLD if only_hold else _CLOSE_ALLOCATION,
                 {"aid": allocation_id, "now": clock.utcnow(), "reason": reason[:64]},
             ).scalar_one_or_none()
-            if slice_id is None:
-                return False
-            conn.execute(_FREE_SLICE, {"sid": slice_id, "aid": allocation_id})
+        if slice_id is None:
+            return False
         self._announce("released", allocation_id, slice_id, reason)
         return True
 
@@ -387,10 +378,6 @@ class Refusal(Protocol):
 
     reason: str
     message: str
-
-
-class _Taken(Exception):
-    """Internal: the slice row was taken between our read and our write."""
 
 
 _shared: dict[str, Ledger] = {}

@@ -4,7 +4,9 @@ Invariant 1 of the design lives here, in the database itself: the partial unique
 ``uq_allocations_open_slice`` allows at most one *open* allocation (``ended_at IS NULL``) per slice,
 whatever process, thread or hub replica writes. ``slices.held_by`` mirrors the open allocation so
 the search for a free slice walks an index of free slices only (``ix_slices_free``) and stays
-O(log n) in a nearly full lab; it is written in the same transaction as the allocation row.
+O(log n) in a nearly full lab. Two triggers (migration 0011, its docstring) keep it in the
+statement that opens or closes the allocation; Alembic's models carry no triggers, so a later
+migration that rebuilds ``allocations`` on SQLite (batch "move and copy") must make them again.
 
 The ``lab`` table holds the lab's identity: one row, written once by migration 0003, whose
 ``uuid`` every container of this lab carries as a label. Two labs (two ledgers) may share one
@@ -162,18 +164,21 @@ sa.Index(
     sqlite_where=allocations.c.ended_at.is_(None),
     postgresql_where=allocations.c.ended_at.is_(None),
 )
+# counted by value, never by NULL: rows without one stay out (0011; a walk-in writes neither)
+_OPEN_GROUP = sa.and_(allocations.c.ended_at.is_(None), allocations.c.charge_group.is_not(None))
+_OPEN_BOOKING = sa.and_(allocations.c.ended_at.is_(None), allocations.c.booking_id.is_not(None))
 sa.Index(
     "ix_allocations_open_group",
     allocations.c.charge_group,
-    sqlite_where=allocations.c.ended_at.is_(None),
-    postgresql_where=allocations.c.ended_at.is_(None),
+    sqlite_where=_OPEN_GROUP,
+    postgresql_where=_OPEN_GROUP,
 )
 sa.Index("ix_allocations_started_at", allocations.c.started_at)
 sa.Index(
     "ix_allocations_open_booking",
     allocations.c.booking_id,
-    sqlite_where=allocations.c.ended_at.is_(None),
-    postgresql_where=allocations.c.ended_at.is_(None),
+    sqlite_where=_OPEN_BOOKING,
+    postgresql_where=_OPEN_BOOKING,
 )
 
 # Reservations (migration 0005): ``count`` slices satisfying the profile's slice request, held for
