@@ -18,6 +18,7 @@ from __future__ import annotations
 from .. import keeping
 from ..actions import ActionError
 from . import inputs
+from .apischemas import INT, INTEGER, STRING, TIME_OR_NULL, obj
 from .base import JSONHandler, refuse
 
 
@@ -80,8 +81,6 @@ def keep_handlers(api: str) -> list[tuple]:
 
 def keep_schemas() -> dict:
     """``components/schemas`` for these endpoints."""
-    from .apischemas import INT, INTEGER, STRING, TIME_OR_NULL, obj
-
     return {
         "Kept": obj(
             {

@@ -19,6 +19,7 @@ from datetime import datetime
 from ... import clock
 from ..presence import check
 from . import inputs
+from .apischemas import INTEGER, TIME_OR_NULL, obj
 from .base import JSONHandler, refuse
 
 #: The longest time text accepted (an ISO time with microseconds and a zone is 32 characters).
@@ -82,8 +83,6 @@ def presence_handlers(api: str) -> list[tuple]:
 
 def presence_schemas() -> dict:
     """``components/schemas`` for these endpoints."""
-    from .apischemas import INTEGER, TIME_OR_NULL, obj
-
     return {
         "Interaction": obj(
             {"status": INTEGER, "at": TIME_OR_NULL},

@@ -18,6 +18,7 @@ from ... import clock
 from ...lab.policy import PolicyContext
 from ...lab.profiles import entitled_in
 from ...ledger import aio
+from .apischemas import INT, INTEGER, NUM, STR, STRING, STRINGS, TIME, TIME_OR_NULL, array, obj
 from .base import JSONHandler, refuse
 from .inputs import shown, whole_number
 
@@ -170,8 +171,6 @@ def queue_handlers(api: str) -> list[tuple]:
 
 def queue_schemas() -> dict:
     """``components/schemas`` for these endpoints."""
-    from .apischemas import INT, INTEGER, NUM, STR, STRING, STRINGS, TIME, TIME_OR_NULL, array, obj
-
     entry = obj(
         {
             "id": INTEGER,
