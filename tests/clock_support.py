@@ -9,7 +9,8 @@ second), and shares it with a hub subprocess by overriding ``clock_file`` (defau
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 #: Units for :meth:`MovingClock.move`, in seconds.
@@ -62,3 +63,15 @@ def quota_timezone_clear_of_the_week_turn(now: datetime, margin: float = HOUR) -
     process cannot be given another clock."""
     into = (now - week_start(now)).total_seconds()
     return "UTC" if margin <= into <= 7 * DAY - margin else "Etc/GMT+12"
+
+
+def clear_of_midnight(margin: float = 3 * MINUTE) -> str:
+    """Today's ISO date (UTC, the culling hub's ``quota_timezone``), once at least ``margin``
+    seconds of it remain: within ``margin`` of midnight this waits for the next day. For a hub
+    test that counts what a user did "today" (Keeps) while a service in its own process, on the
+    real clock, decides which day that is; a test begun at 23:59 would count on two days."""
+    now = datetime.now(timezone.utc)
+    left = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
+    if left.total_seconds() < margin:
+        time.sleep(left.total_seconds() + 1)
+    return datetime.now(timezone.utc).date().isoformat()
