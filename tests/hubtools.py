@@ -95,6 +95,18 @@ c.JupyterHub.named_server_limit_per_user = 5
 c.GPULab.db_url = "sqlite:///{workdir}/gpulab.sqlite"
 """
 
+#: Appended only while the suite runs at a chosen moment (docs: developing, "The suite at a chosen
+#: moment"): JupyterHub starts a managed service with a short environment of its own, so without
+#: these lines the gpulab service would read the real clock while the test and the hub read
+#: libfaketime's.
+FAKETIME_CONFIG = """
+import os as _os
+_faketime = {k: v for k, v in _os.environ.items() if k == "LD_PRELOAD" or k.startswith("FAKETIME")}
+for _service in c.JupyterHub.services:
+    if "command" in _service:
+        _service["environment"] = {**_service.get("environment", {}), **_faketime}
+"""
+
 
 class Hub:
     """A JupyterHub subprocess in ``workdir``; see the module docstring."""
@@ -135,7 +147,8 @@ class Hub:
             workdir=self.workdir,
             token=self.token,
         )
-        self.config_path.write_text(base + "\n" + textwrap.dedent(self.extra_config))
+        tail = FAKETIME_CONFIG if "FAKETIME" in os.environ else ""
+        self.config_path.write_text(base + "\n" + textwrap.dedent(self.extra_config) + tail)
 
     def start(self, timeout: float = 60) -> Hub:
         self.write_config()

@@ -12,11 +12,11 @@ refusals are asked with the student's own token, or with the login cookie and no
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 
 import pytest
 import requests
 from browser_support import ARTIFACTS, click, log_in, save_screenshot, wait_until
+from clock_support import clear_of_midnight
 from leakcheck import unique
 from service_support import (
     IMAGE,
@@ -77,7 +77,8 @@ def test_keep_and_move_refuse_what_is_not_the_callers_to_choose(hub, ledger):
     api = hub.url + PREFIX + "api/users/"
     session = login(hub, "student")
     mine = {"Authorization": f"token {user_token(hub, session, 'student')}"}
-    kept_before = ledger.keeps_used("student", datetime.now(timezone.utc).date().isoformat())
+    day = clear_of_midnight()  # Keeps count per day: this test must not straddle two
+    kept_before = ledger.keeps_used("student", day)
 
     def post(path, headers=mine, **kw):
         return requests.post(api + path, headers=headers, timeout=60, **kw)
@@ -112,9 +113,7 @@ def test_keep_and_move_refuse_what_is_not_the_callers_to_choose(hub, ledger):
     assert hub.server("student")["ready"] and hub.server("student")["user_options"] == {
         "profile": "mig-small"
     }
-    assert ledger.keeps_used("student", datetime.now(timezone.utc).date().isoformat()) == (
-        kept_before
-    )
+    assert ledger.keeps_used("student", day) == kept_before
 
 
 def _server_profile(hub, user: str) -> str | None:
@@ -126,6 +125,7 @@ def _server_profile(hub, user: str) -> str | None:
 def test_a_student_keeps_their_gpu_then_moves_to_cpu_in_the_browser(hub, ledger, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
 
+    clear_of_midnight()  # "1 of 1" and "0 left today" are this day's Keeps
     hub.spawn_ready("student", {"profile": "mig-small"})
     [held] = ledger.open_allocations("student")
     first = gpu_idle_warning(ledger, "student", GPU_IDLE_S + 30)
@@ -186,7 +186,7 @@ def test_a_student_keeps_their_gpu_then_moves_to_cpu_in_the_browser(hub, ledger,
 def test_keeps_are_refused_on_the_api_once_used_up(hub, ledger):
     """The allowance on the API: the first Keep is granted, the second of the day is a 429 that
     says when it renews."""
-    day = datetime.now(timezone.utc).date().isoformat()
+    day = clear_of_midnight()  # the Keep taken below must count on this day
     used = ledger.keeps_used("student", day)
     hub.spawn_ready("student", {"profile": "mig-small"})
     gpu_idle_warning(ledger, "student", GPU_IDLE_S + 30)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
+from clock_support import quota_timezone_clear_of_the_week_turn
 from hubtools import wait_for
 from leakcheck import unique
 from service_support import (
@@ -28,6 +29,9 @@ MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
 SEAT = SliceRequest(kind=SliceKind.SHARED)
 #: a group whose members may use 0.01 GPU-hours (36 s of a whole GPU) a week
 BUDGETED = {**POLICIES, "budgeted": {"gpu_hours": 0.01, "period": "week"}}
+#: bea's ten minutes must lie in the budget's week: the first minutes of a UTC Monday hold fewer
+#: (one minute of a seat is 15 s, under her 36 s), so the lab's week is one that began hours ago
+QUOTA_TZ = quota_timezone_clear_of_the_week_turn(datetime.now(timezone.utc))
 NODE = unique("gpulabwait")
 EXTRA = (
     real_servers(NODE, hold_rows=True)
@@ -35,6 +39,7 @@ EXTRA = (
 c.GPULabService.waitlist_every = 1
 c.GPULabService.waitlist_hold = 4
 c.GPULab.group_policies = {BUDGETED!r}
+c.GPULab.quota_timezone = {QUOTA_TZ!r}
 """
 )
 
