@@ -111,6 +111,21 @@ def test_a_user_holding_an_offer_is_left_to_the_claim_which_gives_them_the_held_
         led.close()
 
 
+def test_the_decision_writes_nothing_even_for_a_moment_when_a_slice_is_free(ledger):
+    # the claim's rules reach their INSERT: on the read-only connection it fails, so no row is
+    # ever written (and rolled back) and no other writer waits for the decision
+    written = []
+
+    @sa.event.listens_for(ledger.engine, "after_cursor_execute")
+    def _done(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
+            written.append(statement)
+
+    assert decide(ledger, A40, "bob") is None
+    sa.event.remove(ledger.engine, "after_cursor_execute", _done)
+    assert written == []
+
+
 def test_the_decision_never_waits_for_another_writer(tmp_path):
     # a slice is free, so the claim's rules reach a write: on the read-only connection it fails
     # at once instead of waiting for the lock another process holds (the decision runs on the

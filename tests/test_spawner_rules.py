@@ -28,6 +28,7 @@ from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.errors import SpawnRefused
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
+from jupyterhub_gpulab.ledger.readrefusal import PendingRefusals
 from jupyterhub_gpulab.ledger.schema import allocations
 from jupyterhub_gpulab.spawner.backendbase import EngineBackend
 from jupyterhub_gpulab.spawner.reserve import refusals_written
@@ -105,7 +106,9 @@ async def test_a_profile_the_user_is_not_entitled_to_is_refused_before_anything_
     assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"not-entitled": 1}
 
 
-async def test_a_full_lab_refuses_without_a_database_write_and_records_what_the_user_saw(lab):
+async def test_a_full_lab_refuses_without_a_database_write_and_records_what_the_user_saw(
+    lab, monkeypatch
+):
     # issue 21 item 6: the refusal's claim took SQLite's write lock on the ledger's writing
     # thread, queued behind every other spawn of a burst; it is decided on a read now, and its
     # record is written after the refusal, with the others' refused meanwhile
@@ -121,6 +124,9 @@ async def test_a_full_lab_refuses_without_a_database_write_and_records_what_the_
         if not conn.get_execution_options().get("gpulab_read"):
             writes.append(conn)
 
+    flushes = []
+    flush = PendingRefusals.flush
+    monkeypatch.setattr(PendingRefusals, "flush", lambda *a: flushes.append(1) or flush(*a))
     told = []
     for sp in refused:
         sp.user_options = {"profile": "a40"}
@@ -136,7 +142,7 @@ async def test_a_full_lab_refuses_without_a_database_write_and_records_what_the_
     assert make.ledger.last_refusals(["rolf", "ruth", "rex"], since) == {
         sp.user.name: ("no-free-slice", e.message) for sp, e in zip(refused, told)
     }
-    assert len(writes) == 1  # the three rows in one transaction
+    assert len(writes) == 1 and flushes == [1]  # the three rows in one trip, one transaction
     assert all(sp.engine_calls == [] and sp.allocation_id is None for sp in refused)
 
 

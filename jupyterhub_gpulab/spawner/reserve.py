@@ -1,9 +1,11 @@
 """The reservation half of the spawner core (:mod:`.core`): the GPU-hour budget, the claim, and
 a refusal's record for the admin page.
 
-``_reserve`` runs in one thread trip (:func:`~jupyterhub_gpulab.ledger.aio.write`) with what it
-needs read on the event loop first (:class:`_Asker`), so it never touches JupyterHub's
-database session.
+A claim the ledger's rules refuse is decided on the event loop, on a read of a SQLite ledger
+(:meth:`ReservationMixin._refused_now`, :mod:`jupyterhub_gpulab.ledger.readrefusal`), its record
+written later with the others'. Otherwise ``_reserve`` runs in one thread trip
+(:func:`~jupyterhub_gpulab.ledger.aio.write`) with what it needs read on the event loop first
+(:class:`_Asker`), so it never touches JupyterHub's database session.
 """
 
 from __future__ import annotations
