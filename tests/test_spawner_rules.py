@@ -28,8 +28,10 @@ from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.errors import SpawnRefused
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
+from jupyterhub_gpulab.ledger.readrefusal import PendingRefusals
 from jupyterhub_gpulab.ledger.schema import allocations
 from jupyterhub_gpulab.spawner.backendbase import EngineBackend
+from jupyterhub_gpulab.spawner.reserve import refusals_written
 from jupyterhub_gpulab.spawner.runtime import forget_runtimes, get_runtime
 
 IMAGE = "gpulab/singleuser:engine-free"
@@ -104,15 +106,17 @@ async def test_a_profile_the_user_is_not_entitled_to_is_refused_before_anything_
     assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"not-entitled": 1}
 
 
-async def test_a_full_lab_refuses_with_one_database_write_and_records_what_the_user_saw(lab):
-    # issue 21 item 6: the refusal's record was a second write transaction after the claim's,
-    # queued behind every other spawn of a burst for SQLite's one writer
+async def test_a_full_lab_refuses_without_a_database_write_and_records_what_the_user_saw(
+    lab, monkeypatch
+):
+    # issue 21 item 6: the refusal's claim took SQLite's write lock on the ledger's writing
+    # thread, queued behind every other spawn of a burst; it is decided on a read now, and its
+    # record is written after the refusal, with the others' refused meanwhile
     make = lab()
     winner = make("rita", ["researchers"])
     winner.user_options = {"profile": "a40"}  # the lab's one A40
     await winner.start()
-    sp = make("rolf", ["researchers"])
-    sp.user_options = {"profile": "a40"}
+    refused = [make(u, ["researchers"]) for u in ("rolf", "ruth", "rex")]
     writes = []
 
     @sa.event.listens_for(make.ledger.engine, "begin")
@@ -120,16 +124,26 @@ async def test_a_full_lab_refuses_with_one_database_write_and_records_what_the_u
         if not conn.get_execution_options().get("gpulab_read"):
             writes.append(conn)
 
-    with pytest.raises(SpawnRefused) as e:
-        await sp.start()
-    sa.event.remove(make.ledger.engine, "begin", _begin)
-    assert e.value.status_code == 503 and "No free whole GPU slice (0 of 1 free)" in e.value.message
-    assert len(writes) == 1
+    flushes = []
+    flush = PendingRefusals.flush
+    monkeypatch.setattr(PendingRefusals, "flush", lambda *a: flushes.append(1) or flush(*a))
+    told = []
+    for sp in refused:
+        sp.user_options = {"profile": "a40"}
+        with pytest.raises(SpawnRefused) as e:
+            await sp.start()
+        told.append(e.value)
+    assert writes == []  # none on the refusals' way
+    assert {e.status_code for e in told} == {503}
+    assert all("No free whole GPU slice (0 of 1 free)" in e.message for e in told)
+    await refusals_written()
     since = clock.utcnow() - timedelta(minutes=1)
-    assert make.ledger.last_refusals(["rolf"], since) == {
-        "rolf": ("no-free-slice", e.value.message)
+    sa.event.remove(make.ledger.engine, "begin", _begin)
+    assert make.ledger.last_refusals(["rolf", "ruth", "rex"], since) == {
+        sp.user.name: ("no-free-slice", e.message) for sp, e in zip(refused, told)
     }
-    assert sp.engine_calls == [] and sp.allocation_id is None
+    assert len(writes) == 1 and flushes == [1]  # the three rows in one trip, one transaction
+    assert all(sp.engine_calls == [] and sp.allocation_id is None for sp in refused)
 
 
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):
@@ -150,6 +164,7 @@ async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded
     assert e.value.reason == "misconfigured"
     assert "No GPU this profile may use can run its image" in e.value.message
     assert "compute capability 6.1" in e.value.message
+    await refusals_written()  # decided on a read: its record follows (ledger/readrefusal.py)
     since = clock.utcnow() - timedelta(minutes=1)
     assert make.ledger.last_refusals(["ann"], since) == {"ann": ("misconfigured", e.value.message)}
     assert rows(make.ledger) == [] and sp.engine_calls == []

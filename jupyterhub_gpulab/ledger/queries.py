@@ -14,6 +14,9 @@ from ..inventory.model import SliceRequest, cc_key, driver_key
 from .models import Allocation, CullWarning, NoFreeSlice, as_utc
 from .schema import allocations, devices, idle_clocks, refusals, slices, warnings
 
+#: Seconds between two prunings of the refusal log (rows older than 30 days) in one process.
+PRUNE_REFUSALS_S = 3600
+
 
 @functools.lru_cache(maxsize=256)
 def slice_filter(request: SliceRequest) -> tuple[sa.ColumnElement[bool], ...]:
@@ -237,17 +240,29 @@ class LedgerQueries:
         with self._write() as conn:
             self._insert_refusal(conn, user, profile, reason, message)
 
-    @staticmethod
-    def _insert_refusal(conn, user: str, profile: str | None, reason: str, message: str) -> None:
+    def _insert_refusal(
+        self, conn, user: str, profile: str | None, reason: str, message: str
+    ) -> None:
         """Write one refusal row on ``conn`` (the caller's transaction) and drop those older
-        than 30 days: the one home of the refusal log's writes."""
-        now = clock.utcnow()
+        than 30 days when due (:meth:`_prune_refusals`): the refusal log's writes, with
+        :meth:`~.readrefusal.PendingRefusals.flush`'s."""
         conn.execute(
             refusals.insert().values(
-                at=now, user=user, profile=profile, reason=reason[:64], message=message
+                at=clock.utcnow(), user=user, profile=profile, reason=reason[:64], message=message
             )
         )
+        self._prune_refusals(conn)
+
+    def _prune_refusals(self, conn) -> None:
+        """Drop refusals older than 30 days on ``conn``, at most once per
+        :data:`PRUNE_REFUSALS_S` per process: pruning at every refusal made each refused claim
+        of a burst run a ``DELETE`` that found nothing."""
+        now = clock.utcnow()
+        last = self.__dict__.get("_refusals_pruned_at")
+        if last is not None and now - last < timedelta(seconds=PRUNE_REFUSALS_S):
+            return
         conn.execute(refusals.delete().where(refusals.c.at < now - timedelta(days=30)))
+        self._refusals_pruned_at = now
 
     def last_refusals(self, users: Iterable[str], since: datetime) -> dict[str, tuple[str, str]]:
         """``{user: (reason, message)}``: each of ``users``' latest refused spawn since

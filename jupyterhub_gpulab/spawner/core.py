@@ -285,11 +285,11 @@ class SliceSpawnerCore(
             if self.choice_notice:
                 self._events.append({"progress": 10, "message": self.choice_notice})
             if profile.wants_gpu:
-                # One trip to the ledger's writing thread (ledger/aio.py) for the budget, the
-                # claim and a refusal's record: under a burst every extra await queues behind
-                # the hub's own work for the other spawns.
+                # refused on the loop without a write, else one trip to the ledger's writer
                 need = self._current_need = await self.image_requirements(profile)
                 who = self._asker()
+                if (refused := self._refused_now(rt, profile, ctx, ent, who, need)) is not None:
+                    raise refused
                 claim = await aio.write(rt.ledger, self._reserve, rt, profile, ctx, ent, who, need)
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id

@@ -1,13 +1,16 @@
 """The reservation half of the spawner core (:mod:`.core`): the GPU-hour budget, the claim, and
 a refusal's record for the admin page.
 
-``_reserve`` runs in one thread trip (:func:`~jupyterhub_gpulab.ledger.aio.write`) with what it
-needs read on the event loop first (:class:`_Asker`), so it never touches JupyterHub's
-database session.
+A claim the ledger's rules refuse is decided on the event loop, on a read of a SQLite ledger
+(:meth:`ReservationMixin._refused_now`, :mod:`jupyterhub_gpulab.ledger.readrefusal`), its record
+written later with the others'. Otherwise ``_reserve`` runs in one thread trip
+(:func:`~jupyterhub_gpulab.ledger.aio.write`) with what it needs read on the event loop first
+(:class:`_Asker`), so it never touches JupyterHub's database session.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -19,6 +22,7 @@ from ..lab.images import ImageRequirements, unservable
 from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
+from ..ledger.readrefusal import pending_refusals, refused_without_write
 from .runtime import LabRuntime
 
 
@@ -121,6 +125,64 @@ class ReservationMixin:
             self._note_refusal(who, e.refusal)
             raise e.refusal from None
 
+    def _refused_now(
+        self,
+        rt: LabRuntime,
+        profile: Profile,
+        ctx: PolicyContext,
+        ent: Entitlement,
+        who: _Asker,
+        need: ImageRequirements | None = None,
+    ) -> SpawnRefused | None:
+        """The refusal of a claim decided on the event loop without a write
+        (:func:`~jupyterhub_gpulab.ledger.readrefusal.refused_without_write`: a SQLite ledger's
+        read, a millisecond), counted and logged as :meth:`_reserve`'s, its record queued for
+        one write with the others' (:meth:`_flush_refusals`); ``None`` when the budget refuses
+        (:meth:`_reserve` records that) or a slice may be free: then :meth:`_reserve` claims.
+
+        Under a burst, the thread trip this saves (to the ledger's writing thread and back to
+        the busy loop) was most of a refusal's time in ``start()`` (issue 21 item 6)."""
+        if rt.ledger.dialect != "sqlite" or self._budget_refusal(rt, profile, ctx, who):
+            return None
+        only = self._only_node()
+        e = refused_without_write(
+            rt.ledger,
+            need.restrict(profile.slice) if need is not None else profile.slice,
+            user=who.user,
+            profile=profile.slug,
+            server_name=who.server_name,
+            node=self._claim_node(rt),
+            only_node=only,
+            user_limit=ent.user_limit,
+            charge_groups=ent.charge_groups,
+            groups=who.groups,
+            refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices, only),
+        )
+        if e is None:
+            return None
+        self._note_refusal(who, e.refusal)
+        self._flush_refusals(rt)
+        return e.refusal
+
+    #: flushes in flight (a task is only weakly held by the loop)
+    _flushing: set[asyncio.Task] = set()
+
+    def _flush_refusals(self, rt: LabRuntime) -> None:
+        """Write the queued refusals' rows on the ledger's writing thread, unless a flush is
+        already waiting: with more than this one row queued, the flush asked for the first has
+        not taken them yet and takes them all; with none, a flush just took this one."""
+        if len(pending_refusals(rt.ledger)) != 1:
+            return
+        task = asyncio.get_running_loop().create_task(self._flush(rt))
+        ReservationMixin._flushing.add(task)
+        task.add_done_callback(ReservationMixin._flushing.discard)
+
+    async def _flush(self, rt: LabRuntime) -> None:
+        try:
+            await aio.write(rt.ledger, pending_refusals(rt.ledger).flush, rt.ledger)
+        except Exception:
+            self.log.exception("Could not record refused spawns")
+
     def _budget_refusal(
         self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
     ) -> str | None:
@@ -165,3 +227,12 @@ def claim_refusal(
         f" This server keeps its files on {only_node}, so it runs there only." if only_node else ""
     )
     return SpawnRefused(e.message + where, reason="no-free-slice")
+
+
+async def refusals_written() -> None:
+    """Wait until the refusals decided so far in this process are in the ledger
+    (:meth:`ReservationMixin._flush_refusals`): the refusal log (the admin page, the course
+    report) shows them then."""
+    loop = asyncio.get_running_loop()
+    while mine := [t for t in ReservationMixin._flushing if t.get_loop() is loop]:
+        await asyncio.gather(*mine, return_exceptions=True)
