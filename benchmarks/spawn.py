@@ -10,7 +10,12 @@ with ``dockerspawner.DockerSpawner``, both with the same CPU and memory limits.
   sees it: POST (answered when the spawn ends: ``slow_spawn_timeout`` 120 s on every hub), then poll
   the REST API every 50 ms until ``ready``. Reported as the spread (min,
   median, max) of each side and of the per-round ratio ours/plain: a ratio spread that straddles
-  1 says the difference is noise, not a result.
+  1 says the difference is noise, not a result. ``overhead_ratio_ci90`` is the 90 % bootstrap
+  interval of ``overhead_ratio`` (the rounds resampled in pairs, 2,000 times, a fixed seed): on
+  this machine one round's spawn→ready varies 0.5–3 s on either hub (JupyterHub's jittered
+  wait for the server, the container's start), so 20 rounds move the ratio of medians by about
+  ±0.15 from run to run; 40 rounds by default, and the interval says how far one run can be
+  trusted.
 - **Storms** of ``--storm`` concurrent spawns in ABBA order (ours, plain, plain, ours): wall time
   from the first request to the last server ready, averaged per side.
 - **A refusal burst** on ours: ``--burst`` (40) users spawn at once a profile with 4 free whole
@@ -28,8 +33,8 @@ JSON (``profile``, :func:`busy_profile`: seconds busy per thread and the event l
 frames); sampling slows both hubs alike, so a profiled run's timings are not the benchmark's
 figures.
 
-Usage: ``python benchmarks/spawn.py [--rounds 20] [--storm 30] [--burst 40] [--bursts 3]`` (needs
-dockerd and the image; ``scripts/test-setup.sh`` provides both). About 5 minutes on the 2-core
+Usage: ``python benchmarks/spawn.py [--rounds 40] [--storm 30] [--burst 40] [--bursts 3]`` (needs
+dockerd and the image; ``scripts/test-setup.sh`` provides both). About 7 minutes on the 2-core
 development machine; ``--small`` (the test suite's run: 2 rounds, storms of 2, one burst of 6)
 checks that it runs, its figures say nothing. The last line is one JSON object.
 """
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import random
 import shutil
 import signal
 import statistics
@@ -426,7 +432,7 @@ def spread(xs: list[float], digits: int = 3) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--storm", type=int, default=30)
     ap.add_argument("--storm-pairs", type=int, default=2, help="1: one storm each; 2: ABBA order")
     ap.add_argument("--burst", type=int, default=40, help="concurrent spawns in a refusal burst")
@@ -590,6 +596,18 @@ def main(argv=None) -> int:
     return 0
 
 
+def ratio_interval(ours: list[float], plain: list[float], runs: int = 2000) -> list[float]:
+    """The 90 % bootstrap interval ``[low, high]`` of median(ours) / median(plain), the rounds
+    resampled in pairs (``ours[i]``, ``plain[i]`` ran back to back) with a fixed seed."""
+    rng = random.Random(0)
+    n = len(ours)
+    ratios = sorted(
+        statistics.median(ours[i] for i in picks) / statistics.median(plain[i] for i in picks)
+        for picks in ([rng.randrange(n) for _ in range(n)] for _ in range(runs))
+    )
+    return [round(ratios[int(0.05 * (runs - 1))], 3), round(ratios[int(0.95 * (runs - 1))], 3)]
+
+
 def spawn_figures(times: dict, stops: dict, walls: dict) -> dict:
     """The single spawns' and storms' figures (module docstring)."""
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -600,6 +618,7 @@ def spawn_figures(times: dict, stops: dict, walls: dict) -> dict:
         "spawn_ready_median_s_ours": round(med["ours"], 3),
         "spawn_ready_median_s_plain": round(med["plain"], 3),
         "overhead_ratio": round(med["ours"] / med["plain"], 3),
+        "overhead_ratio_ci90": ratio_interval(times["ours"], times["plain"]),
         "spawn_ready_s_ours": spread(times["ours"]),
         "spawn_ready_s_plain": spread(times["plain"]),
         "overhead_ratio_per_round": spread(ratios),

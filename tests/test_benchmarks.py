@@ -127,7 +127,9 @@ def test_service_benchmark_measures_the_page_the_api_and_the_metrics():
 def test_spawn_benchmark_reports_refusals_against_the_bare_hubs_floor():
     r = run_small("spawn", 900)
     has_keys(r, "overhead_ratio", "storm_ratio", "refusal_p95_s", "refusal_p95_s_hub_floor",
-             "refusal_p95_over_floor")  # fmt: skip
+             "refusal_p95_over_floor", "overhead_ratio_ci90")  # fmt: skip
+    low, high = r["overhead_ratio_ci90"]
+    assert low <= r["overhead_ratio"] <= high
     assert r["refusal_p95_over_floor"] == pytest.approx(
         r["refusal_p95_s"] / r["refusal_p95_s_hub_floor"], rel=0.05
     )
