@@ -186,6 +186,40 @@ async def test_a_burst_of_starts_reads_the_images_labels_once(lab):
     assert sum(len(sp.calls("inspect_image")) for sp in spawners) == 2
 
 
+async def test_a_burst_after_the_labels_aged_is_answered_at_once_while_one_read_refreshes(lab):
+    # a class's burst a minute after the last start waited 3.6-4.1 s for the inspect, queued on
+    # DockerSpawner's one engine thread behind the winners' creates: labels between 30 s and
+    # LABEL_STALE_S old answer at once while one read runs; older ones are waited for
+    make = lab()
+    spawners = [make(f"s{i}", ["students"]) for i in range(8)]
+    profile = spawners[0].runtime().lab.profile("mig")
+    EngineBackend._label_cache.clear()
+    try:
+        fresh = await spawners[0].image_requirements(profile)
+        inspects = sum(len(sp.calls("inspect_image")) for sp in spawners)
+        labels = EngineBackend._label_cache[IMAGE][1]
+        aged = time.monotonic() - EngineBackend.LABEL_CACHE_S - 30
+        EngineBackend._label_cache[IMAGE] = (aged, labels)
+        reads = []
+        for sp in spawners:  # no start of the burst waits for the read: none awaits it
+            sp._read_labels = lambda image, sp=sp: reads.append(sp) or asyncio.sleep(3600)
+        needs = await asyncio.wait_for(
+            asyncio.gather(*(sp.image_requirements(profile) for sp in spawners)), 5
+        )
+        assert set(needs) == {fresh} and len(reads) == 1  # one refresh for the whole burst
+        refresh = EngineBackend._label_reads[IMAGE]
+        refresh.cancel()
+        await asyncio.wait([refresh])
+        # too old to answer: the start waits for a new read (the engine's inspect)
+        too_old = time.monotonic() - EngineBackend.LABEL_STALE_S - 1
+        EngineBackend._label_cache[IMAGE] = (too_old, labels)
+        del spawners[1]._read_labels
+        assert await spawners[1].image_requirements(profile) == fresh
+        assert sum(len(sp.calls("inspect_image")) for sp in spawners) == inspects + 1
+    finally:
+        EngineBackend._label_cache.clear()
+
+
 # -- the default profile: one rule for the form and a start with no choice ---------------------
 
 
