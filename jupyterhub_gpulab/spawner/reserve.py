@@ -101,29 +101,42 @@ class ReservationMixin:
         refused claim's message is built and recorded inside the claim's transaction
         (:func:`claim_refusal`): one database write per refused spawn.
         """
-        request = need.restrict(profile.slice) if need is not None else profile.slice
         budget = self._budget_refusal(rt, profile, ctx, who)
         if budget:
             err = SpawnRefused(budget, reason="quota")
             self._record_refusal(rt, who, profile.slug, err)
             raise err
-        only = self._only_node()
         try:
-            return rt.ledger.claim(
-                request,
-                user=who.user,
-                profile=profile.slug,
-                server_name=who.server_name,
-                node=self._claim_node(rt),
-                only_node=only,
-                user_limit=ent.user_limit,
-                charge_groups=ent.charge_groups,
-                groups=who.groups,
-                refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices, only),
-            )
+            return rt.ledger.claim(**self._claim_args(rt, profile, ent, who, need))
         except LedgerRefusal as e:
             self._note_refusal(who, e.refusal)
             raise e.refusal from None
+
+    def _claim_args(
+        self,
+        rt: LabRuntime,
+        profile: Profile,
+        ent: Entitlement,
+        who: _Asker,
+        need: ImageRequirements | None,
+    ) -> dict:
+        """The arguments of :meth:`~jupyterhub_gpulab.ledger.Ledger.claim` for this start, the
+        same for the claim and for its refusal decided on a read: the profile's request
+        narrowed to GPUs that can run its image (``need``), and the refusal built from the
+        ledger's (:func:`claim_refusal`)."""
+        only = self._only_node()
+        return dict(
+            request=need.restrict(profile.slice) if need is not None else profile.slice,
+            user=who.user,
+            profile=profile.slug,
+            server_name=who.server_name,
+            node=self._claim_node(rt),
+            only_node=only,
+            user_limit=ent.user_limit,
+            charge_groups=ent.charge_groups,
+            groups=who.groups,
+            refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices, only),
+        )
 
     def _refused_now(
         self,
@@ -144,20 +157,7 @@ class ReservationMixin:
         the busy loop) was most of a refusal's time in ``start()`` (issue 21 item 6)."""
         if rt.ledger.dialect != "sqlite" or self._budget_refusal(rt, profile, ctx, who):
             return None
-        only = self._only_node()
-        e = refused_without_write(
-            rt.ledger,
-            need.restrict(profile.slice) if need is not None else profile.slice,
-            user=who.user,
-            profile=profile.slug,
-            server_name=who.server_name,
-            node=self._claim_node(rt),
-            only_node=only,
-            user_limit=ent.user_limit,
-            charge_groups=ent.charge_groups,
-            groups=who.groups,
-            refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices, only),
-        )
+        e = refused_without_write(rt.ledger, **self._claim_args(rt, profile, ent, who, need))
         if e is None:
             return None
         self._note_refusal(who, e.refusal)
