@@ -54,3 +54,21 @@ def test_the_store_is_bounded_dropping_the_server_least_recently_reported():
     p.report("ann", "", NOW + timedelta(minutes=1))  # ann reports again: ben is now oldest
     p.report("cat", "", NOW)
     assert set(p.snapshot()) == {("ann", ""), ("cat", "")}
+
+
+def test_one_user_flooding_made_up_server_names_pushes_out_only_their_own_reports():
+    # the endpoint takes any well-formed server name, running or not: a student posting
+    # thousands of names must not push out other users' reports (their servers would fall back
+    # to last_activity, an open tab spared again)
+    p = Presence(limit=100, per_user=3)
+    p.report("ann", "", NOW)
+    p.report("ben", "gpu", NOW)
+    for i in range(500):
+        p.report("mallory", f"fake{i}", NOW)
+    held = p.snapshot()
+    assert ("ann", "") in held and ("ben", "gpu") in held
+    assert sorted(n for u, n in held if u == "mallory") == ["fake497", "fake498", "fake499"]
+    # a server reported again is the user's most recent: their oldest goes first
+    p.report("mallory", "fake497", NOW + timedelta(minutes=1))
+    p.report("mallory", "real", NOW)
+    assert sorted(n for u, n in p.snapshot() if u == "mallory") == ["fake497", "fake499", "real"]
