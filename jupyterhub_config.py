@@ -9,6 +9,7 @@ import jupyterhub
 
 from jupyterhub_gpulab import configure
 from jupyterhub_gpulab.hub import demo
+from jupyterhub_gpulab.units import parse_seconds
 
 c = get_config()  # noqa: F821 (provided by JupyterHub's config loader)
 env = os.environ.get
@@ -110,7 +111,10 @@ c.GPULabService.cull_warn_before = host.pick("10m", "1m")
 # 6. Courses (docs: instructor guide): admins create them on /services/gpulab/courses.
 c.GPULabCourses.home_volume = home_volume
 c.GPULabCourses.course_volume = env("GPULAB_COURSE_VOLUME", "gpulab-course-{slug}")
-c.GPULabCourses.courses = host.pick([], [demo.COURSE])
+# The demo course's servers start lead_minutes (15) before a session and wait GPU-idle for it:
+# the lead must be shorter than its profile's gpu_idle_timeout, so a short demo idle shortens it.
+demo_lead = min(15, max(1, parse_seconds(demo_idle) // 60 - 1))
+c.GPULabCourses.courses = host.pick([], [{**demo.COURSE, "lead_minutes": demo_lead}])
 
 # 7. One call: sign-on, the service, metrics, courses, in that order; the courses' roles and
 # pre-start tokens are made when the hub starts. ADMIN: groups of gpulab admins and readers.

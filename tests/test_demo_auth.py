@@ -120,3 +120,12 @@ def test_the_demo_course_and_its_people_are_there_in_both_login_modes(
                 if g in members:
                     members[g].add(user)
     assert members == {roster: {"student1", "student2", "student3"}, staff: {"instructor1"}}
+
+
+@pytest.mark.parametrize("idle", ["3m", "20m"])
+def test_the_readmes_short_gpu_idle_demo_passes_check_config(monkeypatch, capsys, idle):
+    # README: "GPULAB_DEMO_GPU_IDLE=3m ./scripts/demo.sh" to watch the culler; the demo course's
+    # 15-minute lead was not shorter than 3 minutes of GPU idle, and check-config stopped the demo
+    monkeypatch.setenv("GPULAB_DEMO", "1")
+    monkeypatch.setenv("GPULAB_DEMO_GPU_IDLE", idle)
+    assert main(["check-config", "-f", CONFIG]) == 0, capsys.readouterr().err
