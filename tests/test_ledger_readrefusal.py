@@ -18,7 +18,7 @@ from jupyterhub_gpulab import clock
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.ledger import Ledger, NoFreeSlice, QuotaExceeded
 from jupyterhub_gpulab.ledger.db import make_engine, sqlite_file
-from jupyterhub_gpulab.ledger.readrefusal import pending_refusals, refused_without_write
+from jupyterhub_gpulab.ledger.readrefusal import refused_without_write
 from jupyterhub_gpulab.ledger.schema import refusals
 
 A40 = SliceRequest(kind=SliceKind.GPU, model="a40")  # the lab's one A40
@@ -83,7 +83,7 @@ def test_a_refusal_is_the_claims_own_decided_without_a_write(ledger, refused_by)
     assert type(got) is type(by_claim.value) and got.message == by_claim.value.message
     assert got.refusal.message == "Told: " + by_claim.value.message
     assert writes == [] and heard.refused == [A40]  # the claim latency metric still hears it
-    assert pending_refusals(ledger).flush(ledger) == 1
+    assert ledger.pending_refusals.flush(ledger) == 1
     since = clock.utcnow() - timedelta(minutes=1)
     assert ledger.last_refusals([who], since) == {who: (f"told-{refused_by}", got.refusal.message)}
     assert allocation_rows(ledger) == 1  # ann's claim only
@@ -92,7 +92,7 @@ def test_a_refusal_is_the_claims_own_decided_without_a_write(ledger, refused_by)
 def test_a_free_slice_is_left_to_the_claim_and_nothing_is_held_or_recorded(ledger):
     writes = write_transactions(ledger)
     assert decide(ledger, A40, "bob") is None
-    assert writes == [] and allocation_rows(ledger) == 0 and len(pending_refusals(ledger)) == 0
+    assert writes == [] and allocation_rows(ledger) == 0 and len(ledger.pending_refusals) == 0
     assert ledger.claim(A40, user="bob", profile="p").slice.id == "GPU-a40-0001"
 
 
@@ -154,10 +154,10 @@ def test_refusals_decided_together_are_recorded_in_one_transaction(ledger):
     for i in range(5):
         assert isinstance(decide(ledger, A40, f"u{i}"), NoFreeSlice)
     writes = write_transactions(ledger)
-    assert pending_refusals(ledger).flush(ledger) == 5
+    assert ledger.pending_refusals.flush(ledger) == 5
     assert len(writes) == 1
     assert ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"told-no-free-slice": 5}
-    assert pending_refusals(ledger).flush(ledger) == 0 and len(writes) == 1  # nothing left
+    assert ledger.pending_refusals.flush(ledger) == 0 and len(writes) == 1  # nothing left
 
 
 def test_decisions_racing_claims_never_hold_a_slice_twice_nor_refuse_a_free_one(ledger):
@@ -183,7 +183,7 @@ def test_decisions_racing_claims_never_hold_a_slice_twice_nor_refuse_a_free_one(
         t.start()
     for t in threads:
         t.join()
-    pending_refusals(ledger).flush(ledger)
+    ledger.pending_refusals.flush(ledger)
     assert list(out.values()).count("claimed") == 3
     assert ledger.double_allocations() == [] and len(ledger.open_allocations()) == 3
     assert ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"told-no-free-slice": 9}
@@ -210,3 +210,41 @@ def test_old_refusals_are_pruned_once_per_interval_not_at_every_refusal(ledger, 
     monkeypatch.setattr(clock, "utcnow", lambda: later)
     ledger.record_refusal("u9", "p", "quota", "spent")
     assert len(deletes) == 2  # due again an interval later
+
+
+def test_refusals_a_locked_database_could_not_take_are_written_by_the_next_flush(tmp_path):
+    # another process holds the write lock past the busy timeout: the flush fails, and the
+    # rows wait for the next one instead of being lost (the admin page counts every refusal)
+    url = lab_url("sqlite", tmp_path)
+    led = Ledger(url, engine=make_engine(url, busy_timeout_s=0.2))
+    other = sqlite3.connect(sqlite_file(url), isolation_level=None, timeout=0)
+    try:
+        led.claim(A40, user="ann", profile="p")
+        for user in ("bob", "cy"):
+            assert isinstance(decide(led, A40, user), NoFreeSlice)
+        assert led.pending_refusals.ask() and not led.pending_refusals.ask()  # one flush asked
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises((sa.exc.OperationalError, sqlite3.OperationalError), match="locked"):
+            led.pending_refusals.flush(led)
+        other.execute("ROLLBACK")
+        assert len(led.pending_refusals) == 2 and led.pending_refusals.ask()  # asked again
+        assert isinstance(decide(led, A40, "dee"), NoFreeSlice)
+        assert led.pending_refusals.flush(led) == 3
+        since = clock.utcnow() - timedelta(minutes=1)
+        assert sorted(led.last_refusals(["bob", "cy", "dee"], since)) == ["bob", "cy", "dee"]
+    finally:
+        other.close()
+        led.close()
+
+
+def test_refusals_waiting_past_the_bound_drop_the_oldest_and_say_so(ledger, monkeypatch, caplog):
+    from jupyterhub_gpulab.ledger import readrefusal
+
+    monkeypatch.setattr(readrefusal, "MAX_WAITING", 3)
+    ledger.claim(A40, user="ann", profile="p")
+    for i in range(5):
+        decide(ledger, A40, f"u{i}")
+    assert "Dropped the 1 oldest" in caplog.text and ledger.pending_refusals.dropped == 2
+    assert ledger.pending_refusals.flush(ledger) == 3
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert sorted(ledger.last_refusals([f"u{i}" for i in range(5)], since)) == ["u2", "u3", "u4"]

@@ -146,6 +146,38 @@ async def test_a_full_lab_refuses_without_a_database_write_and_records_what_the_
     assert all(sp.engine_calls == [] and sp.allocation_id is None for sp in refused)
 
 
+async def test_refusals_whose_write_failed_are_written_by_a_later_try(lab, monkeypatch):
+    # the ledger could not be written when the flush ran (a locked file, a full disk): the hub
+    # tries again a few seconds later, with no new refusal to ask it, and the rows arrive
+    from jupyterhub_gpulab.spawner import reserve
+
+    monkeypatch.setattr(reserve, "REFUSALS_RETRY_S", 0.05)
+    make = lab()
+    winner = make("rita", ["researchers"])
+    winner.user_options = {"profile": "a40"}
+    await winner.start()
+    tries = []
+    flush = PendingRefusals.flush
+
+    class Locked:
+        def _write(self):
+            raise sa.exc.OperationalError("BEGIN IMMEDIATE", {}, Exception("database is locked"))
+
+    def failing_once(pending, ledger):
+        tries.append(len(pending))
+        return flush(pending, Locked() if len(tries) == 1 else ledger)
+
+    monkeypatch.setattr(PendingRefusals, "flush", failing_once)
+    sp = make("rolf", ["researchers"])
+    sp.user_options = {"profile": "a40"}
+    with pytest.raises(SpawnRefused):
+        await sp.start()
+    await refusals_written()
+    assert tries == [1, 1]
+    since = clock.utcnow() - timedelta(minutes=1)
+    assert make.ledger.refusals_since(since) == {"no-free-slice": 1}
+
+
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):
     # the refusal built inside the claim's transaction tells the image gate's reason, not "no
     # free slice", and the refusal log holds exactly what the user saw

@@ -41,6 +41,7 @@ from .placement import ADVISORY_LOCK, Reservations
 from .preemptions import PreemptionRecords
 from .queries import LedgerQueries, slice_filter
 from .queueoffers import QueueOffers
+from .readrefusal import PendingRefusals
 from .schema import allocations, slices
 from .waitlist import Waitlist
 
@@ -91,6 +92,8 @@ class Ledger(
         self.engine = engine or db.make_engine(url)
         self.dialect = self.engine.dialect.name
         db.ensure_schema(self.engine, auto_upgrade=auto_upgrade)
+        #: refusals decided on a read, waiting to be written (:mod:`.readrefusal`)
+        self.pending_refusals = PendingRefusals()
         self._checkpointer = (
             db.Checkpointer(self.engine).start() if db.Checkpointer.wanted(self.engine) else None
         )

@@ -76,6 +76,9 @@ def open_count(column: sa.Column, value) -> sa.ScalarSelect:
 class LedgerQueries:
     """Mixed into :class:`~.ledger.Ledger` (uses its ``_read``, ``_write``)."""
 
+    #: when this process last pruned the refusal log (:meth:`_prune_refusals`)
+    _refusals_pruned_at: datetime | None = None
+
     def _free_clauses(self) -> tuple[sa.ColumnElement[bool], ...]:
         """``WHERE`` clauses over :data:`~.schema.slices` for "free now": in service and held by
         no open allocation (the ``held_by`` mirror, walked through ``ix_slices_free``). The one
@@ -258,7 +261,7 @@ class LedgerQueries:
         :data:`PRUNE_REFUSALS_S` per process: pruning at every refusal made each refused claim
         of a burst run a ``DELETE`` that found nothing."""
         now = clock.utcnow()
-        last = self.__dict__.get("_refusals_pruned_at")
+        last = self._refusals_pruned_at
         if last is not None and now - last < timedelta(seconds=PRUNE_REFUSALS_S):
             return
         conn.execute(refusals.delete().where(refusals.c.at < now - timedelta(days=30)))

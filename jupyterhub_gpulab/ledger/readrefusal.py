@@ -26,6 +26,7 @@ read there is a network round trip; :func:`refused_without_write` answers ``None
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,8 @@ from sqlalchemy.exc import OperationalError
 from .. import clock
 from .models import LedgerRefusal
 from .schema import refusals
+
+log = logging.getLogger(__name__)
 
 
 def refused_without_write(
@@ -53,8 +56,8 @@ def refused_without_write(
 ) -> LedgerRefusal | None:
     """The :class:`LedgerRefusal` a :meth:`~.ledger.Ledger.claim` with these arguments would
     raise now, decided on a read-only transaction, its ``refusal`` set to ``refusal(e)`` (what
-    the user is told) and its record queued (:func:`pending_refusals`); ``None`` when the claim
-    may succeed (it would write: claim for real) or the ledger is not SQLite.
+    the user is told) and its record queued (``ledger.pending_refusals``); ``None`` when the
+    claim may succeed (it would write: claim for real) or the ledger is not SQLite.
 
     Listeners hear ``claim_refused`` as for a claim's refusal (the claim latency metric)."""
     if ledger.dialect != "sqlite":
@@ -77,50 +80,77 @@ def refused_without_write(
         finally:
             raw.execute("PRAGMA query_only = OFF").close()
     refused.refusal = told = refusal(refused)
-    pending_refusals(ledger).add(user, profile, told.reason, told.message)
+    ledger.pending_refusals.add(user, profile, told.reason, told.message)
     ledger._announce("claim_refused", request, time.perf_counter() - t0)
     return refused
 
 
+#: Refusal rows kept in memory at most while the ledger cannot be written (a locked or full
+#: database): past it the oldest are dropped, with a warning saying how many.
+MAX_WAITING = 10_000
+
+
 class PendingRefusals:
-    """Refusal rows decided without a write, waiting for one transaction that inserts them all."""
+    """Refusal rows decided without a write, waiting for one transaction that inserts them all.
+
+    A flush that fails puts its rows back (the next flush writes them), so a database that
+    cannot be written for a while loses no refusal, up to :data:`MAX_WAITING` rows."""
 
     def __init__(self) -> None:
         self._rows: list[dict] = []
+        self._asked = False
         self._lock = threading.Lock()
+        #: rows dropped since the process started, the oldest first, past MAX_WAITING
+        self.dropped = 0
 
     def add(self, user: str, profile: str | None, reason: str, message: str) -> None:
-        """Queue one row (timed now). The first row waiting asks for a :meth:`flush`; later
-        rows ride in that one."""
+        """Queue one row (timed now); :meth:`ask` says whether it needs a flush of its own."""
         row = {
             "at": clock.utcnow(), "user": user, "profile": profile, "reason": reason[:64],
             "message": message,
         }  # fmt: skip
         with self._lock:
             self._rows.append(row)
+            self._bound()
+
+    def ask(self) -> bool:
+        """``True`` once for rows waiting that no flush has been asked for yet: the caller
+        then runs a :meth:`flush` (later rows ride in it); ``False`` when one is on its way."""
+        with self._lock:
+            if self._asked or not self._rows:
+                return False
+            self._asked = True
+            return True
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def flush(self, ledger) -> int:
         """Insert every waiting row in one write transaction (blocks: the ledger's writing
-        thread); returns how many. Rows queued meanwhile wait for the next flush."""
+        thread); returns how many. Rows queued meanwhile wait for the next flush. Raises what the
+        write raised, the rows put back first (a later flush writes them, oldest first)."""
         with self._lock:
-            rows, self._rows = self._rows, []
-        if rows:
+            rows, self._rows, self._asked = self._rows, [], False
+        if not rows:
+            return 0
+        try:
             with ledger._write() as conn:
                 conn.execute(refusals.insert(), rows)
                 ledger._prune_refusals(conn)
+        except BaseException:
+            with self._lock:
+                self._rows[:0] = rows
+                self._bound()
+            raise
         return len(rows)
 
-
-_pending_lock = threading.Lock()
-
-
-def pending_refusals(ledger) -> PendingRefusals:
-    """``ledger``'s one :class:`PendingRefusals` in this process."""
-    with _pending_lock:
-        found = ledger.__dict__.get("_pending_refusals")
-        if found is None:
-            found = ledger.__dict__["_pending_refusals"] = PendingRefusals()
-        return found
+    def _bound(self) -> None:
+        over = len(self._rows) - MAX_WAITING
+        if over > 0:
+            del self._rows[:over]
+            self.dropped += over
+            log.warning(
+                "Dropped the %d oldest refused spawns' records (%d in all): the ledger could "
+                "not be written while more than %d waited",
+                over, self.dropped, MAX_WAITING,
+            )  # fmt: skip

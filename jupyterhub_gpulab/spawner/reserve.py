@@ -22,8 +22,12 @@ from ..lab.images import ImageRequirements, unservable
 from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
-from ..ledger.readrefusal import pending_refusals, refused_without_write
+from ..ledger.readrefusal import refused_without_write
 from .runtime import LabRuntime
+
+#: Seconds before a failed write of refused spawns' records is tried again (then doubling, at
+#: most 60 s); the rows wait in memory meanwhile (:class:`~..ledger.readrefusal.PendingRefusals`).
+REFUSALS_RETRY_S = 5.0
 
 
 class _Asker(NamedTuple):
@@ -169,19 +173,29 @@ class ReservationMixin:
 
     def _flush_refusals(self, rt: LabRuntime) -> None:
         """Write the queued refusals' rows on the ledger's writing thread, unless a flush is
-        already waiting: with more than this one row queued, the flush asked for the first has
-        not taken them yet and takes them all; with none, a flush just took this one."""
-        if len(pending_refusals(rt.ledger)) != 1:
+        already on its way (it takes every row queued by then)."""
+        if not rt.ledger.pending_refusals.ask():
             return
         task = asyncio.get_running_loop().create_task(self._flush(rt))
         ReservationMixin._flushing.add(task)
         task.add_done_callback(ReservationMixin._flushing.discard)
 
     async def _flush(self, rt: LabRuntime) -> None:
-        try:
-            await aio.write(rt.ledger, pending_refusals(rt.ledger).flush, rt.ledger)
-        except Exception:
-            self.log.exception("Could not record refused spawns")
+        """One flush, tried again after :data:`REFUSALS_RETRY_S` s (doubling, at most a
+        minute) while it fails and no newer refusal has asked for one."""
+        pending, wait = rt.ledger.pending_refusals, REFUSALS_RETRY_S
+        while True:
+            try:
+                await aio.write(rt.ledger, pending.flush, rt.ledger)
+                return
+            except Exception:
+                self.log.exception(
+                    "Could not record %d refused spawns; trying again in %g s", len(pending), wait
+                )
+            await asyncio.sleep(wait)
+            if not pending.ask():
+                return
+            wait = min(2 * wait, 60.0)
 
     def _budget_refusal(
         self, rt: LabRuntime, profile: Profile, ctx: PolicyContext, who: _Asker
