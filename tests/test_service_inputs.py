@@ -93,6 +93,14 @@ API_CASES = [
     ),
     pytest.param("POST", "nodes/lab-node/drain", b'{"reason": "\\ud800"}', 400,
                  id="node-reason-surrogate"),
+    # paging: an offset past the databases' 64-bit OFFSET was a 500; a filter of control
+    # characters (tornado turns them into spaces and strips them) and a misspelt filter
+    # answered every open allocation as if it matched
+    pytest.param("GET", f"allocations?offset={2**63}", None, 400, id="offset-2^63"),
+    pytest.param("GET", "allocations?offset=" + "9" * 40, None, 400, id="offset-40-digits"),
+    pytest.param("GET", "allocations?user=%00", None, 400, id="filter-NUL"),
+    pytest.param("GET", "allocations?user=ada%0A", None, 400, id="filter-newline"),
+    pytest.param("GET", "allocations?usr=researcher", None, 400, id="filter-misspelt"),
     pytest.param("DELETE", f"devices/{'G' * 500}/drain", None, 400, id="uuid-500"),
     pytest.param("DELETE", f"users/{'u' * 5000}/server", None, 400, id="user-5000"),
     pytest.param("DELETE", f"users/student/servers/{'n' * 300}", None, 400, id="server-300"),
@@ -159,6 +167,36 @@ def test_bad_form_input_on_the_admin_page_is_a_4xx_and_changes_nothing(hub, admi
         assert snapshot() == before, what
     # the admin page still works
     assert admin.get(hub.url + PREFIX, timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "query, says",
+    [
+        pytest.param(f"offset={2**63}", "offset must be a whole number from 0 to", id="offset"),
+        pytest.param(f"users_offset={2**63}", "users_offset must be a whole number from 0 to",
+                     id="users-offset"),
+        pytest.param("user=%00", "user must be printable text", id="filter-NUL"),
+    ],
+)  # fmt: skip
+def test_a_bad_paging_argument_on_the_admin_page_is_a_400_page_saying_the_form(
+    hub, admin, lab, query, says
+):
+    """An offset past the databases' OFFSET was a 500 page; a NUL filter showed every row."""
+    r = admin.get(hub.url + PREFIX + "?" + query, timeout=60)
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    assert "text/html" in r.headers["Content-Type"] and says in r.text
+
+
+def test_a_token_in_the_url_is_no_unknown_argument(hub, token, lab):
+    """``?token=`` is HubAuth's (where ``JUPYTERHUB_ALLOW_TOKEN_IN_URL`` lets it take one): the
+    allocations list's rule against unknown arguments lets it through."""
+    r = requests.get(
+        f"{hub.url}{PREFIX}api/allocations?limit=1&token={token}",
+        headers={"Authorization": f"token {token}"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["_pagination"]["total"] == 1
 
 
 def test_a_valid_reason_at_the_limit_is_kept_whole(hub, token, ledger, lab):

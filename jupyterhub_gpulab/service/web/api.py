@@ -81,7 +81,7 @@ class AllocationsAPI(APIHandler):
         self.require(read=True)
         paginated = paging.accepts_pagination(self.request.headers.get("Accept"))
         page = self.page(listing.SORTS, listing.FILTERS, paginated=paginated,
-                         choices={"kind": listing.KINDS})  # fmt: skip
+                         choices={"kind": listing.KINDS}, others=())  # fmt: skip
         rows, total, hub = await allocations_page(self.state, self.hub, page)
         url = self.request.full_url()
         if paginated:

@@ -14,7 +14,7 @@ from .courseopenapi import course_paths, course_schemas
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
 from .keepapi import keep_paths, keep_schemas
 from .nodeschemas import node_schemas
-from .paging import DEFAULT_LIMIT, MAX_LIMIT, PAGINATION_MEDIA_TYPE
+from .paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, PAGINATION_MEDIA_TYPE
 from .presenceapi import presence_paths, presence_schemas
 from .queueapi import queue_paths, queue_schemas
 
@@ -49,8 +49,9 @@ def paging_parameters(sorts, filters: dict[str, str]) -> list[dict]:
     (one of ``sorts``, ``-`` for descending) and ``filters`` (``{name: description}``)."""
     return [
         {"name": "offset", "in": "query", "required": False,
-         "schema": {"type": "integer", "minimum": 0, "default": 0},
-         "description": "rows to skip; a malformed or negative value is a 400"},
+         "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+         "description": "rows to skip (past the end: an empty page with the total); not a "
+         f"whole number in ASCII digits from 0 to {MAX_OFFSET}, a 400"},
         {"name": "limit", "in": "query", "required": False,
          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
                     "default": DEFAULT_LIMIT},
@@ -62,7 +63,8 @@ def paging_parameters(sorts, filters: dict[str, str]) -> list[dict]:
          "description": "the field to sort by, `-field` for descending (ties: by id)"},
         *(
             {"name": n, "in": "query", "required": False,
-             "schema": {"type": "string", "maxLength": MAX_NAME}, "description": d}
+             "schema": {"type": "string", "maxLength": MAX_NAME, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+             "description": d + " (printable text: a control character such as NUL is a 400)"}
             for n, d in filters.items()
         ),
     ]  # fmt: skip
@@ -75,7 +77,7 @@ def _op(summary: str, scope: str | None, ok: dict, **extra) -> dict:
         **extra,
     }
     if scope:
-        op["description"] = f"Needs the scope `{scope}`."
+        op["description"] = f"Needs the scope `{scope}`. {extra.get('description', '')}".strip()
     return op
 
 
@@ -235,6 +237,9 @@ def _document(prefix: str) -> dict:
                         ),
                         **bad_request,
                     },
+                    description="A query argument other than "
+                    "those below (and `token`) is a 400, so a misspelt filter is not read as "
+                    "none.",
                     parameters=paging_parameters(
                         SORTS, {**{n: "exact match" for n in FILTERS}, "kind": "gpu, mig or shared"}
                     ),
