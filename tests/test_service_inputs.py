@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
@@ -14,12 +15,14 @@ from ledger_support import release_all, undrain_all
 from service_support import PREFIX, login, user_token
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.service.web.paging import PAGINATION_MEDIA_TYPE as PAGINATION
 
 #: every response of the service's api/ is checked against its OpenAPI document
 pytestmark = pytest.mark.usefixtures("api_contract")
 
 TARGET_GPU = "GPU-p40-0003"
 SEAT = SliceRequest(kind=SliceKind.SHARED)
+MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
 #: No message quotes more than a short piece of what it was sent.
 MAX_MESSAGE = 300
 
@@ -197,6 +200,46 @@ def test_a_token_in_the_url_is_no_unknown_argument(hub, token, lab):
     )
     assert r.status_code == 200, r.text[:300]
     assert r.json()["_pagination"]["total"] == 1
+
+
+def test_usage_pages_its_users_like_jupyterhubs_api(hub, token, ledger, lab):
+    """``GET api/usage`` answers the period's users a page at a time (issue 26: a campus has
+    tens of thousands): following ``next`` sees each user once, the filter and a misspelt
+    argument are the allocations list's, and without the pagination header the older shape
+    keeps at most a page of users with ``_pagination`` beside it."""
+    names = ["pg-a", "pg.b", "pg_c", "Pg-D", "pgé"]
+    for n in names[:3]:  # open: hours grow between requests, so the walk goes by name
+        ledger.claim(SEAT, user=n, profile="shared-seat")
+    for n in names[3:]:  # the lab's 3 other seats are taken: its two 1g.5gb MIG slices
+        ledger.claim(MIG_1G, user=n, profile="mig-small")
+    today = datetime.now(timezone.utc).date()
+    period = f"start={today - timedelta(days=1)}&end={today + timedelta(days=2)}"
+    auth = {"Authorization": f"token {token}"}
+
+    def get(query, paged=True):
+        headers = {**auth, **({"Accept": PAGINATION} if paged else {})}
+        return requests.get(f"{hub.url}{PREFIX}api/usage?{query}", headers=headers, timeout=60)
+
+    everyone = {
+        u["user"] for u in get(period + "&limit=200", paged=False).json()["gpu_hours"]["by_user"]
+    }
+    assert set(names) <= everyone
+    walked, url = [], f"{hub.url}{PREFIX}api/usage?{period}&sort=user&limit=2"
+    while url:
+        body = requests.get(url, headers={**auth, "Accept": PAGINATION}, timeout=60).json()
+        walked += [u["user"] for u in body["items"]]
+        assert {r["user"] for r in body["gpu_hours"]["rows"]} == {u["user"] for u in body["items"]}
+        assert body["_pagination"]["total"] == len(everyone)
+        url = body["_pagination"]["next"] and body["_pagination"]["next"]["url"]
+    assert walked == sorted(everyone)
+    assert [u["user"] for u in get(period + "&user=pg.b").json()["items"]] == ["pg.b"]
+    old = get(period + "&limit=1", paged=False).json()
+    assert len(old["gpu_hours"]["by_user"]) == 1 and old["_pagination"]["total"] == len(everyone)
+    for query, says in (("offset=-1", "offset must be a whole number"),
+                        ("sort=hours", "sort must be one of gpu_hours, user"),
+                        ("usr=pg.b", "Unknown query argument 'usr'")):  # fmt: skip
+        r = get(query)
+        assert r.status_code == 400 and says in r.json()["message"], (query, r.text[:300])
 
 
 def test_a_valid_reason_at_the_limit_is_kept_whole(hub, token, ledger, lab):

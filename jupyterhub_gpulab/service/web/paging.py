@@ -168,6 +168,36 @@ def pager(
     }
 
 
+def paging_parameters(
+    sorts, filters: dict[str, str], *, ties: str = "by id", default: str = "id"
+) -> list[dict]:
+    """The query parameters of a paged list (:mod:`.paging`): ``offset``, ``limit``, ``sort``
+    (one of ``sorts``, ``-`` for descending; ``default``, ``ties`` broken as said) and
+    ``filters`` (``{name: description}``)."""
+    return [
+        {"name": "offset", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+         "description": "rows to skip (past the end: an empty page with the total); not a "
+         f"whole number in ASCII digits from 0 to {MAX_OFFSET}, a 400"},
+        {"name": "limit", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                    "default": DEFAULT_LIMIT},
+         "description": f"rows on the page (default {DEFAULT_LIMIT} with the pagination Accept "
+         f"header, else {MAX_LIMIT}); above {MAX_LIMIT} it is lowered to {MAX_LIMIT}, as "
+         "JupyterHub does; below 1 or malformed, a 400"},
+        {"name": "sort", "in": "query", "required": False,
+         "schema": {"type": "string", "enum": [*sorts, *(f"-{f}" for f in sorts)],
+                    "default": default},
+         "description": f"the field to sort by, `-field` for descending (ties: {ties})"},
+        *(
+            {"name": n, "in": "query", "required": False,
+             "schema": {"type": "string", "maxLength": MAX_NAME, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+             "description": d + " (printable text: a control character such as NUL is a 400)"}
+            for n, d in filters.items()
+        ),
+    ]  # fmt: skip
+
+
 #: users the admin page's GPU-hours table shows at once (a campus has thousands; the CSV has all)
 USERS_PER_PAGE = 50
 
