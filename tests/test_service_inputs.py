@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta, timezone
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 import requests
+from html_support import parse_html
 from ledger_support import release_all, undrain_all
 from service_support import PREFIX, login, user_token
 
@@ -188,6 +190,34 @@ def test_a_bad_paging_argument_on_the_admin_page_is_a_400_page_saying_the_form(
     r = admin.get(hub.url + PREFIX + "?" + query, timeout=60)
     assert r.status_code == 400, (r.status_code, r.text[:300])
     assert "text/html" in r.headers["Content-Type"] and says in r.text
+
+
+def test_the_admin_pages_allocation_links_and_filters_keep_the_period_and_other_tables(
+    hub, admin, ledger, lab
+):
+    """Paging or filtering the open allocations keeps the GPU-hours period and the other tables'
+    places (the next link dropped the users table's place, the filter form the period and both
+    places), and a sort the form does not list stays chosen (Show reset it to oldest first)."""
+    ledger.claim(SEAT, user="student", profile="shared-seat")  # two open: a next page at limit=1
+    keep = {"start": "2026-11-30", "end": "2026-12-14", "devices_offset": "0", "users_offset": "50"}
+    query = urlencode({**keep, "sort": "server_name", "limit": "1"})
+    page = parse_html(admin.get(f"{hub.url}{PREFIX}?{query}", timeout=60).text)
+    following = parse_qs(
+        urlparse(page.find("p", cls="pager").find("a", cls="next").attrs["href"]).query
+    )
+    assert {k: v[0] for k, v in following.items()} == {
+        **keep,
+        "sort": "server_name",
+        "limit": "1",
+        "offset": "1",
+    }
+    form = page.find("form", cls="allocation-filters")
+    hidden = {i.attrs["name"]: i.attrs["value"] for i in form.find_all("input", type="hidden")}
+    assert hidden == {**keep, "limit": "1"}
+    chosen = [
+        o.attrs["value"] for o in form.find("select", name="sort").find_all("option", selected=True)
+    ]
+    assert chosen == ["server_name"]
 
 
 def test_a_token_in_the_url_is_no_unknown_argument(hub, token, lab):

@@ -144,9 +144,10 @@ def pager(
     """What a page's table shows above its rows: ``first``/``last`` (1-based, ``0`` when
     empty), ``total``, the query strings of the previous and next pages (``None`` at either
     end), and the current ``sort`` (``-field`` for descending) and ``filters`` for the filter
-    form. The links keep ``extra`` (the other arguments of the page's URL) and, for the
-    ``offset`` pager, the filters, sort and limit; ``offset_name`` names the argument moved
-    (a second table on the same page has its own)."""
+    form, with ``extra`` (the other arguments of the page's URL) as its hidden fields, so
+    filtering one table keeps the period and the other tables' places. The links keep
+    ``extra`` and, for the ``offset`` pager, the filters, sort and limit; ``offset_name`` names
+    the argument moved (a second table on the same page has its own)."""
     sort = ("-" if page.descending else "") + page.sort
     keep = dict(extra or {})
     if offset_name == "offset":
@@ -165,6 +166,7 @@ def pager(
         "sort": sort,
         "filters": dict(page.filters),
         "limit": page.limit,
+        "extra": dict(extra or {}),
     }
 
 
