@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
+import re
 from datetime import timedelta
 
 import pytest
+from api_contract import check_body
 from course_web_support import course_lab, flash
 
 from jupyterhub_gpulab import clock
@@ -462,3 +465,50 @@ async def test_the_course_page_still_shows_when_the_hub_cannot_list_servers(lab)
     assert code == 200
     assert {r["user"]: r["server"] for r in body["roster"]} == {"stu1": "running",
                                                                  "stu2": "stopped"}  # fmt: skip
+
+
+# -- the roster a page at a time -----------------------------------------------------------
+
+PAGED = {"Accept": "application/jupyterhub-pagination+json"}
+
+
+async def test_the_roster_pages_like_jupyterhubs_api_and_the_course_page_pages_it(tmp_path):
+    """A course of a campus has hundreds of students: ``GET api/courses/<slug>`` answers its
+    roster a page at a time, by name, in JupyterHub's shape; following ``next`` sees each
+    student once; the filter, a misspelt argument and staff of another course are refused as
+    for every paged list; the course page shows a page with its total and links."""
+    students = ["Zoë", "a-b", "a.b", "a_b", *(f"s{i:02d}" for i in range(5))]
+    users = {"ta1": ["ml101-staff"], "ta2": ["dl201-staff"], **{s: ["ml101"] for s in students}}
+    lab = await course_lab(tmp_path, courses=[ML101, DL201], users=users)
+    try:
+        walked, path = [], "api/courses/ml101?limit=4"
+        while path:
+            code, _, text = await lab.request("ta1", "GET", path, headers=PAGED)
+            body = json.loads(text)
+            assert code == 200 and body["_pagination"]["total"] == len(students), text[:300]
+            assert "roster" not in body and body["course"]["slug"] == "ml101"
+            check_body("/courses/ml101", "GET", 200, body)  # the OpenAPI document's CoursePage
+            walked += [r["user"] for r in body["items"]]
+            nxt = body["_pagination"]["next"]
+            path = nxt and "api/" + nxt["url"].split("/api/", 1)[1]
+        assert walked == sorted(students)
+        _, body = await lab.api("ta1", "GET", "courses/ml101?sort=-user&limit=2")
+        assert [r["user"] for r in body["roster"]] == sorted(students)[::-1][:2]
+        assert body["_pagination"]["total"] == len(students)  # the older shape, told there is more
+        check_body("/courses/ml101", "GET", 200, body)
+        _, body = await lab.api("ta1", "GET", "courses/ml101?user=a.b")
+        assert [r["user"] for r in body["roster"]] == ["a.b"]
+        for who, query, status, says in (
+            ("ta1", "offset=-1", 400, "offset must be a whole number"),
+            ("ta1", "usr=a.b", 400, "Unknown query argument 'usr'"),
+            ("ta1", "sort=server", 400, "sort must be one of user"),
+            ("ta2", "limit=1", 403, "Only the staff of course ml101"),
+        ):
+            code, body = await lab.api(who, "GET", f"courses/ml101?{query}")
+            assert (code, says in body["message"]) == (status, True), (query, body)
+        page = await lab.page("ta1", "courses/ml101?limit=4&offset=4")
+        assert re.findall(r'<tr class="student" data-user="([^"]+)"', page) == sorted(students)[4:8]
+        assert "Roster (9)" in page and "Students 5–8 of 9" in page
+        assert "offset=8" in page and "offset=0" in page  # next and previous
+    finally:
+        lab.stop()

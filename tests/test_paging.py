@@ -38,7 +38,7 @@ def page(**args):
 @pytest.mark.parametrize(
     "args, says",
     [
-        pytest.param({"offset": "-1"}, "offset must be a whole number of at least 0", id="neg"),
+        pytest.param({"offset": "-1"}, "offset must be a whole number from 0 to", id="neg"),
         pytest.param({"offset": "ten"}, "offset must be a whole number", id="word"),
         pytest.param({"offset": "1.5"}, "offset must be a whole number", id="fraction"),
         pytest.param({"limit": "0"}, "limit must be a whole number of at least 1", id="zero"),
@@ -47,6 +47,21 @@ def page(**args):
         pytest.param({"sort": "--user"}, "sort must be one of", id="sort-dashes"),
         pytest.param({"kind": "tpu"}, "kind must be one of gpu, mig, shared", id="kind"),
         pytest.param({"user": "x" * 300}, "user is at most 255 characters", id="long"),
+        # past 2**63 the databases' OFFSET overflows (a 500); no list has 2**31 rows
+        pytest.param(
+            {"offset": str(2**63)},
+            "offset must be a whole number from 0 to 2147483647",
+            id="offset-2^63",
+        ),
+        pytest.param({"offset": str(2**31)}, "from 0 to 2147483647", id="offset-2^31"),
+        # int() takes these; a client sending them has a bug, and they are not whole numbers
+        # as people write them in a URL
+        pytest.param({"limit": "+5"}, "limit must be a whole number", id="plus"),
+        pytest.param({"limit": "5_0"}, "limit must be a whole number", id="underscore"),
+        pytest.param({"offset": "\u0665"}, "offset must be a whole number", id="arabic-digit"),
+        # PostgreSQL's text refuses NUL (a 500); no user name holds a control character
+        pytest.param({"user": "ada\x00"}, "user must be printable text", id="NUL"),
+        pytest.param({"node": "a\nb"}, "node must be printable text", id="newline"),
     ],
 )
 def test_a_malformed_argument_is_refused_with_the_form_it_takes(args, says):
@@ -60,6 +75,9 @@ def test_limits_follow_jupyterhub():
     no_header = parse_page({}, sorts=("id",), paginated=False)
     assert no_header.limit == MAX_LIMIT
     assert page(limit="5000").limit == MAX_LIMIT  # lowered, not refused
+    assert page(limit="9" * 40).limit == MAX_LIMIT  # however large
+    assert page(offset=str(2**31 - 1)).offset == 2**31 - 1  # past the end: an empty page
+    assert page(user="édith.o-b_C").filters == {"user": "édith.o-b_C"}  # any printable name
     assert page(offset="40", limit="7", sort="-started_at", user="ada") == Page(
         40, 7, "started_at", True, {"user": "ada"}
     )
@@ -151,3 +169,47 @@ def test_the_device_window_cuts_across_nodes_and_keeps_cpu_only_nodes():
     assert (p["first"], p["last"]) == (51, 100)
     assert p["prev"] == "?start=2026-11-30&devices_offset=0"
     assert p["next"] == "?start=2026-11-30&devices_offset=100"
+
+
+def test_usage_pages_its_users_most_first_ties_by_name_and_each_user_once():
+    """``GET api/usage``'s GPU-hours per user a page at a time: most first by default, equal
+    hours by name (so a walk never shows a user twice or skips one), the CSV rows of the page's
+    users only, the ``user`` filter exact."""
+    from datetime import datetime, timezone
+
+    from jupyterhub_gpulab.fairuse.accounting import Usage, UsageRow
+    from jupyterhub_gpulab.service.web.usageview import USER_SORTS, usage_view, user_hours_page
+
+    t0 = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    seconds = {
+        "Ada": 7200.0,
+        "a-b": 3600.0,
+        "a_b": 3600.0,
+        "a.b": 3600.0,
+        "édith": 10.0,
+        "zoë": 3600.0,
+    }
+    t1 = t0.replace(day=7)
+    rows = tuple(
+        UsageRow(t0, t1, u, "g", "seat", "shared", 1, s) for u, s in sorted(seconds.items())
+    )
+    u = Usage(t0, t1, rows, by_user=dict(seconds))
+    view = usage_view(u)
+
+    def users(**args):
+        page = parse_page(args, sorts=USER_SORTS, filters=("user",), default_sort="-gpu_hours")
+        by_user, csv_rows, total = user_hours_page(u, view, page)
+        assert {r["user"] for r in csv_rows} == {r["user"] for r in by_user}  # their rows only
+        return [r["user"] for r in by_user], total
+
+    walked = []
+    for offset in range(0, 6, 4):
+        got, total = users(offset=str(offset), limit="4")
+        walked += got
+        assert total == 6
+    assert walked == ["Ada", "a-b", "a.b", "a_b", "zoë", "édith"]  # 1 h ties: by name
+    assert users(sort="gpu_hours", limit="3") == (["édith", "a-b", "a.b"], 6)
+    assert users(sort="-user", limit="2") == (["édith", "zoë"], 6)  # by code point
+    assert users(user="a.b") == (["a.b"], 1)
+    assert users(user="A.B") == ([], 0)  # exact, as JupyterHub's names are
+    assert users(offset="6") == ([], 6)  # past the end: no users, the total still told

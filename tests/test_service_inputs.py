@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta, timezone
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 import requests
+from html_support import parse_html
 from ledger_support import release_all, undrain_all
 from service_support import PREFIX, login, user_token
 
 from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
+from jupyterhub_gpulab.service.web.paging import PAGINATION_MEDIA_TYPE as PAGINATION
 
 #: every response of the service's api/ is checked against its OpenAPI document
 pytestmark = pytest.mark.usefixtures("api_contract")
 
 TARGET_GPU = "GPU-p40-0003"
 SEAT = SliceRequest(kind=SliceKind.SHARED)
+MIG_1G = SliceRequest(kind=SliceKind.MIG, mig_profile="1g.5gb")
 #: No message quotes more than a short piece of what it was sent.
 MAX_MESSAGE = 300
 
@@ -93,6 +98,14 @@ API_CASES = [
     ),
     pytest.param("POST", "nodes/lab-node/drain", b'{"reason": "\\ud800"}', 400,
                  id="node-reason-surrogate"),
+    # paging: an offset past the databases' 64-bit OFFSET was a 500; a filter of control
+    # characters (tornado turns them into spaces and strips them) and a misspelt filter
+    # answered every open allocation as if it matched
+    pytest.param("GET", f"allocations?offset={2**63}", None, 400, id="offset-2^63"),
+    pytest.param("GET", "allocations?offset=" + "9" * 40, None, 400, id="offset-40-digits"),
+    pytest.param("GET", "allocations?user=%00", None, 400, id="filter-NUL"),
+    pytest.param("GET", "allocations?user=ada%0A", None, 400, id="filter-newline"),
+    pytest.param("GET", "allocations?usr=researcher", None, 400, id="filter-misspelt"),
     pytest.param("DELETE", f"devices/{'G' * 500}/drain", None, 400, id="uuid-500"),
     pytest.param("DELETE", f"users/{'u' * 5000}/server", None, 400, id="user-5000"),
     pytest.param("DELETE", f"users/student/servers/{'n' * 300}", None, 400, id="server-300"),
@@ -159,6 +172,104 @@ def test_bad_form_input_on_the_admin_page_is_a_4xx_and_changes_nothing(hub, admi
         assert snapshot() == before, what
     # the admin page still works
     assert admin.get(hub.url + PREFIX, timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "query, says",
+    [
+        pytest.param(f"offset={2**63}", "offset must be a whole number from 0 to", id="offset"),
+        pytest.param(f"users_offset={2**63}", "users_offset must be a whole number from 0 to",
+                     id="users-offset"),
+        pytest.param("user=%00", "user must be printable text", id="filter-NUL"),
+    ],
+)  # fmt: skip
+def test_a_bad_paging_argument_on_the_admin_page_is_a_400_page_saying_the_form(
+    hub, admin, lab, query, says
+):
+    """An offset past the databases' OFFSET was a 500 page; a NUL filter showed every row."""
+    r = admin.get(hub.url + PREFIX + "?" + query, timeout=60)
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    assert "text/html" in r.headers["Content-Type"] and says in r.text
+
+
+def test_the_admin_pages_allocation_links_and_filters_keep_the_period_and_other_tables(
+    hub, admin, ledger, lab
+):
+    """Paging or filtering the open allocations keeps the GPU-hours period and the other tables'
+    places (the next link dropped the users table's place, the filter form the period and both
+    places), and a sort the form does not list stays chosen (Show reset it to oldest first)."""
+    ledger.claim(SEAT, user="student", profile="shared-seat")  # two open: a next page at limit=1
+    keep = {"start": "2026-11-30", "end": "2026-12-14", "devices_offset": "0", "users_offset": "50"}
+    query = urlencode({**keep, "sort": "server_name", "limit": "1"})
+    page = parse_html(admin.get(f"{hub.url}{PREFIX}?{query}", timeout=60).text)
+    following = parse_qs(
+        urlparse(page.find("p", cls="pager").find("a", cls="next").attrs["href"]).query
+    )
+    assert {k: v[0] for k, v in following.items()} == {
+        **keep,
+        "sort": "server_name",
+        "limit": "1",
+        "offset": "1",
+    }
+    form = page.find("form", cls="allocation-filters")
+    hidden = {i.attrs["name"]: i.attrs["value"] for i in form.find_all("input", type="hidden")}
+    assert hidden == {**keep, "limit": "1"}
+    chosen = [
+        o.attrs["value"] for o in form.find("select", name="sort").find_all("option", selected=True)
+    ]
+    assert chosen == ["server_name"]
+
+
+def test_a_token_in_the_url_is_no_unknown_argument(hub, token, lab):
+    """``?token=`` is HubAuth's (where ``JUPYTERHUB_ALLOW_TOKEN_IN_URL`` lets it take one): the
+    allocations list's rule against unknown arguments lets it through."""
+    r = requests.get(
+        f"{hub.url}{PREFIX}api/allocations?limit=1&token={token}",
+        headers={"Authorization": f"token {token}"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["_pagination"]["total"] == 1
+
+
+def test_usage_pages_its_users_like_jupyterhubs_api(hub, token, ledger, lab):
+    """``GET api/usage`` answers the period's users a page at a time (issue 26: a campus has
+    tens of thousands): following ``next`` sees each user once, the filter and a misspelt
+    argument are the allocations list's, and without the pagination header the older shape
+    keeps at most a page of users with ``_pagination`` beside it."""
+    names = ["pg-a", "pg.b", "pg_c", "Pg-D", "pgé"]
+    for n in names[:3]:  # open: hours grow between requests, so the walk goes by name
+        ledger.claim(SEAT, user=n, profile="shared-seat")
+    for n in names[3:]:  # the lab's 3 other seats are taken: its two 1g.5gb MIG slices
+        ledger.claim(MIG_1G, user=n, profile="mig-small")
+    today = datetime.now(timezone.utc).date()
+    period = f"start={today - timedelta(days=1)}&end={today + timedelta(days=2)}"
+    auth = {"Authorization": f"token {token}"}
+
+    def get(query, paged=True):
+        headers = {**auth, **({"Accept": PAGINATION} if paged else {})}
+        return requests.get(f"{hub.url}{PREFIX}api/usage?{query}", headers=headers, timeout=60)
+
+    everyone = {
+        u["user"] for u in get(period + "&limit=200", paged=False).json()["gpu_hours"]["by_user"]
+    }
+    assert set(names) <= everyone
+    walked, url = [], f"{hub.url}{PREFIX}api/usage?{period}&sort=user&limit=2"
+    while url:
+        body = requests.get(url, headers={**auth, "Accept": PAGINATION}, timeout=60).json()
+        walked += [u["user"] for u in body["items"]]
+        assert {r["user"] for r in body["gpu_hours"]["rows"]} == {u["user"] for u in body["items"]}
+        assert body["_pagination"]["total"] == len(everyone)
+        url = body["_pagination"]["next"] and body["_pagination"]["next"]["url"]
+    assert walked == sorted(everyone)
+    assert [u["user"] for u in get(period + "&user=pg.b").json()["items"]] == ["pg.b"]
+    old = get(period + "&limit=1", paged=False).json()
+    assert len(old["gpu_hours"]["by_user"]) == 1 and old["_pagination"]["total"] == len(everyone)
+    for query, says in (("offset=-1", "offset must be a whole number"),
+                        ("sort=hours", "sort must be one of gpu_hours, user"),
+                        ("usr=pg.b", "Unknown query argument 'usr'")):  # fmt: skip
+        r = get(query)
+        assert r.status_code == 400 and says in r.json()["message"], (query, r.text[:300])
 
 
 def test_a_valid_reason_at_the_limit_is_kept_whole(hub, token, ledger, lab):

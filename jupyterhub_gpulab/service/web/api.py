@@ -5,7 +5,8 @@
     GET    allocations                open allocations, server state, activity   (read)
     DELETE allocations/<id>           release an allocation                      (admin)
     GET    usage                      per group: held vs limits; refusals, 24 h;
-                                      GPU-hours per group and user (?start=&end=) (read)
+                                      GPU-hours per group, and per user a page at a
+                                      time (?start=&end=&offset=&limit=)     (read)
     GET    usage.csv                  GPU-hours as CSV (?start=&end=, ISO dates)  (read)
     POST   devices/<uuid>/drain       drain a device ({"reason": "…"})           (admin)
     DELETE devices/<uuid>/drain       return it to service                       (admin)
@@ -36,6 +37,7 @@ from .nodeapi import node_handlers
 from .openapi import openapi
 from .presenceapi import presence_handlers
 from .queueapi import queue_handlers
+from .usageview import USER_SORTS, user_hours_page
 
 
 class RootAPI(APIHandler):
@@ -81,7 +83,7 @@ class AllocationsAPI(APIHandler):
         self.require(read=True)
         paginated = paging.accepts_pagination(self.request.headers.get("Accept"))
         page = self.page(listing.SORTS, listing.FILTERS, paginated=paginated,
-                         choices={"kind": listing.KINDS})  # fmt: skip
+                         choices={"kind": listing.KINDS}, others=())  # fmt: skip
         rows, total, hub = await allocations_page(self.state, self.hub, page)
         url = self.request.full_url()
         if paginated:
@@ -100,19 +102,33 @@ class AllocationAPI(APIHandler):
 
 
 class UsageAPI(APIHandler):
+    """Held slices per group, refusals, and the period's GPU-hours with its users a page at a
+    time (:mod:`.paging`: ``offset``, ``limit``, ``sort`` of :data:`~.usageview.USER_SORTS`,
+    most GPU-hours first by default, the ``user`` filter; ``gpu_hours.rows`` of those users:
+    the CSV has them all). A campus has tens of thousands of users."""
+
     async def get(self):
         self.require(read=True)
         start, end = self.period()
+        paginated = paging.accepts_pagination(self.request.headers.get("Accept"))
+        page = self.page(USER_SORTS, ("user",), paginated=paginated,
+                         default_sort="-gpu_hours", others=("start", "end"))  # fmt: skip
         data = await admin_data(self.state, self.hub, parts=("inventory", "usage"))
-        _, gpu_hours = await usage_data(self.state, start, end)
-        self.write_json(
-            {
-                "totals": data["inventory"]["totals"],
-                "groups": data["groups"],
-                "refusals_24h": data["refusals_24h"],
-                "gpu_hours": gpu_hours,
-            }
-        )
+        u, gpu_hours = await usage_data(self.state, start, end)
+        by_user, gpu_hours["rows"], total = user_hours_page(u, gpu_hours, page)
+        body = {
+            "totals": data["inventory"]["totals"],
+            "groups": data["groups"],
+            "refusals_24h": data["refusals_24h"],
+            "gpu_hours": gpu_hours,
+        }
+        url = self.request.full_url()
+        if paginated:  # JupyterHub's model: the page's users are the items
+            del gpu_hours["by_user"]
+            self.write_json({**paging.paginated_model(by_user, page, total, url), **body})
+        else:
+            gpu_hours["by_user"] = by_user
+            self.write_json({**body, "_pagination": paging.pagination(page, total, url)})
 
 
 class UsageCSV(APIHandler):

@@ -262,7 +262,7 @@ GPU_HOURS = obj(
         "by_group": array(
             obj({"group": _described(STR, "charge group; null: none"), "gpu_hours": NUMBER})
         ),
-        "by_user": array(obj({"user": STRING, "gpu_hours": NUMBER})),
+        "by_user": array(ref("UserHours"), "one page of the users, most GPU-hours first"),
         "rows": array(
             obj(
                 {
@@ -275,31 +275,41 @@ GPU_HOURS = obj(
                     "gpu_hours": NUMBER,
                 }
             ),
-            "the CSV export's rows",
+            "the CSV export's rows of the page's users",
         ),
     },
     "Weighted GPU-hours used in the period (`rule` states the weighting).",
 )
 
-USAGE = obj(
+_USAGE = {
+    "totals": TOTALS,
+    "groups": array(
+        obj(
+            {
+                "group": STR,
+                "held": INTEGER,
+                "max_slices": INT,
+                "max_slices_per_user": INT,
+                "priority": INTEGER,
+                "profiles": STRINGS_OR_NULL,
+                "full": BOOL,
+                "configured": BOOL,
+            }
+        )
+    ),
+    "refusals_24h": array(obj({"reason": STRING, "count": INTEGER})),
+}
+USAGE = obj({"gpu_hours": ref("GpuHours"), **_USAGE, "_pagination": ref("Pagination")})
+#: with the pagination Accept header: the page's users are JupyterHub's ``items``
+USAGE_PAGE = obj(
     {
-        "gpu_hours": ref("GpuHours"),
-        "totals": TOTALS,
-        "groups": array(
-            obj(
-                {
-                    "group": STR,
-                    "held": INTEGER,
-                    "max_slices": INT,
-                    "max_slices_per_user": INT,
-                    "priority": INTEGER,
-                    "profiles": STRINGS_OR_NULL,
-                    "full": BOOL,
-                    "configured": BOOL,
-                }
-            )
+        "items": array(ref("UserHours")),
+        "_pagination": ref("Pagination"),
+        "gpu_hours": obj(
+            {k: v for k, v in GPU_HOURS["properties"].items() if k != "by_user"},
+            GPU_HOURS["description"],
         ),
-        "refusals_24h": array(obj({"reason": STRING, "count": INTEGER})),
+        **_USAGE,
     }
 )
 
@@ -439,7 +449,14 @@ SCHEMAS = {
     },
     "Pagination": PAGINATION,
     "GpuHours": GPU_HOURS,
+    "UserHours": obj({"user": STRING, "gpu_hours": NUMBER}),
     "Usage": USAGE,
+    "UsagePage": USAGE_PAGE,
+    "UsageAnswer": {
+        "if": {"type": "object", "required": ["items"]},
+        "then": ref("UsagePage"),
+        "else": ref("Usage"),
+    },
     "MySlice": MY_SLICE,
     "Me": ME,
 }

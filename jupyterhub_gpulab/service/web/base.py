@@ -240,17 +240,36 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             raise refuse(400, str(e)) from None
 
     def page(self, sorts, filters=(), *, paginated: bool = True, default_sort: str = "id",
-             choices=None):  # fmt: skip
+             choices=None, others=None):  # fmt: skip
         """The :class:`~.paging.Page` this request's query asks for; a 400 saying the accepted
-        form for a malformed ``offset``, ``limit`` or ``sort``."""
+        form for a malformed ``offset``, ``limit``, ``sort`` or filter. With ``others`` (the
+        query's other arguments the endpoint takes), an argument it does not take is a 400 too:
+        a misspelt filter (``?usr=ada``) would otherwise answer every row as if it matched."""
         names = ("offset", "limit", "sort", *filters)
-        args = {n: self.get_query_argument(n, None) for n in names}
+        if others is not None:
+            # ?token=: HubAuth's, where JUPYTERHUB_ALLOW_TOKEN_IN_URL lets it take one
+            known = (*names, *others, "token")
+            unknown = sorted(set(self.request.query_arguments) - set(known))
+            if unknown:
+                raise refuse(
+                    400,
+                    f"Unknown query argument {shown(unknown[0], 40)}; this list takes "
+                    f"{', '.join(known[:-1])}.",
+                )
+        # the values as sent: tornado's get_query_argument turns control characters into
+        # spaces and strips them, so "?user=%00" would read as no filter at all (every row)
+        args = {n: self._raw_query_argument(n) for n in names}
         try:
             return parse_page(args, sorts=tuple(sorts), filters=tuple(filters),
                               default_sort=default_sort, paginated=paginated,
                               choices=choices)  # fmt: skip
         except PageError as e:
             raise refuse(400, str(e)) from None
+
+    def _raw_query_argument(self, name: str) -> str | None:
+        """Query argument ``name``'s last value, decoded and stripped of whitespace only."""
+        values = self.request.query_arguments.get(name)
+        return self.decode_argument(values[-1], name).strip(" \t") if values else None
 
 
 class JSONHandler(BaseHandler):

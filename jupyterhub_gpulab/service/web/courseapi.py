@@ -2,7 +2,8 @@
 
     GET    courses                       the courses the caller may see (admin: all; staff: theirs)
     POST   courses                       create a course (admin; body: a course record)
-    GET    courses/<slug>                record, roster with server states, next sessions,
+    GET    courses/<slug>                record, roster with server states (a page at a
+                                         time: ?offset=&limit=), next sessions,
                                          the latest start-all's progress          (staff, admin)
     PUT    courses/<slug>                replace the record (admin; staff: all but the groups
                                          and the shared folder)
@@ -32,9 +33,9 @@ from ...courses.parse import KEYS
 from ...courses.roster import create_groups, csv_preview, known_users, parse_csv, roster_of
 from ...ledger import BookingConflict, aio
 from ...units import counted
-from . import inputs
+from . import inputs, paging
 from .base import JSONHandler, refuse
-from .courseview import course_view
+from .courseview import ROSTER_SORTS, course_view
 
 
 async def save_course(courses, course, who: str, origin: str = "admin") -> bool:
@@ -108,9 +109,9 @@ class CourseHandler(JSONHandler):
                 raise refuse(400, f"Content not saved: {problem}.")
         return course
 
-    async def view(self, course) -> dict:
+    async def view(self, course, page=None) -> dict:
         return await course_view(
-            self.state, self.hub, self.courses, course, reader=self.current_user
+            self.state, self.hub, self.courses, course, reader=self.current_user, page=page
         )
 
 
@@ -158,8 +159,20 @@ class CoursesAPI(CourseHandler):
 
 class CourseAPI(CourseHandler):
     async def get(self, slug: str):
+        """The course with its roster a page at a time (:mod:`.paging`: ``offset``, ``limit``,
+        ``sort`` ``user`` or ``-user``, the ``user`` filter), in JupyterHub's shape with the
+        pagination Accept header (the roster's rows are the ``items``)."""
         course = await self.course_for(slug)
-        self.write_json(await self.view(course))
+        paginated = paging.accepts_pagination(self.request.headers.get("Accept"))
+        page = self.page(ROSTER_SORTS, ("user",), paginated=paginated, default_sort="user",
+                         others=())  # fmt: skip
+        view = await self.view(course, page)
+        total, url = view.pop("roster_total"), self.request.full_url()
+        if paginated:
+            rows = view.pop("roster")
+            self.write_json({**paging.paginated_model(rows, page, total, url), **view})
+        else:
+            self.write_json({**view, "_pagination": paging.pagination(page, total, url)})
 
     async def put(self, slug: str):
         course = await self.course_for(slug)

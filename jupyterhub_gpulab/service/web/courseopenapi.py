@@ -16,7 +16,9 @@ from .apischemas import (
     _described,
     array,
     obj,
+    ref,
 )
+from .paging import paging_parameters
 
 #: A course record as ``c.GPULabCourses.courses`` holds it (courses/model.py says each key).
 RECORD = {
@@ -116,88 +118,87 @@ COPY_REPORT = obj(
     nullable=True,
 )
 
-VIEW = obj(
+ROSTER_ROW = obj(
     {
-        "course": {"$ref": "#/components/schemas/CourseRecord"},
-        "server_name": STRING,
-        "roster": array(
-            obj(
-                {
-                    "user": STRING,
-                    "server": STRING,
-                    "url": STR,
-                    "last_activity": TIME_OR_NULL,
-                    "slice": STR,
-                    "slice_name": _described(
-                        STR, "the slice as people name it: shared seat 1 of 4 …"
-                    ),
-                    "gpu_percent": NUM,
-                    "gpu_hours_7d": NUMBER,
-                    "prestart": STR,
-                    "reason": _described(STRING, "why it did not start, to the staff"),
-                    "content": CONTENT,
-                }
-            )
-        ),
-        "roster_source": obj(
-            {
-                "owner": {"type": "string", "enum": ["hub", "oidc", "lti"]},
-                "editable": BOOL,
-                "description": STRING,
-            }
-        ),
-        "sessions": array(
-            obj(
-                {
-                    "start": TIME,
-                    "end": TIME,
-                    "prestart_at": TIME,
-                    "prestart": STR,
-                    "reserved": obj(
-                        {"id": INTEGER, "count": INTEGER, "in_use": INTEGER}, nullable=True
-                    ),
-                }
-            ),
-            "the next 60 days' sessions (at most 20); prestart: its summary once run; reserved: "
-            "its booking (null: none)",
-        ),
-        "attention": array(
-            STRING,
-            "why the course needs an admin's attention (a declared or stored record that does "
-            "not parse, a profile the lab lost); empty when it does not",
-        ),
-        "reservation": obj(
-            {
-                "seats": INTEGER,
-                "lead_minutes": INTEGER,
-                "grace_minutes": INTEGER,
-                "profile": STRING,
-                "problems": STRINGS,
-                "calendar": array({"type": "object"}),
-            }
-        ),
-        "assignments": array(
-            obj(
-                {
-                    "name": STRING,
-                    "due": TIME_OR_NULL,
-                    "collected": STR,
-                    "last_collect": COPY_REPORT,
-                    "last_return": COPY_REPORT,
-                }
-            )
-        ),
-        "budget": obj({"gpu_hours": NUM, "used": NUMBER, "since": TIME}),
-        "progress": {"$ref": "#/components/schemas/CourseProgress"},
-        "audit": array(obj({"at": TIME, "who": STRING, "action": STRING})),
-        "my_server": obj(
-            {"user": STRING, "state": STRING, "url": STR},
-            "the reader's own course server (the staff folder is mounted there; null unless "
-            "the reader is on the course's staff); url while it runs, else null",
-            nullable=True,
-        ),
+        "user": STRING,
+        "server": STRING,
+        "url": STR,
+        "last_activity": TIME_OR_NULL,
+        "slice": STR,
+        "slice_name": _described(STR, "the slice as people name it: shared seat 1 of 4 …"),
+        "gpu_percent": NUM,
+        "gpu_hours_7d": NUMBER,
+        "prestart": STR,
+        "reason": _described(STRING, "why it did not start, to the staff"),
+        "content": CONTENT,
     }
 )
+_VIEW = {
+    "course": {"$ref": "#/components/schemas/CourseRecord"},
+    "server_name": STRING,
+    "roster_source": obj(
+        {
+            "owner": {"type": "string", "enum": ["hub", "oidc", "lti"]},
+            "editable": BOOL,
+            "description": STRING,
+        }
+    ),
+    "sessions": array(
+        obj(
+            {
+                "start": TIME,
+                "end": TIME,
+                "prestart_at": TIME,
+                "prestart": STR,
+                "reserved": obj(
+                    {"id": INTEGER, "count": INTEGER, "in_use": INTEGER}, nullable=True
+                ),
+            }
+        ),
+        "the next 60 days' sessions (at most 20); prestart: its summary once run; reserved: "
+        "its booking (null: none)",
+    ),
+    "attention": array(
+        STRING,
+        "why the course needs an admin's attention (a declared or stored record that does "
+        "not parse, a profile the lab lost); empty when it does not",
+    ),
+    "reservation": obj(
+        {
+            "seats": INTEGER,
+            "lead_minutes": INTEGER,
+            "grace_minutes": INTEGER,
+            "profile": STRING,
+            "problems": STRINGS,
+            "calendar": array({"type": "object"}),
+        }
+    ),
+    "assignments": array(
+        obj(
+            {
+                "name": STRING,
+                "due": TIME_OR_NULL,
+                "collected": STR,
+                "last_collect": COPY_REPORT,
+                "last_return": COPY_REPORT,
+            }
+        )
+    ),
+    "budget": obj({"gpu_hours": NUM, "used": NUMBER, "since": TIME}),
+    "progress": {"$ref": "#/components/schemas/CourseProgress"},
+    "audit": array(obj({"at": TIME, "who": STRING, "action": STRING})),
+    "my_server": obj(
+        {"user": STRING, "state": STRING, "url": STR},
+        "the reader's own course server (the staff folder is mounted there; null unless "
+        "the reader is on the course's staff); url while it runs, else null",
+        nullable=True,
+    ),
+}
+#: the roster a page at a time, ``_pagination`` beside it; with the pagination Accept header
+#: the page's rows are JupyterHub's ``items`` (VIEW_PAGE)
+VIEW = obj({**_VIEW, "roster": array(ROSTER_ROW), "_pagination": ref("Pagination")})
+VIEW_PAGE = obj({"items": array(ROSTER_ROW), "_pagination": ref("Pagination"), **_VIEW})
+ROSTER_ANSWER = "the course, a page of its roster: CoursePage (pagination header), else CourseView"
 
 REPORT = {
     "type": "object",
@@ -230,6 +231,12 @@ def course_schemas() -> dict:
         "CourseRecord": RECORD,
         "CourseProgress": PROGRESS,
         "CourseView": VIEW,
+        "CoursePage": VIEW_PAGE,
+        "CourseAnswer": {
+            "if": {"required": ["items"]},
+            "then": ref("CoursePage"),
+            "else": ref("CourseView"),
+        },  # fmt: skip  # fmt: skip
         "Courses": _listing(),
         "CourseSaved": obj({**ok, "course": {"$ref": "#/components/schemas/CourseRecord"}}),
         "CourseRun": obj({**ok, "progress": {"$ref": "#/components/schemas/CourseProgress"}}),
@@ -291,7 +298,10 @@ def course_paths(op, json, ref) -> dict:
                 "get": staff_op(
                     "The course: roster with servers, sessions, reservations, assignments, "
                     "budget, progress, audit",
-                    {"200": json(ref("CourseView"), "the course")},
+                    {"200": json(ref("CourseAnswer"), ROSTER_ANSWER), **bad},
+                    parameters=paging_parameters(
+                        ("user",), {"user": "exact match"}, ties="none", default="user"
+                    ),  # fmt: skip
                 ),
                 "put": staff_op(
                     "Change the record (only admins change its groups, shared_folder and "

@@ -14,10 +14,10 @@ from tornado import web
 from ...courses.model import CourseError
 from ...courses.roster import create_groups
 from ...ledger import BookingConflict, aio
-from . import inputs
+from . import inputs, paging
 from .base import refuse
 from .courseapi import no_course
-from .courseview import course_view
+from .courseview import ROSTER_SORTS, course_view
 from .pages import PageHandler
 
 #: The largest whole number a course form field takes (minutes, seats, list indexes): past
@@ -127,9 +127,12 @@ class CoursePage(CoursePageBase):
             if profile is not None
             else None
         )
+        # the roster 200 at a time (?offset=&limit=&user=&sort=), with previous/next links
+        page = self.page(ROSTER_SORTS, ("user",), paginated=False, default_sort="user")
         data = await course_view(
-            self.state, self.hub, self.courses, course, reader=self.current_user
+            self.state, self.hub, self.courses, course, reader=self.current_user, page=page
         )
+        data["roster_pager"] = paging.pager(page, data["roster_total"])
         pid = (self.get_signed_cookie("gpulab-csv", max_age_days=1) or b"").decode()
         kept = self.courses.csv_previews.get(pid, course.slug, self.who) if pid else None
         if pid:

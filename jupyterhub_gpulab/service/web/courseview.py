@@ -63,15 +63,32 @@ def no_content(content: dict) -> dict[str, str]:
     return {u: c["message"] for u, c in content.items() if c and c["state"] == "failed"}
 
 
-async def course_view(state, hub, courses, course, reader: dict | None = None) -> dict:
+#: ``sort=`` fields of the roster (``GET api/courses/<slug>``, the course page): the user name
+ROSTER_SORTS = ("user",)
+
+
+def roster_page(roster: list[str], page) -> tuple[list[str], int]:
+    """``(names, total)``: the roster members of ``page`` (a :class:`~.paging.Page` over
+    :data:`ROSTER_SORTS`, filter ``user``; ``None``: all of them) by name, and how many match."""
+    if page is None:
+        return sorted(roster), len(roster)
+    wanted = page.filters.get("user")
+    names = sorted((u for u in roster if wanted is None or u == wanted), reverse=page.descending)
+    return names[page.offset : page.offset + page.limit], len(names)
+
+
+async def course_view(state, hub, courses, course, reader: dict | None = None, page=None) -> dict:
     """The record, each roster member's course server (state, slice as people name it, GPU use
     now, last activity, GPU-hours of the last 7 days through it, why it did not start in the
     staff's words, its last content pull), the sessions of the next 60 days with their pre-start and reservation, the
     assignments with their collection and each one's last collect and return report, the
     course budget, the latest start-all, the audit trail's last entries and the own course server
     of ``reader`` (the hub's model of who asks) when they are on its staff (where they open the
-    collected work)."""
-    roster = sorted(await roster_of(hub, course))
+    collected work). The roster's rows are ``page``'s (:func:`roster_page`; a course of a
+    thousand students reads a page of them), ``roster_total`` how many match; the start-all's
+    summary still counts the whole roster."""
+    everyone = await roster_of(hub, course)
+    roster, roster_total = roster_page(everyone, page)
     try:
         active = await hub.refresh_active()
     except Exception:
@@ -107,7 +124,7 @@ async def course_view(state, hub, courses, course, reader: dict | None = None) -
         now,
     )
     run = courses.run_of(course.slug)
-    content = await courses.content_of(course, roster)
+    content = await courses.content_of(course, everyone)  # a cached read: the summary counts all
     names = {s["id"]: describe_slice(s) for s in await aio.call(state.ledger.slices)}
     refused = (
         await aio.call(state.ledger.last_refusals, list(run.servers), run.started_at) if run else {}
@@ -144,6 +161,7 @@ async def course_view(state, hub, courses, course, reader: dict | None = None) -
         "course": course.to_dict(),
         "server_name": course.server_name,
         "roster": rows,
+        "roster_total": roster_total,
         "roster_source": courses.roster_source(course),
         "attention": courses.attention_of(course.slug),
         "sessions": [

@@ -14,9 +14,10 @@ from .courseopenapi import course_paths, course_schemas
 from .inputs import MAX_BODY, MAX_ID, MAX_NAME, MAX_REASON, MAX_UUID
 from .keepapi import keep_paths, keep_schemas
 from .nodeschemas import node_schemas
-from .paging import DEFAULT_LIMIT, MAX_LIMIT, PAGINATION_MEDIA_TYPE
+from .paging import MAX_LIMIT, PAGINATION_MEDIA_TYPE, paging_parameters
 from .presenceapi import presence_paths, presence_schemas
 from .queueapi import queue_paths, queue_schemas
+from .usageview import USER_SORTS
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -44,30 +45,6 @@ PERIOD = [
 ]
 
 
-def paging_parameters(sorts, filters: dict[str, str]) -> list[dict]:
-    """The query parameters of a paged list (:mod:`.paging`): ``offset``, ``limit``, ``sort``
-    (one of ``sorts``, ``-`` for descending) and ``filters`` (``{name: description}``)."""
-    return [
-        {"name": "offset", "in": "query", "required": False,
-         "schema": {"type": "integer", "minimum": 0, "default": 0},
-         "description": "rows to skip; a malformed or negative value is a 400"},
-        {"name": "limit", "in": "query", "required": False,
-         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
-                    "default": DEFAULT_LIMIT},
-         "description": f"rows on the page (default {DEFAULT_LIMIT} with the pagination Accept "
-         f"header, else {MAX_LIMIT}); above {MAX_LIMIT} it is lowered to {MAX_LIMIT}, as "
-         "JupyterHub does; below 1 or malformed, a 400"},
-        {"name": "sort", "in": "query", "required": False,
-         "schema": {"type": "string", "enum": [*sorts, *(f"-{f}" for f in sorts)]},
-         "description": "the field to sort by, `-field` for descending (ties: by id)"},
-        *(
-            {"name": n, "in": "query", "required": False,
-             "schema": {"type": "string", "maxLength": MAX_NAME}, "description": d}
-            for n, d in filters.items()
-        ),
-    ]  # fmt: skip
-
-
 def _op(summary: str, scope: str | None, ok: dict, **extra) -> dict:
     op = {
         "summary": summary,
@@ -75,7 +52,7 @@ def _op(summary: str, scope: str | None, ok: dict, **extra) -> dict:
         **extra,
     }
     if scope:
-        op["description"] = f"Needs the scope `{scope}`."
+        op["description"] = f"Needs the scope `{scope}`. {extra.get('description', '')}".strip()
     return op
 
 
@@ -235,6 +212,9 @@ def _document(prefix: str) -> dict:
                         ),
                         **bad_request,
                     },
+                    description="A query argument other than "
+                    "those below (and `token`) is a 400, so a misspelt filter is not read as "
+                    "none.",
                     parameters=paging_parameters(
                         SORTS, {**{n: "exact match" for n in FILTERS}, "kind": "gpu, mig or shared"}
                     ),
@@ -263,10 +243,28 @@ def _document(prefix: str) -> dict:
             "/usage": {
                 "get": _op(
                     "Slices held per group against limits; refusals in 24 hours; GPU-hours "
-                    "used in a period per group and per user",
+                    "used in a period per group, and per user a page at a time",
                     READ_SCOPE,
-                    {"200": _json(_ref("Usage"), "usage"), **bad_request},
-                    parameters=PERIOD,
+                    {
+                        "200": _json(
+                            _ref("UsageAnswer"),
+                            "the usage with one page of the users: `UsagePage` (the users as "
+                            "JupyterHub's paginated model's items) when the request sends "
+                            f"`Accept: {PAGINATION_MEDIA_TYPE}`, else `Usage` (at most "
+                            f"{MAX_LIMIT} users in `gpu_hours.by_user`, `_pagination` beside)",
+                        ),
+                        **bad_request,
+                    },
+                    description="`gpu_hours.rows` holds the page's users' rows (the CSV has "
+                    "every user's). A query argument other than those below (and `token`) is a "
+                    "400.",
+                    parameters=PERIOD
+                    + paging_parameters(
+                        USER_SORTS,
+                        {"user": "exact match"},
+                        ties="by user name, A to Z",
+                        default="-gpu_hours",
+                    ),
                 )
             },
             "/usage.csv": {

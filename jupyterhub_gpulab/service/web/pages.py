@@ -174,6 +174,10 @@ class PageHandler(BaseHandler):
             super().write_error(status_code, **kwargs)
 
 
+#: the admin page's arguments that the allocations table's links and filter form carry along
+ALLOCATIONS_KEEP = ("start", "end", "devices_offset", "users_offset")
+
+
 class AdminPage(PageHandler):
     """Every device, slice and open allocation; group usage; refusals; GPU-hours used in a
     period (``?start=&end=``, default this week) per group and user, with its CSV; the culler's
@@ -193,10 +197,10 @@ class AdminPage(PageHandler):
         data = await admin_page_data(self.state, devices)
         data["allocations"], total, data["hub"] = await allocations_page(self.state, self.hub, page)
         args = {k: self.get_query_argument(k) for k in self.request.query_arguments}
-        # the allocations table keeps the period and the devices' page; the devices' pager keeps
-        # everything else
+        # the allocations table's links and filter form keep the period and the other tables'
+        # pages; the devices' and users' pagers keep everything else
         data["pager"] = paging.pager(
-            page, total, {k: v for k, v in args.items() if k in ("start", "end", "devices_offset")}
+            page, total, {k: v for k, v in args.items() if k in ALLOCATIONS_KEEP}
         )
         data["device_pager"] = paging.pager(
             devices, data["devices_total"], {k: v for k, v in args.items() if k != "devices_offset"},

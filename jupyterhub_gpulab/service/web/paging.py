@@ -1,11 +1,13 @@
 """Server-side paging, filtering and sorting for the API's lists and the admin page's tables,
 in JupyterHub's own shape (JupyterHub >= 2.0, ``jupyterhub/apihandlers/base.py``).
 
-Query arguments: ``offset`` (a whole number >= 0, default 0), ``limit`` (a whole number >= 1,
-default :data:`DEFAULT_LIMIT`; above :data:`MAX_LIMIT` it is lowered to it, as JupyterHub does),
-``sort`` (a field the list names, ``-field`` for descending) and the list's filters (exact
-matches). A malformed ``offset``, ``limit`` or ``sort`` is a 400 saying the accepted form (where
-JupyterHub takes ``abs()`` of a negative number, we refuse it: a client sending one has a bug).
+Query arguments: ``offset`` (a whole number from 0 to :data:`MAX_OFFSET`, default 0),
+``limit`` (a whole number >= 1, default :data:`DEFAULT_LIMIT`; above :data:`MAX_LIMIT` it is
+lowered to it, as JupyterHub does), ``sort`` (a field the list names, ``-field`` for descending)
+and the list's filters (exact matches, printable text). A malformed ``offset``, ``limit``, ``sort``
+or filter is a 400 saying the accepted form (where JupyterHub takes ``abs()`` of a negative
+number, we refuse it: a client sending one has a bug; and where an ``offset`` past the 64-bit
+integers the databases take would be their error, we refuse it before the query).
 
 A client sending ``Accept: application/jupyterhub-pagination+json`` gets JupyterHub's paginated
 model: ``{"items": [...], "_pagination": {"offset", "limit", "total", "next"}}``, ``next``
@@ -20,12 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
-from .inputs import MAX_NAME, shown
+from .inputs import MAX_ID, MAX_NAME, shown
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 #: JupyterHub's own defaults (``JupyterHub.api_page_default_limit`` / ``api_page_max_limit``).
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
+#: The largest ``offset``: allocation ids are 32-bit (:data:`~.inputs.MAX_ID`), so no list has
+#: more rows, and every larger number would either read past the end or, past 2**63, overflow
+#: the databases' ``OFFSET`` (SQLite's ``OverflowError``, PostgreSQL's "bigint out of range").
+MAX_OFFSET = MAX_ID
 
 
 class PageError(ValueError):
@@ -50,15 +56,17 @@ def accepts_pagination(accept_header: str | None) -> bool:
     return PAGINATION_MEDIA_TYPE in accepts
 
 
-def _whole(name: str, raw: str | None, default: int, least: int) -> int:
+def _whole(name: str, raw: str | None, default: int, least: int, most: int | None = None) -> int:
+    """``raw`` as a whole number in ASCII digits (``int()`` alone also takes ``+5``, ``5_0`` and
+    other scripts' digits), from ``least`` to ``most`` (``None``: no bound); ``default`` when
+    absent or empty."""
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        value = None
-    if value is None or value < least:
-        raise PageError(f"{name} must be a whole number of at least {least}, not {shown(raw)}.")
+    ok = raw.isascii() and raw.isdigit() and (most is None or len(raw) <= len(str(most)))
+    value = int(raw) if ok and len(raw) <= 4000 else None
+    if value is None or value < least or (most is not None and value > most):
+        form = f"of at least {least}" if most is None else f"from {least} to {most}"
+        raise PageError(f"{name} must be a whole number {form}, not {shown(raw)}.")
     return value
 
 
@@ -76,7 +84,7 @@ def parse_page(
     ``paginated`` (no pagination Accept header) the default limit is :data:`MAX_LIMIT`;
     ``choices``: the values a filter may take (``{"kind": ("gpu", "mig", "shared")}``).
     Raises :class:`PageError`."""
-    offset = _whole("offset", args.get("offset"), 0, 0)
+    offset = _whole("offset", args.get("offset"), 0, 0, MAX_OFFSET)
     limit = min(_whole("limit", args.get("limit"), DEFAULT_LIMIT if paginated else MAX_LIMIT, 1),
                 MAX_LIMIT)  # fmt: skip
     raw_sort = args.get("sort") or default_sort
@@ -94,6 +102,12 @@ def parse_page(
             continue
         if len(value) > MAX_NAME:
             raise PageError(f"{name} is at most {MAX_NAME} characters, not {len(value)}.")
+        if not value.isprintable():
+            # a NUL would be PostgreSQL's error; a name never holds a control character
+            raise PageError(
+                f"{name} must be printable text (no control characters such as NUL or a line "
+                f"break), not {shown(value)}."
+            )
         allowed = (choices or {}).get(name)
         if allowed is not None and value not in allowed:
             raise PageError(f"{name} must be one of {', '.join(allowed)}, not {shown(value)}.")
@@ -130,9 +144,10 @@ def pager(
     """What a page's table shows above its rows: ``first``/``last`` (1-based, ``0`` when
     empty), ``total``, the query strings of the previous and next pages (``None`` at either
     end), and the current ``sort`` (``-field`` for descending) and ``filters`` for the filter
-    form. The links keep ``extra`` (the other arguments of the page's URL) and, for the
-    ``offset`` pager, the filters, sort and limit; ``offset_name`` names the argument moved
-    (a second table on the same page has its own)."""
+    form, with ``extra`` (the other arguments of the page's URL) as its hidden fields, so
+    filtering one table keeps the period and the other tables' places. The links keep
+    ``extra`` and, for the ``offset`` pager, the filters, sort and limit; ``offset_name`` names
+    the argument moved (a second table on the same page has its own)."""
     sort = ("-" if page.descending else "") + page.sort
     keep = dict(extra or {})
     if offset_name == "offset":
@@ -151,7 +166,38 @@ def pager(
         "sort": sort,
         "filters": dict(page.filters),
         "limit": page.limit,
+        "extra": dict(extra or {}),
     }
+
+
+def paging_parameters(
+    sorts, filters: dict[str, str], *, ties: str = "by id", default: str = "id"
+) -> list[dict]:
+    """The query parameters of a paged list (:mod:`.paging`): ``offset``, ``limit``, ``sort``
+    (one of ``sorts``, ``-`` for descending; ``default``, ``ties`` broken as said) and
+    ``filters`` (``{name: description}``)."""
+    return [
+        {"name": "offset", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+         "description": "rows to skip (past the end: an empty page with the total); not a "
+         f"whole number in ASCII digits from 0 to {MAX_OFFSET}, a 400"},
+        {"name": "limit", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                    "default": DEFAULT_LIMIT},
+         "description": f"rows on the page (default {DEFAULT_LIMIT} with the pagination Accept "
+         f"header, else {MAX_LIMIT}); above {MAX_LIMIT} it is lowered to {MAX_LIMIT}, as "
+         "JupyterHub does; below 1 or malformed, a 400"},
+        {"name": "sort", "in": "query", "required": False,
+         "schema": {"type": "string", "enum": [*sorts, *(f"-{f}" for f in sorts)],
+                    "default": default},
+         "description": f"the field to sort by, `-field` for descending (ties: {ties})"},
+        *(
+            {"name": n, "in": "query", "required": False,
+             "schema": {"type": "string", "maxLength": MAX_NAME, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+             "description": d + " (printable text: a control character such as NUL is a 400)"}
+            for n, d in filters.items()
+        ),
+    ]  # fmt: skip
 
 
 #: users the admin page's GPU-hours table shows at once (a campus has thousands; the CSV has all)

@@ -116,6 +116,29 @@ def usage_view(u: Usage, tz: tzinfo = timezone.utc) -> dict:
     }
 
 
+#: ``sort=`` fields of ``GET api/usage``'s GPU-hours per user (default ``-gpu_hours``: most
+#: first); ties by user name, A to Z, so pages never overlap or skip a user
+USER_SORTS = ("gpu_hours", "user")
+
+
+def user_hours_page(u: Usage, view: dict, page) -> tuple[list[dict], list[dict], int]:
+    """``(by_user, rows, total)``: the users of ``page`` (a :class:`~.paging.Page` over
+    :data:`USER_SORTS`, filter ``user``) among those with GPU-hours in ``u``'s period, as
+    :func:`usage_view`'s ``by_user`` entries; ``view``'s CSV ``rows`` of those users only; and
+    how many users match."""
+    wanted = page.filters.get("user")
+    names = [n for n in u.by_user if wanted is None or n == wanted]
+    if page.sort == "user":
+        names.sort(reverse=page.descending)
+    else:
+        sign = -1 if page.descending else 1
+        names.sort(key=lambda n: (sign * u.by_user[n], n))
+    shown = names[page.offset : page.offset + page.limit]
+    keep = set(shown)
+    by_user = [{"user": n, "gpu_hours": _hours(u.by_user[n])} for n in shown]
+    return by_user, [r for r in view["rows"] if r["user"] in keep], len(names)
+
+
 def budget_view(
     budget: Budget | None, used_hours: float, period: tuple[datetime, datetime], tz: tzinfo
 ) -> dict:
