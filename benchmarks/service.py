@@ -11,6 +11,9 @@ through the ledger on the hub's database, for 5,000 users in 10 groups. Then:
   open allocations, paged in the database;
 - ``api``: ``GET /services/gpulab/api/allocations?limit=200`` (a page of 200, JupyterHub's
   maximum, with its pagination ``Accept`` header) with the admin's API token, through the proxy;
+- ``usage_api``: ``GET /services/gpulab/api/usage?limit=200`` (this week's GPU-hours, a page of
+  200 of the 5,000 users, most first), the same way (no target of its own in issue 26: reported
+  beside the allocations API's);
 - ``metrics_http``: ``GET /services/gpulab/metrics`` with the same token, through the proxy;
 - ``service_rss_mib`` / ``service_peak_rss_mib``: the service process's resident memory
   (``VmRSS`` / ``VmHWM`` of ``/proc/<pid>/status``, MiB) after those requests.
@@ -398,6 +401,17 @@ def main() -> int:
                 "api_bytes": len(first_api.content),
             }
 
+            usage_url = hub.url + PREFIX + "api/usage?limit=200"
+
+            def usage():
+                r = session.get(usage_url, headers=paged, timeout=30)
+                assert r.status_code == 200, r.text[:200]
+                return r
+
+            first_usage = usage().json()
+            assert len(first_usage["items"]) == min(200, size.users)
+            body_bytes["usage_api_bytes"] = len(usage().content)
+
             def scrape():
                 r = session.get(hub.url + PREFIX + "metrics", headers=headers, timeout=30)
                 assert r.status_code == 200, r.text[:200]
@@ -405,6 +419,7 @@ def main() -> int:
 
             page_ms = timed(page, args.rounds, args.warmup)
             api_ms = timed(api, args.rounds, args.warmup)
+            usage_ms = timed(usage, args.rounds, args.warmup)
             scrape_ms = timed(scrape, args.rounds, args.warmup)
             memory = service_memory(hub)
             ledger.close()
@@ -414,6 +429,7 @@ def main() -> int:
     for name, values in (
         ("admin page", page_ms),
         ("allocations API", api_ms),
+        ("usage API", usage_ms),
         ("metrics (HTTP)", scrape_ms),
     ):
         print(
@@ -429,6 +445,8 @@ def main() -> int:
         "admin_page_ms_p95": round(pct(page_ms, 95), 1),
         "api_ms_p50": round(statistics.median(api_ms), 1),
         "api_ms_p95": round(pct(api_ms, 95), 1),
+        "usage_api_ms_p50": round(statistics.median(usage_ms), 1),
+        "usage_api_ms_p95": round(pct(usage_ms, 95), 1),
         "metrics_http_ms_p95": round(pct(scrape_ms, 95), 1),
         "api_page_rows": min(200, size.allocations),
         **memory,
