@@ -138,6 +138,37 @@ class ReservationMixin:
             refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices, only),
         )
 
+    async def _claim_slice(
+        self,
+        rt: LabRuntime,
+        profile: Profile,
+        ctx: PolicyContext,
+        ent: Entitlement,
+        who: _Asker,
+        need: ImageRequirements | None = None,
+    ) -> Claim:
+        """This start's claim (:meth:`_reserve`, one trip to the ledger's writer), after the
+        refusal read (:meth:`_refused_now`) unless the lab's :class:`~.claimoutlook.ClaimOutlook`
+        expects a free slice for the profile: then the read, which a granted claim repeats, is
+        skipped. Raises the refusal either way, and tells the outlook what came of it."""
+        outlook, key = rt.outlook, (profile.slug, self._only_node())
+        try:
+            if outlook.expect_granted(key):
+                with outlook.racing(key):
+                    claim = await aio.write(
+                        rt.ledger, self._reserve, rt, profile, ctx, ent, who, need
+                    )
+            else:
+                if (refused := self._refused_now(rt, profile, ctx, ent, who, need)) is not None:
+                    raise refused
+                claim = await aio.write(rt.ledger, self._reserve, rt, profile, ctx, ent, who, need)
+        except SpawnRefused as e:
+            if e.reason == "no-free-slice":
+                outlook.refused(key)
+            raise
+        outlook.granted(key, claim.spare)
+        return claim
+
     def _refused_now(
         self,
         rt: LabRuntime,
