@@ -188,9 +188,7 @@ async def test_starts_claim_at_once_while_the_last_claim_saw_seats_to_spare(lab,
     assert e.value.reason == "no-free-slice" and "(0 of 5 free)" in e.value.message
     assert reads == ["s0", "s5"] and writes == []  # decided on the read, as before
     await refusals_written()
-    assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {
-        "no-free-slice": 1
-    }
+    assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"no-free-slice": 1}
 
 
 async def test_two_starts_racing_for_the_last_spare_seat_the_second_reads_first(lab, monkeypatch):
@@ -211,6 +209,37 @@ async def test_two_starts_racing_for_the_last_spare_seat_the_second_reads_first(
     assert len(refused) == 1 and refused[0].reason == "no-free-slice"
     assert len(make.ledger.open_allocations()) == 5  # every seat held once, none twice
     assert make.ledger.double_allocations() == []
+
+
+async def test_a_claim_the_writer_decided_counts_as_decided_before_its_start_resumes(
+    lab, monkeypatch
+):
+    # under a storm the hub's loop resumes a start long after the writer decided its claim;
+    # counted as racing until then, decided claims sent every later start to the read
+    make = lab()
+    first = make("s0", ["students"])
+    first.user_options = {"profile": "seat"}
+    await first.start()  # saw three of the T4's five seats to spare
+    reads = count_refusal_reads(monkeypatch)
+    write = reserve.aio.write
+
+    async def resumed_late(*args, **kwargs):
+        out = await write(*args, **kwargs)
+        await asyncio.sleep(0.5)  # the loop, busy with the storm, comes back to this start late
+        return out
+
+    monkeypatch.setattr(reserve.aio, "write", resumed_late)
+    starts = []
+    for i, user in enumerate(("tia", "tom", "ted", "tex"), start=2):
+        sp = make(user, ["students"])
+        sp.user_options = {"profile": "seat"}
+        starts.append(asyncio.ensure_future(sp.start()))
+        while len(make.ledger.open_allocations()) < i:  # until the writer decided this claim
+            await asyncio.sleep(0.01)
+    await asyncio.gather(*starts)
+    # each claimed at once, tex the last seat: the seats the last decided claim saw were spare
+    assert reads == []
+    assert len(make.ledger.open_allocations()) == 5 and make.ledger.double_allocations() == []
 
 
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):

@@ -11,50 +11,54 @@ lab with slices to spare it was the largest part of gpulab's own work on the hub
 :class:`ClaimOutlook` remembers, per profile (and the node a start is bound to), how many other
 free slices the last granted claim saw beside the one it took (:attr:`Claim.spare
 <jupyterhub_gpulab.ledger.Claim.spare>`, read from the claim's own candidate rows, so it costs
-nothing). While that is more than the starts of the profile already on their way to the writer,
-the next start claims at once; when it is not (the last free slices are being taken, a claim of
+nothing). While that is more than the claims of the profile the writer has not decided yet, the
+next start claims at once; when it is not (the last free slices are being taken, a claim of
 the profile was refused for want of a slice, or nothing is known yet), the refusal is decided on
 a read as before. The outlook only picks the path: the claim's write transaction stays the one
 thing that hands out a slice, and a claim it sends to the writer that the ledger refuses is
 refused and recorded there, as every claim was before refusals were decided on a read.
 
-One outlook per lab runtime (per hub process), used on the hub's event loop only.
+The outlook is told on the ledger's writing thread, as each claim is decided: under a storm the
+hub's loop resumes a start long after its claim was written, and counted until then, claims long
+decided kept the next starts reading. One outlook per lab runtime (per hub process).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable
 
 
 class ClaimOutlook:
-    """The free slices each profile's last granted claim saw, and the claims racing for them."""
+    """The free slices each profile's last granted claim saw, and the claims racing for them.
+    Thread-safe: asked on the hub's loop, told on the ledger's writing thread."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._spare: dict[Hashable, int] = {}
         self._racing: Counter = Counter()
 
-    def expect_granted(self, key: Hashable) -> bool:
-        """Whether a claim for ``key`` (a profile, and the node a start is bound to) would find
-        a free slice: the last granted claim saw more spare than the claims now on their way."""
-        return self._spare.get(key, 0) > self._racing[key]
+    def take(self, key: Hashable) -> bool:
+        """Whether a claim for ``key`` (a profile, and the node a start is bound to) may skip
+        the refusal read: the last granted claim saw more spare than the claims for ``key``
+        still undecided. ``True`` counts this claim among those until :meth:`settle`."""
+        with self._lock:
+            if self._spare.get(key, 0) <= self._racing[key]:
+                return False
+            self._racing[key] += 1
+            return True
 
-    @contextmanager
-    def racing(self, key: Hashable) -> Iterator[None]:
-        """Count a claim for ``key`` sent to the writer without the read, until it is back."""
-        self._racing[key] += 1
-        try:
-            yield
-        finally:
-            self._racing[key] -= 1
-            if self._racing[key] <= 0:
-                del self._racing[key]
-
-    def granted(self, key: Hashable, spare: int) -> None:
-        """A claim for ``key`` was granted and saw ``spare`` other free slices."""
-        self._spare[key] = spare
-
-    def refused(self, key: Hashable) -> None:
-        """A claim for ``key`` was refused for want of a free slice: read before the next."""
-        self._spare.pop(key, None)
+    def settle(self, key: Hashable, took: bool, spare: int | None, *, no_slice: bool = False):
+        """A claim for ``key`` was decided: granted, seeing ``spare`` other free slices, or
+        refused (``spare`` ``None``; ``no_slice``: for want of a free slice, so the next start
+        reads first). ``took``: the claim had skipped the read (:meth:`take`)."""
+        with self._lock:
+            if took:
+                self._racing[key] -= 1
+                if self._racing[key] <= 0:
+                    del self._racing[key]
+            if spare is not None:
+                self._spare[key] = spare
+            elif no_slice:
+                self._spare.pop(key, None)
