@@ -30,6 +30,7 @@ from jupyterhub_gpulab.inventory import SliceKind, SliceRequest
 from jupyterhub_gpulab.lab.config import GPULab
 from jupyterhub_gpulab.ledger.readrefusal import PendingRefusals
 from jupyterhub_gpulab.ledger.schema import allocations
+from jupyterhub_gpulab.spawner import reserve
 from jupyterhub_gpulab.spawner.backendbase import EngineBackend
 from jupyterhub_gpulab.spawner.reserve import refusals_written
 from jupyterhub_gpulab.spawner.runtime import forget_runtimes, get_runtime
@@ -176,6 +177,101 @@ async def test_refusals_whose_write_failed_are_written_by_a_later_try(lab, monke
     assert tries == [1, 1]
     since = clock.utcnow() - timedelta(minutes=1)
     assert make.ledger.refusals_since(since) == {"no-free-slice": 1}
+
+
+def count_refusal_reads(monkeypatch) -> list[str]:
+    """The users whose start decided its claim on the refusal read, in order."""
+    reads: list[str] = []
+    real = reserve.refused_without_write
+
+    def counted(*args, **kwargs):
+        reads.append(kwargs["user"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reserve, "refused_without_write", counted)
+    return reads
+
+
+async def test_starts_claim_at_once_while_the_last_claim_saw_seats_to_spare(lab, monkeypatch):
+    # benchmarks/scale.py: the refusal read ran every rule of the claim on the hub's one loop for
+    # each of 1,000 granted starts, and the claim ran them again. While the profile's last claim
+    # saw free seats beside its own, a start claims at once; once the last seat is taken, the
+    # next start is refused on a read again, without a write (spawner/claimoutlook.py)
+    make = lab()
+    reads = count_refusal_reads(monkeypatch)
+    for i in range(5):  # the T4's five seats
+        sp = make(f"s{i}", ["students"])
+        sp.user_options = {"profile": "seat"}
+        await sp.start()
+        assert sp.allocation_id is not None
+    assert reads == ["s0"]  # nothing was known of the seats before the first claim
+    late = make("s5", ["students"])
+    late.user_options = {"profile": "seat"}
+    writes = []
+
+    @sa.event.listens_for(make.ledger.engine, "begin")
+    def _begin(conn):
+        if not conn.get_execution_options().get("gpulab_read"):
+            writes.append(conn)
+
+    with pytest.raises(SpawnRefused) as e:
+        await late.start()
+    sa.event.remove(make.ledger.engine, "begin", _begin)
+    assert e.value.reason == "no-free-slice" and "(0 of 5 free)" in e.value.message
+    assert reads == ["s0", "s5"] and writes == []  # decided on the read, as before
+    await refusals_written()
+    assert make.ledger.refusals_since(clock.utcnow() - timedelta(minutes=1)) == {"no-free-slice": 1}
+
+
+async def test_two_starts_racing_for_the_last_spare_seat_the_second_reads_first(lab, monkeypatch):
+    # the last claim saw one seat to spare: the first start takes the way without the read, and
+    # a start beside it, still on its way to the writer, does not count on that seat
+    make = lab()
+    for i in range(4):
+        sp = make(f"s{i}", ["students"])
+        sp.user_options = {"profile": "seat"}
+        await sp.start()
+    reads = count_refusal_reads(monkeypatch)
+    pair = [make(u, ["students"]) for u in ("tia", "tom")]
+    for sp in pair:
+        sp.user_options = {"profile": "seat"}
+    got = await asyncio.gather(*(sp.start() for sp in pair), return_exceptions=True)
+    assert reads == ["tom"]
+    refused = [g for g in got if isinstance(g, SpawnRefused)]
+    assert len(refused) == 1 and refused[0].reason == "no-free-slice"
+    assert len(make.ledger.open_allocations()) == 5  # every seat held once, none twice
+    assert make.ledger.double_allocations() == []
+
+
+async def test_a_claim_the_writer_decided_counts_as_decided_before_its_start_resumes(
+    lab, monkeypatch
+):
+    # under a storm the hub's loop resumes a start long after the writer decided its claim;
+    # counted as racing until then, decided claims sent every later start to the read
+    make = lab()
+    first = make("s0", ["students"])
+    first.user_options = {"profile": "seat"}
+    await first.start()  # saw three of the T4's five seats to spare
+    reads = count_refusal_reads(monkeypatch)
+    write = reserve.aio.write
+
+    async def resumed_late(*args, **kwargs):
+        out = await write(*args, **kwargs)
+        await asyncio.sleep(0.5)  # the loop, busy with the storm, comes back to this start late
+        return out
+
+    monkeypatch.setattr(reserve.aio, "write", resumed_late)
+    starts = []
+    for i, user in enumerate(("tia", "tom", "ted", "tex"), start=2):
+        sp = make(user, ["students"])
+        sp.user_options = {"profile": "seat"}
+        starts.append(asyncio.ensure_future(sp.start()))
+        while len(make.ledger.open_allocations()) < i:  # until the writer decided this claim
+            await asyncio.sleep(0.01)
+    await asyncio.gather(*starts)
+    # each claimed at once, tex the last seat: the seats the last decided claim saw were spare
+    assert reads == []
+    assert len(make.ledger.open_allocations()) == 5 and make.ledger.double_allocations() == []
 
 
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):

@@ -58,6 +58,8 @@ class HubClient:
         self.http = AsyncHTTPClient()
         self.active: dict[tuple[str, str], HubServer] | None = None
         self.active_at: datetime | None = None
+        #: the listing of active users under way (:meth:`active_users`), with when it was asked
+        self._listing: asyncio.Task | None = None
         #: the one stop-then-close sequence and its background tasks (:mod:`.stopper`)
         self.stopper = ServerStopper(self)
 
@@ -87,7 +89,25 @@ class HubClient:
     async def active_users(self) -> list[dict]:
         """The hub's models of every user with a running or pending server (``name``,
         ``admin``, ``groups``, ``servers`` with ``ready``, ``pending``, ``started``,
-        ``last_activity``, ``url``, ``user_options``), read page by page."""
+        ``last_activity``, ``url``, ``user_options``), read page by page.
+
+        Callers asking while a listing is under way share it: the culler's pass and the
+        periodic refresh fell on the same second every minute, each a request per 200 users on
+        the hub's one event loop (0.1-0.2 s a page at 1,000 users during a storm of starts,
+        ``benchmarks/scale.py``). Nothing is kept once it is answered."""
+        return (await self._shared_listing())[1]
+
+    async def _shared_listing(self) -> tuple[datetime, list[dict]]:
+        loop = asyncio.get_running_loop()
+        listing = self._listing
+        if listing is None or listing.done() or listing.get_loop() is not loop:
+            listing = self._listing = loop.create_task(self._list_active())
+        # shielded: a caller cancelled while waiting leaves the others' listing running
+        asked_at, users = await asyncio.shield(listing)
+        return asked_at, list(users)
+
+    async def _list_active(self) -> tuple[datetime, list[dict]]:
+        asked_at = clock.utcnow()
         users: list[dict] = []
         offset = 0
         for _ in range(MAX_PAGES):
@@ -100,7 +120,7 @@ class HubClient:
             if not nxt or not items:
                 break
             offset = nxt.get("offset", offset + len(items))
-        return users
+        return asked_at, users
 
     def remember_active(self, users: list[dict], asked_at: datetime) -> dict:
         """Keep ``users``' running or pending servers (an answer of :meth:`active_users` asked
@@ -112,8 +132,8 @@ class HubClient:
     async def refresh_active(self) -> dict[tuple[str, str], HubServer]:
         """Every running or pending server, keyed by ``(user, server_name)``; kept in
         ``self.active`` with the time of the answer in ``self.active_at``."""
-        asked_at = clock.utcnow()
-        return self.remember_active(await self.active_users(), asked_at)
+        asked_at, users = await self._shared_listing()
+        return self.remember_active(users, asked_at)
 
     async def token_scopes(self) -> frozenset[str]:
         """The scopes of this client's own token (``GET /hub/api/user``)."""

@@ -264,7 +264,7 @@ class Ledger(
             rows = list(conn.execute(q))
             if not rows:
                 break
-            for row in rows:
+            for i, row in enumerate(rows):
                 tried.add(row.id)
                 found = slice_from_row(row)
                 if guard is not None and not guard.allows(found):
@@ -279,7 +279,7 @@ class Ledger(
                 if got is not None:
                     if entry is not None:
                         self._mark_offered(conn, entry, got.id, hold_until, got.started_at)
-                    return Claim(got, found)
+                    return Claim(got, found, spare=len(rows) - 1 - i)
         raise self._no_free_slice(conn, request, guard.notes() if guard is not None else [])
 
     def _try_hold(

@@ -119,10 +119,15 @@ class CullWarning:
 
 @dataclass(frozen=True)
 class Claim:
-    """What :meth:`Ledger.claim` hands back: the open allocation and the slice it holds."""
+    """What :meth:`Ledger.claim` hands back: the open allocation and the slice it holds, and
+    ``spare``: how many other free slices of the request the claim saw beside it (a lower bound:
+    its candidate rows after the one it took, at most ``CANDIDATES - 1``; 0 when it took a
+    held offer). The spawner reads it to skip the refusal read while slices are plenty
+    (:mod:`jupyterhub_gpulab.spawner.claimoutlook`)."""
 
     allocation: Allocation
     slice: Slice
+    spare: int = 0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ a slice must never start a server with nothing attached, nor a start fail after 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from jupyterhub.spawner import Spawner
 from traitlets import Bool, HasTraits, Integer, TraitError, Unicode
@@ -240,9 +241,11 @@ class SliceSpawnerCore(
 
     # -- progress -------------------------------------------------------------------------------
 
-    def _emit(self, progress: int, message: str) -> None:
+    def _emit(self, progress: int, message: str, *, info: bool = False) -> None:
+        """A progress event, logged at DEBUG, or INFO for a start's one line of its own (the
+        slice reserved, or none): each line is a write on the hub's one loop."""
         self._events.append({"progress": progress, "message": message})
-        self.log.info("%s: %s", self._log_name, message)
+        self.log.log(logging.INFO if info else logging.DEBUG, "%s: %s", self._log_name, message)
 
     async def progress(self):
         """Real steps of this start: profile, slice reserved, container created, started."""
@@ -285,17 +288,14 @@ class SliceSpawnerCore(
             if self.choice_notice:
                 self._events.append({"progress": 10, "message": self.choice_notice})
             if profile.wants_gpu:
-                # refused on the loop without a write, else one trip to the ledger's writer
                 need = self._current_need = await self.image_requirements(profile)
-                who = self._asker()
-                if (refused := self._refused_now(rt, profile, ctx, ent, who, need)) is not None:
-                    raise refused
-                claim = await aio.write(rt.ledger, self._reserve, rt, profile, ctx, ent, who, need)
+                claim = await self._claim_slice(rt, profile, ctx, ent, self._asker(), need)
                 self.allocation_id = claim.allocation.id
                 self.slice_id = claim.slice.id
-                self._emit(30, f"Reserved {claim.slice.explain(self.mps, need.seat_cap)}")
+                where = claim.slice.explain(self.mps, need.seat_cap)
+                self._emit(30, f"Reserved {where}", info=True)
             else:
-                self._emit(30, "No GPU for this profile (CPU only)")
+                self._emit(30, "No GPU for this profile (CPU only)", info=True)
             result = await self._launch(rt, profile, claim)
             outcome = "success"
             return result

@@ -5,7 +5,9 @@ A claim the ledger's rules refuse is decided on the event loop, on a read of a S
 (:meth:`ReservationMixin._refused_now`, :mod:`jupyterhub_gpulab.ledger.readrefusal`), its record
 written later with the others'. Otherwise ``_reserve`` runs in one thread trip
 (:func:`~jupyterhub_gpulab.ledger.aio.write`) with what it needs read on the event loop first
-(:class:`_Asker`), so it never touches JupyterHub's database session.
+(:class:`_Asker`), so it never touches JupyterHub's database session. While the profile's last
+claim saw free slices to spare, a start skips the read and claims at once (:meth:`_claim_slice`,
+:mod:`.claimoutlook`): a granted claim would only repeat it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
 from ..ledger.readrefusal import refused_without_write
+from .claimoutlook import ClaimOutlook
 from .runtime import LabRuntime
 
 #: Seconds before a failed write of refused spawns' records is tried again (then doubling, at
@@ -141,6 +144,43 @@ class ReservationMixin:
             groups=who.groups,
             refusal=lambda e: claim_refusal(e, profile, need, rt.lab.inventory.slices, only),
         )
+
+    async def _claim_slice(
+        self,
+        rt: LabRuntime,
+        profile: Profile,
+        ctx: PolicyContext,
+        ent: Entitlement,
+        who: _Asker,
+        need: ImageRequirements | None = None,
+    ) -> Claim:
+        """This start's claim (:meth:`_reserve`, one trip to the ledger's writer), after the
+        refusal read (:meth:`_refused_now`) unless the lab's :class:`~.claimoutlook.ClaimOutlook`
+        expects a free slice for the profile: then the read, which a granted claim repeats, is
+        skipped. Raises the refusal either way; the outlook hears what came of the claim."""
+        outlook, key = rt.outlook, (profile.slug, self._only_node())
+        took = outlook.take(key)
+        if not took:
+            refused = self._refused_now(rt, profile, ctx, ent, who, need)
+            if refused is not None:
+                outlook.settle(key, False, None, no_slice=refused.reason == "no-free-slice")
+                raise refused
+        args = (rt, profile, ctx, ent, who, need)
+        return await aio.write(rt.ledger, self._reserve_told, outlook, key, took, *args)
+
+    def _reserve_told(self, outlook: ClaimOutlook, key, took: bool, *args) -> Claim:
+        """:meth:`_reserve`, telling ``outlook`` what came of it as soon as it is decided (on
+        the writing thread: the loop may resume this start much later)."""
+        spare, no_slice = None, False
+        try:
+            claim = self._reserve(*args)
+            spare = claim.spare
+            return claim
+        except SpawnRefused as e:
+            no_slice = e.reason == "no-free-slice"
+            raise
+        finally:
+            outlook.settle(key, took, spare, no_slice=no_slice)
 
     def _refused_now(
         self,

@@ -18,6 +18,7 @@ from ..inventory import gpu_instance_ids
 from ..lab.config import GPULab, Lab
 from ..ledger import ForeignContainer, close_shared_ledgers, shared_ledger
 from ..ledger.jobmap import JobMap
+from .claimoutlook import ClaimOutlook
 from .engine import EngineSurvey
 from .reconcile import Reconciler
 
@@ -55,6 +56,8 @@ class LabRuntime:
         self.engine = EngineSurvey()
         self._foreign: dict[str, tuple[str, ...]] | None = None
         self.reconciler: Reconciler | None = None
+        #: whether a start's claim needs the refusal read first (:mod:`.claimoutlook`)
+        self.outlook = ClaimOutlook()
         self.sync_report = report
 
     def _sync_own_inventory(self):
