@@ -45,7 +45,9 @@ What 1,000 at once meets in JupyterHub itself, on both hubs (measured here, 2 co
 
 Figures: ``storm_wall_s_ours``/``_plain`` (mean per side), ``storm_ratio`` (ours / plain), named
 ``storm_1000_ratio`` too when ``--users`` is 1,000 (the target: at most 1.10), and the peak
-resident memory (``VmHWM``, MiB) of each hub process and of the gpulab service.
+resident memory (``VmHWM``, MiB) of each hub process and of the gpulab service. Each round
+also says where the CPU went until every server was ready (``cpu_s``: the hub process, the
+service on ours, and the whole machine: the proxy, the stand-in and this client are the rest).
 
 Usage: ``python benchmarks/scale.py [--users 1000] [--rounds 2]`` (about 6 minutes on the 2-core
 machine; needs the proxy, scripts/ensure-proxy.sh, and no Docker engine). ``--small`` (the test
@@ -273,19 +275,39 @@ async def spawn(api: Client, user: str, options: dict, answers: Counter) -> None
             raise RuntimeError(f"spawn of {user}: {status} {body}")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every process of the machine has used (``/proc/stat``, all but idle)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 async def storm(hub: Hub, side: str, users: list[str], timeout: float) -> dict:
-    """One round on ``hub``: the storm's wall time and answers, the ledger while every server
-    runs and after the stops (ours)."""
+    """One round on ``hub``: the storm's wall time and answers, the CPU seconds the hub, the
+    service (ours) and the whole machine used until every server was ready, the ledger while
+    every server runs and after the stops (ours)."""
+    pids = {"hub": hub.proc.pid}
+    if side == "ours":
+        pids["service"] = service_pid(hub)
     limits = {"connector": aiohttp.TCPConnector(limit=0), "timeout": aiohttp.ClientTimeout(timeout)}
     async with aiohttp.ClientSession(**limits) as session:
         api = Client(hub, session)
         answers: Counter = Counter()
+        cpu0 = {k: cpu_s(p) for k, p in pids.items()}
+        busy0 = machine_busy_s()
         t0 = time.perf_counter()
         await asyncio.gather(
             *(spawn(api, u, options_for(side, i), answers) for i, u in enumerate(users))
         )
         await api.wait_count("ready", len(users), timeout, hub)
         out = {"wall_s": time.perf_counter() - t0, "answers": dict(answers)}
+        out["cpu_s"] = {k: round(cpu_s(p) - cpu0[k], 1) for k, p in pids.items()}
+        out["cpu_s"]["machine"] = round(machine_busy_s() - busy0, 1)
         ledger = ledger_for(hub) if side == "ours" else None
         if ledger is not None:
             out["open_at_peak"] = len(ledger.open_allocations())
