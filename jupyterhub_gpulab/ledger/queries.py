@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 
@@ -120,10 +120,12 @@ class LedgerQueries:
         user: str | None = None,
         *,
         ended_since: datetime | None = None,
+        users: Collection[str] | None = None,
     ) -> list[Allocation]:
         """Allocations that overlap ``[start, end)`` (for usage accounting), oldest first; only
-        ``user``'s when given; with ``ended_since``, only those still open or ended at or after
-        it (what changed since an earlier read: :class:`~..fairuse.period.PeriodReader`)."""
+        ``user``'s when given, or ``users``' (a page of the usage API's); with ``ended_since``,
+        only those still open or ended at or after it (what changed since an earlier read:
+        :class:`~..fairuse.period.PeriodReader`)."""
         since = start if ended_since is None else max(start, ended_since)
         q = sa.select(allocations).where(
             allocations.c.started_at < end,
@@ -131,6 +133,8 @@ class LedgerQueries:
         )
         if user is not None:
             q = q.where(allocations.c.user == user)
+        if users is not None:
+            q = q.where(allocations.c.user.in_(sorted(set(users))))
         with self._read() as conn:
             return [Allocation.from_row(r) for r in conn.execute(q.order_by(allocations.c.id))]
 

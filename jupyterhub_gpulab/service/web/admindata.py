@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ... import clock
-from ...fairuse.accounting import Usage
+from ...fairuse.accounting import Usage, usage
 from ...ledger import aio
 from ...ledger.census import usage_sums
 from ...ledger.listing import devices_page, open_allocations_by_id, open_uncharged, slice_totals
@@ -91,6 +91,39 @@ async def admin_page_data(state: LabState, devices: Page) -> dict:
         ),
         "refusals_24h": views.refusal_view(r["refusals"]),
     }
+
+
+async def usage_summary(state: LabState) -> dict:
+    """``GET api/usage``'s lab figures as the admin page reads them: ``totals`` (the lab's
+    slices counted by the database), ``groups`` and ``refusals_24h`` (what :func:`.data.
+    admin_data` gives, without reading every device and open allocation)."""
+
+    def read():
+        ledger, now = state.ledger, clock.utcnow()
+        return (slice_totals(ledger), ledger.open_by_group(), open_uncharged(ledger),
+                ledger.refusals_since(now - timedelta(hours=24)))  # fmt: skip
+
+    totals, by_group, uncharged, refusals = await aio.call(read)
+    return {
+        "totals": totals,
+        "groups": views.group_view(state.lab.policies, by_group, uncharged=uncharged),
+        "refusals_24h": views.refusal_view(refusals),
+    }
+
+
+async def users_usage_rows(
+    state: LabState, start: datetime, end: datetime, users: list[str]
+) -> list[dict]:
+    """The CSV's rows (:func:`~.usageview.usage_view`'s ``rows``) of ``users`` only in
+    ``[start, end)``: the allocations of a page of users, not everyone's."""
+    if not users:
+        return []
+
+    def read():
+        found = state.ledger.allocations_between(start, end, users=users)
+        return usage(found, start, end, clock.utcnow())
+
+    return usageview.usage_view(await aio.call(read), state.lab.tz)["rows"]
 
 
 def period_sums(state: LabState, start: datetime, end: datetime) -> Usage:

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from ..._version import __version__
 from ...fairuse.accounting import to_csv
-from ...ledger import listing
+from ...ledger import aio, listing
 from .. import actions
 from . import inputs, paging
+from .admindata import period_sums, usage_summary, users_usage_rows
 from .base import APIHandler, refuse
 from .data import admin_data, allocations_page, usage_data, user_data
 from .keepapi import keep_handlers
@@ -37,7 +38,7 @@ from .nodeapi import node_handlers
 from .openapi import openapi
 from .presenceapi import presence_handlers
 from .queueapi import queue_handlers
-from .usageview import USER_SORTS, user_hours_page
+from .usageview import USER_SORTS, usage_view, user_hours_page
 
 
 class RootAPI(APIHandler):
@@ -113,15 +114,16 @@ class UsageAPI(APIHandler):
         paginated = paging.accepts_pagination(self.request.headers.get("Accept"))
         page = self.page(USER_SORTS, ("user",), paginated=paginated,
                          default_sort="-gpu_hours", others=("start", "end"))  # fmt: skip
-        data = await admin_data(self.state, self.hub, parts=("inventory", "usage"))
-        u, gpu_hours = await usage_data(self.state, start, end)
-        by_user, gpu_hours["rows"], total = user_hours_page(u, gpu_hours, page)
-        body = {
-            "totals": data["inventory"]["totals"],
-            "groups": data["groups"],
-            "refusals_24h": data["refusals_24h"],
-            "gpu_hours": gpu_hours,
-        }
+        # the database's sums for every user, the CSV's rows for the page's users only: at
+        # 5,000 users reading every allocation and the whole inventory took 0.6 s an answer
+        body = await usage_summary(self.state)
+        sums = await aio.call(period_sums, self.state, start, end)
+        gpu_hours = usage_view(sums, self.state.lab.tz)
+        by_user, _, total = user_hours_page(sums, gpu_hours, page)
+        gpu_hours["rows"] = await users_usage_rows(
+            self.state, start, end, [u["user"] for u in by_user]
+        )
+        body["gpu_hours"] = gpu_hours
         url = self.request.full_url()
         if paginated:  # JupyterHub's model: the page's users are the items
             del gpu_hours["by_user"]
