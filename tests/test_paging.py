@@ -171,6 +171,19 @@ def test_the_device_window_cuts_across_nodes_and_keeps_cpu_only_nodes():
     assert p["next"] == "?start=2026-11-30&devices_offset=100"
 
 
+def test_a_page_past_the_end_says_so_and_leads_back_to_the_last_page():
+    # a stale link or a typed offset: the table says no row is there (not "1-7 of 7") and its
+    # previous link is the last page, not offset - limit (still past the end)
+    p = pager(Page(offset=99_999, limit=50), 7, {"start": "2026-11-30"})
+    assert (p["first"], p["last"], p["range"]) == (0, 0, "none at 100000 of 7")
+    assert p["prev"] == "?start=2026-11-30&sort=id&limit=50&offset=0" and p["next"] is None
+    p = pager(Page(offset=120, limit=50), 120)
+    assert p["range"] == "none at 121 of 120" and "offset=100" in p["prev"]
+    assert pager(Page(offset=50, limit=50), 120)["range"] == "51–100 of 120"
+    assert pager(Page(offset=0, limit=50), 0)["range"] == "none"
+    assert pager(Page(offset=0, limit=50), 0)["prev"] is None
+
+
 def test_usage_pages_its_users_most_first_ties_by_name_and_each_user_once():
     """``GET api/usage``'s GPU-hours per user a page at a time: most first by default, equal
     hours by name (so a walk never shows a user twice or skips one), the CSV rows of the page's

@@ -72,6 +72,9 @@ API_CASES = [
     pytest.param("GET", "usage?end=0001-01-03", None, 400, id="usage-end-year-1"),
     pytest.param("GET", "usage?start=9999-12-31", None, 400, id="usage-year-9999"),
     pytest.param("GET", "usage.csv?start=9999-12-25", None, 400, id="csv-year-9999"),
+    # the download takes the period only: a filter it would ignore answers everyone's rows
+    pytest.param("GET", "usage.csv?user=pg.b", None, 400, id="csv-filter-ignored"),
+    pytest.param("GET", "usage.csv?usr=x", None, 400, id="csv-misspelt"),
     pytest.param("GET", "usage?start=" + "2" * 5000, None, 400, id="usage-malformed-long"),
     pytest.param(
         "POST", f"devices/{TARGET_GPU}/drain", {"reason": "r" * 20_000}, 400, id="reason-20kB"

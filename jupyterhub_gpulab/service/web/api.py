@@ -138,6 +138,7 @@ class UsageCSV(APIHandler):
 
     async def get(self):
         self.require(read=True)
+        self.only_arguments("start", "end", what="this download")
         start, end = self.period()
         u, view = await usage_data(self.state, start, end)
         name = f"gpulab-usage-{view['period']['start_date']}-{view['period']['end_date']}.csv"

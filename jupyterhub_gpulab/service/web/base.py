@@ -247,15 +247,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         a misspelt filter (``?usr=ada``) would otherwise answer every row as if it matched."""
         names = ("offset", "limit", "sort", *filters)
         if others is not None:
-            # ?token=: HubAuth's, where JUPYTERHUB_ALLOW_TOKEN_IN_URL lets it take one
-            known = (*names, *others, "token")
-            unknown = sorted(set(self.request.query_arguments) - set(known))
-            if unknown:
-                raise refuse(
-                    400,
-                    f"Unknown query argument {shown(unknown[0], 40)}; this list takes "
-                    f"{', '.join(known[:-1])}.",
-                )
+            self.only_arguments(*names, *others, what="this list")
         # the values as sent: tornado's get_query_argument turns control characters into
         # spaces and strips them, so "?user=%00" would read as no filter at all (every row)
         args = {n: self._raw_query_argument(n) for n in names}
@@ -265,6 +257,18 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                               choices=choices)  # fmt: skip
         except PageError as e:
             raise refuse(400, str(e)) from None
+
+    def only_arguments(self, *known: str, what: str = "this address") -> None:
+        """A 400 naming the first query argument not in ``known`` (HubAuth's ``token`` is
+        always let through, where JUPYTERHUB_ALLOW_TOKEN_IN_URL lets it take one): a misspelt
+        filter would otherwise answer every row as if it matched."""
+        unknown = sorted(set(self.request.query_arguments) - {*known, "token"})
+        if unknown:
+            raise refuse(
+                400,
+                f"Unknown query argument {shown(unknown[0], 40)}; {what} takes "
+                f"{', '.join(known) if known else 'none'}.",
+            )
 
     def _raw_query_argument(self, name: str) -> str | None:
         """Query argument ``name``'s last value, decoded and stripped of whitespace only."""

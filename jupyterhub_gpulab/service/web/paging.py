@@ -142,12 +142,14 @@ def pager(
     page: Page, total: int, extra: Mapping[str, str] | None = None, offset_name: str = "offset"
 ) -> dict:
     """What a page's table shows above its rows: ``first``/``last`` (1-based, ``0`` when
-    empty), ``total``, the query strings of the previous and next pages (``None`` at either
+    empty or past the end), ``total``, ``range`` (``"1–50 of 7000"``, ``"none at 100 of 7"``
+    past the end, ``"none"``), the query strings of the previous and next pages (``None`` at either
     end), and the current ``sort`` (``-field`` for descending) and ``filters`` for the filter
     form, with ``extra`` (the other arguments of the page's URL) as its hidden fields, so
     filtering one table keeps the period and the other tables' places. The links keep
     ``extra`` and, for the ``offset`` pager, the filters, sort and limit; ``offset_name`` names
-    the argument moved (a second table on the same page has its own)."""
+    the argument moved (a second table on the same page has its own). Past the end, the
+    previous page is the last one."""
     sort = ("-" if page.descending else "") + page.sort
     keep = dict(extra or {})
     if offset_name == "offset":
@@ -157,11 +159,24 @@ def pager(
         return "?" + urlencode({**keep, offset_name: str(offset)})
 
     following = page.offset + page.limit
+    first = page.offset + 1 if total > page.offset else 0
+    last = min(total, following) if first else 0
+    if first:
+        shown_range = f"{first}–{last} of {total}"
+    elif total:  # an offset past the end (a stale link, a typed URL): back to the last page
+        shown_range = f"none at {page.offset + 1} of {total}"
+    else:
+        shown_range = "none"
+    if page.offset >= total > 0:
+        prev = link((total - 1) // page.limit * page.limit)
+    else:
+        prev = link(max(0, page.offset - page.limit)) if page.offset > 0 else None
     return {
-        "first": page.offset + 1 if total > page.offset else 0,
-        "last": min(total, following),
+        "first": first,
+        "last": last,
         "total": total,
-        "prev": link(max(0, page.offset - page.limit)) if page.offset > 0 else None,
+        "range": shown_range,
+        "prev": prev,
         "next": link(following) if following < total else None,
         "sort": sort,
         "filters": dict(page.filters),
