@@ -117,6 +117,27 @@ def test_a_changed_mig_layout_is_flagged_and_its_slice_never_offered(hub, servic
     ledger.close()
 
 
+def test_an_action_on_the_admin_page_brings_the_admin_back_to_where_they_were(hub, service, admin):
+    # a new user's trial: after "Stop server" on page 3 of a filtered table the admin landed on
+    # the bare page 1; the forms hand the page's query back, and only a query comes back
+    where = "kind=shared&offset=50&users_offset=50&start=2026-11-30"
+    page = parse_html(admin.get(hub.url + PREFIX + "?" + where, timeout=30).text)
+    backs = {i.attrs["value"] for i in page.find_all("input", name="back")}
+    assert backs == {where}
+    for back, lands in (
+        (where, "?" + where),
+        ("kind=shared&evil=%0d%0aSet-Cookie:%20x", "?kind=shared"),  # no header injected
+        ("//evil.example/x", "?%2F%2Fevil.example%2Fx="),  # a query of ours, not another host
+        ("a=" + "b" * 3000, ""),
+    ):
+        r = admin.post(
+            hub.url + PREFIX + "actions/refresh",
+            data={"_xsrf": service_xsrf(admin), "back": back},
+            timeout=30,
+        )
+        assert r.status_code == 200 and r.url == hub.url + PREFIX + lands, (back, r.url)
+
+
 @pytest.mark.parametrize(
     "keep_secret", [pytest.param(True, id="secret-kept"), pytest.param(False, id="secret-lost")]
 )

@@ -10,6 +10,7 @@ import json
 import logging
 from datetime import timedelta
 from types import SimpleNamespace
+from urllib.parse import parse_qsl, urlencode
 
 from markupsafe import Markup
 from tornado import web
@@ -227,6 +228,9 @@ class AdminPage(PageHandler):
             "hours": self.state.history_s / 3600,
         }
         data["charts"]["unplotted"] = len(shown) - len(data["charts"]["devices"])
+        # the page's place (filters, the tables' offsets, the period), handed back by its forms'
+        # actions (back_query) so that an admin who stops a server stays where they were
+        data["back"] = self.request.query
         self.render_page("gpulab_admin.html", data=data, flash=self.pop_flash())
 
     def offset_arg(self, name: str) -> int:
@@ -255,6 +259,21 @@ class UserPage(PageHandler):
         )
         charts = plotview.user_charts(self.state, data, self.state.history_s)
         self.render_page("gpulab_user.html", data=data, charts=charts, flash=self.pop_flash())
+
+
+#: The longest query string an action hands back to the admin page (its filters, its three
+#: tables' places and the period fit in a tenth of it)
+MAX_BACK = 2000
+
+
+def back_query(back: str) -> str:
+    """``"?…"``: the admin page's query string an action's form came from (its ``back`` field),
+    decoded and encoded again so that only query arguments go into the redirect (never a path,
+    a host or a line break); ``""`` when there is none or it is longer than :data:`MAX_BACK`."""
+    if not back or len(back) > MAX_BACK:
+        return ""
+    pairs = [(k, v) for k, v in parse_qsl(back, keep_blank_values=True) if v.isprintable()]
+    return "?" + urlencode(pairs) if pairs else ""
 
 
 class ActionPage(PageHandler):
@@ -295,7 +314,7 @@ class ActionPage(PageHandler):
             self.flash("danger", e.message)
         else:
             self.flash("success", msg)
-        self.redirect(self.prefix)
+        self.redirect(self.prefix + back_query(self.get_body_argument("back", "")))
 
     async def _server_of(self, allocation: str) -> tuple[str, str]:
         """The server holding ``allocation`` (the admin page's Stop buttons name allocations);
