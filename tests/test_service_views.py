@@ -145,6 +145,20 @@ def test_group_usage_against_caps_marks_full_groups():
     assert by_group[None]["held"] == 1  # charged to no group cap
 
 
+def test_the_default_policy_shows_its_limits_not_no_policy():
+    # a new user's trial: "(default) (no policy) … no limit" while default_policy held users in
+    # no group to one slice and to two profiles
+    default = GroupPolicy("(default)", max_slices_per_user=1, profiles=("tensorflow-seat", "cpu"))
+    rows = views.group_view({}, {"(default)": 1}, uncharged=0, default=default)
+    [row] = rows
+    assert row["group"] == "(default)" and row["configured"] and row["held"] == 1
+    assert row["max_slices_per_user"] == 1 and row["profiles"] == ["tensorflow-seat", "cpu"]
+    # with nothing held under it yet, it is listed too: the admin sees the rule before it binds
+    assert [r["group"] for r in views.group_view({}, {}, uncharged=0, default=default)] == [
+        "(default)"
+    ]
+
+
 @pytest.mark.parametrize(
     "limits, expected",
     [

@@ -87,7 +87,10 @@ async def admin_page_data(state: LabState, devices: Page) -> dict:
             r["gone"], r["gone_slices"], set(), state.node, {}, None, None, r["now"]
         ),
         "groups": views.group_view(
-            state.lab.policies, r["open_by_group"], uncharged=r["uncharged"]
+            state.lab.policies,
+            r["open_by_group"],
+            uncharged=r["uncharged"],
+            default=state.lab.default_policy,
         ),
         "refusals_24h": views.refusal_view(r["refusals"]),
     }
@@ -106,7 +109,9 @@ async def usage_summary(state: LabState) -> dict:
     totals, by_group, uncharged, refusals = await aio.call(read)
     return {
         "totals": totals,
-        "groups": views.group_view(state.lab.policies, by_group, uncharged=uncharged),
+        "groups": views.group_view(
+            state.lab.policies, by_group, uncharged=uncharged, default=state.lab.default_policy
+        ),
         "refusals_24h": views.refusal_view(refusals),
     }
 

@@ -84,7 +84,12 @@ async def admin_data(
             gone, by_id, present, state.node, {}, None, None, snap.taken_at
         )
     if "usage" in parts:
-        out["groups"] = views.group_view(state.lab.policies, snap.open_by_group, snap.allocations)
+        out["groups"] = views.group_view(
+            state.lab.policies,
+            snap.open_by_group,
+            snap.allocations,
+            default=state.lab.default_policy,
+        )
         out["refusals_24h"] = views.refusal_view(snap.refusals)
     return out
 

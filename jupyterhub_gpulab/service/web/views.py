@@ -263,10 +263,15 @@ def group_view(
     open_by_group: Mapping[str, int],
     allocations: Iterable[Allocation] = (),
     uncharged: int | None = None,
+    default: GroupPolicy | None = None,
 ) -> list[dict]:
     """Per group: slices charged to it against its cap and its per-user limit; groups without a
-    policy (removed from the config) have no limits. ``uncharged``: else counted in allocations."""
+    policy (removed from the config) have no limits. ``uncharged``: else counted in allocations.
+    ``default``: ``c.GPULab.default_policy`` (its group ``(default)``: users in no policy's
+    group), shown with its limits as the others are."""
     uncharged = sum(a.charge_group is None for a in allocations) if uncharged is None else uncharged
+    if default is not None:
+        policies = {**policies, default.group: default}
     rows = []
     for g in sorted(set(policies) | set(open_by_group)):
         p = policies.get(g)
