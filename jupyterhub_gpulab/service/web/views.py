@@ -272,36 +272,24 @@ def group_view(
     uncharged = sum(a.charge_group is None for a in allocations) if uncharged is None else uncharged
     if default is not None:
         policies = {**policies, default.group: default}
-    rows = []
-    for g in sorted(set(policies) | set(open_by_group)):
-        p = policies.get(g)
-        held = open_by_group.get(g, 0)
+
+    def row(group: str | None, p: GroupPolicy | None, held: int) -> dict:
         cap = p.max_slices if p else None
-        rows.append(
-            {
-                "group": g,
-                "held": held,
-                "max_slices": cap,
-                "max_slices_per_user": p.max_slices_per_user if p else None,
-                "priority": p.priority if p else 0,
-                "profiles": list(p.profiles) if p and p.profiles is not None else None,
-                "full": cap is not None and held >= cap,
-                "configured": p is not None,
-            }
-        )
+        return {
+            "group": group,
+            "held": held,
+            "max_slices": cap,
+            "max_slices_per_user": p.max_slices_per_user if p else None,
+            "priority": p.priority if p else 0,
+            "profiles": list(p.profiles) if p and p.profiles is not None else None,
+            "full": cap is not None and held >= cap,
+            "configured": p is not None,
+        }
+
+    rows = [row(g, policies.get(g), open_by_group.get(g, 0))
+            for g in sorted(set(policies) | set(open_by_group))]  # fmt: skip
     if uncharged:
-        rows.append(
-            {
-                "group": None,
-                "held": uncharged,
-                "max_slices": None,
-                "max_slices_per_user": None,
-                "priority": 0,
-                "profiles": None,
-                "full": False,
-                "configured": False,
-            }
-        )
+        rows.append(row(None, None, uncharged))
     return rows
 
 
