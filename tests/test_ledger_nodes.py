@@ -42,6 +42,16 @@ def test_every_synced_node_has_a_row_in_service(ledger):
     assert ledger.capacity(GPU) == (2, 2)
 
 
+def test_free_count_counts_one_nodes_free_slices_when_asked(ledger):
+    # the spawner's claim outlook counts the free slices a start may take: a Swarm course
+    # server's on its course's node only (spawner/claimoutlook.py)
+    held = ledger.claim(GPU, user="ann", profile="p", node=None)
+    other = ({"gpu1", "gpu2"} - {held.slice.node}).pop()
+    assert ledger.free_count(GPU) == 1
+    assert ledger.free_count(GPU, node=held.slice.node) == 0
+    assert ledger.free_count(GPU, node=other) == 1
+
+
 def test_a_drained_node_hands_out_nothing_and_holders_keep_theirs(ledger):
     held = ledger.claim(GPU, user="ann", profile="p", node=None)
     node = held.slice.node

@@ -274,6 +274,44 @@ async def test_a_claim_the_writer_decided_counts_as_decided_before_its_start_res
     assert len(make.ledger.open_allocations()) == 5 and make.ledger.double_allocations() == []
 
 
+async def test_a_storm_with_claims_undecided_by_the_dozen_reads_once(lab, monkeypatch):
+    # benchmarks/scale.py: the loop sends claims far faster than the writing thread decides them,
+    # so hundreds are undecided at once; bounded by the three a claim sees to spare, nearly every
+    # start of a storm of 1,000 read first. The first read counts the free seats: as many
+    # starts as there are seats beyond the claims on their way claim at once, and the start
+    # past the last seat reads again (spawner/claimoutlook.py)
+    t4 = [
+        {"uuid": f"GPU-t4-{i}", "index": i, "name": "Tesla T4", "memory": "16GiB",
+         "shared": {"seats": 12, "memory_per_seat": "1GiB", "compute_share": 0.08}}
+        for i in range(3)
+    ]  # fmt: skip
+    make = lab(inventory=t4)
+    reads = count_refusal_reads(monkeypatch)
+    write = reserve.aio.write
+
+    async def slow_writer(*args, **kwargs):
+        # every start of the storm reaches its claim before one is decided
+        await asyncio.sleep(0.05)
+        return await write(*args, **kwargs)
+
+    monkeypatch.setattr(reserve.aio, "write", slow_writer)
+
+    async def storm(users):
+        made = [make(u, ["students"]) for u in users]
+        for sp in made:
+            sp.user_options = {"profile": "seat"}
+        return await asyncio.gather(*(sp.start() for sp in made), return_exceptions=True)
+
+    got = await storm([f"s{i}" for i in range(30)])
+    assert not [g for g in got if isinstance(g, BaseException)]
+    assert reads == ["s0"]  # 36 seats seen free: the other 29 claimed at once
+    got = await storm([f"t{i}" for i in range(8)])  # 6 seats left for 8 starts
+    assert reads == ["s0", "t6", "t7"]  # past the seats seen free, a start reads again
+    refused = [g for g in got if isinstance(g, SpawnRefused)]
+    assert len(refused) == 2 and {e.reason for e in refused} == {"no-free-slice"}
+    assert len(make.ledger.open_allocations()) == 36 and make.ledger.double_allocations() == []
+
+
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):
     # the refusal built inside the claim's transaction tells the image gate's reason, not "no
     # free slice", and the refusal log holds exactly what the user saw

@@ -168,8 +168,19 @@ class LedgerQueries:
         base = self._matching(request)
         with self._on(conn) as conn:
             total = conn.execute(base.where(slices.c.available == sa.true())).scalar_one()
-            free = conn.execute(base.where(*self._free_clauses())).scalar_one()
+            free = self.free_count(request, conn)
         return free, total
+
+    def free_count(self, request: SliceRequest, conn=None, *, node: str | None = None) -> int:
+        """Slices matching ``request`` free now (in service, held by no open allocation), on
+        ``node`` only when given. One ``count(*)`` over ``ix_slices_free``; ``conn`` as in
+        :meth:`capacity`. The spawner's claim outlook reads it (:mod:`jupyterhub_gpulab.spawner.
+        claimoutlook`)."""
+        q = self._matching(request).where(*self._free_clauses())
+        if node is not None:
+            q = q.where(slices.c.node == node)
+        with self._on(conn) as conn:
+            return conn.execute(q).scalar_one()
 
     def out_of_service(self, request: SliceRequest, conn=None) -> int:
         """Slices matching ``request`` that exist but are drained (an admin took their device

@@ -1,4 +1,5 @@
-"""Whether a start's claim needs the refusal read first: the free slices the last claim saw.
+"""Whether a start's claim needs the refusal read first: the free slices last seen, less the
+claims on their way.
 
 A start whose claim the ledger would refuse is refused on a read, on the hub's event loop, without
 the trip to the ledger's writing thread (:meth:`~.reserve.ReservationMixin._refused_now`,
@@ -6,21 +7,29 @@ the trip to the ledger's writing thread (:meth:`~.reserve.ReservationMixin._refu
 runs every rule of the claim (about a millisecond at 1,000 open allocations), on the one loop
 that serves the whole hub, and the claim then runs them again. In a storm of 1,000 starts over a
 lab with slices to spare it was the largest part of gpulab's own work on the hub's loop
-(``benchmarks/scale.py`` under py-spy: 0.9 ms of the 2 ms a start added there).
+(``benchmarks/scale.py`` under py-spy: 1.1 ms of the 2.2 ms ``start()`` took there).
 
-:class:`ClaimOutlook` remembers, per profile (and the node a start is bound to), how many other
-free slices the last granted claim saw beside the one it took (:attr:`Claim.spare
-<jupyterhub_gpulab.ledger.Claim.spare>`, read from the claim's own candidate rows, so it costs
-nothing). While that is more than the claims of the profile the writer has not decided yet, the
-next start claims at once; when it is not (the last free slices are being taken, a claim of
-the profile was refused for want of a slice, or nothing is known yet), the refusal is decided on
-a read as before. The outlook only picks the path: the claim's write transaction stays the one
-thing that hands out a slice, and a claim it sends to the writer that the ledger refuses is
-refused and recorded there, as every claim was before refusals were decided on a read.
+:class:`ClaimOutlook` keeps, per profile (and the node a start is bound to), how many slices
+were free when last seen, and how many claims are on their way to the ledger's writer, undecided.
+A read that refused nothing counts the free slices (:meth:`~jupyterhub_gpulab.ledger.Ledger.
+free_count`, one ``count(*)``); every claim granted since takes one of them (or says how many it
+saw to spare, :attr:`Claim.spare <jupyterhub_gpulab.ledger.Claim.spare>`, whichever is more).
+While more are free than claims undecided, the next start claims at once; when not (the last
+free slices are being taken, a claim was refused for want of a slice, or nothing is known yet),
+the refusal is decided on a read as before, and that read counts again.
 
-The outlook is told on the ledger's writing thread, as each claim is decided: under a storm the
-hub's loop resumes a start long after its claim was written, and counted until then, claims long
-decided kept the next starts reading. One outlook per lab runtime (per hub process).
+The figures are this process's view: a claim made elsewhere (the service, another hub) makes
+them too high until the next claim or read. That costs nothing but time: the outlook only picks
+the path, the claim's write transaction stays the one thing that hands out a slice, and a claim
+it sends to the writer that the ledger refuses is refused and recorded there, as every claim was
+before refusals were decided on a read.
+
+Under a storm the loop sends claims faster than the writing thread, which waits for the loop's
+hold on the interpreter at every step, decides them: hundreds are undecided at once. A bound
+read from a claim's own few candidate rows (at most three to spare) could never cover them, so
+every start read; the count does (its last figure: ``docs/source/developing.md``). The outlook
+is told on the writing thread, as each claim is decided. One outlook per lab runtime (per hub
+process).
 """
 
 from __future__ import annotations
@@ -31,34 +40,49 @@ from collections.abc import Hashable
 
 
 class ClaimOutlook:
-    """The free slices each profile's last granted claim saw, and the claims racing for them.
+    """Per key: the free slices last seen, and the claims sent to the writer not yet decided.
     Thread-safe: asked on the hub's loop, told on the ledger's writing thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._spare: dict[Hashable, int] = {}
-        self._racing: Counter = Counter()
+        self._free: dict[Hashable, int] = {}
+        self._undecided: Counter = Counter()
 
     def take(self, key: Hashable) -> bool:
         """Whether a claim for ``key`` (a profile, and the node a start is bound to) may skip
-        the refusal read: the last granted claim saw more spare than the claims for ``key``
-        still undecided. ``True`` counts this claim among those until :meth:`settle`."""
+        the refusal read: more slices were last seen free than claims for ``key`` are undecided.
+        ``True`` counts this claim among those until :meth:`settle`."""
         with self._lock:
-            if self._spare.get(key, 0) <= self._racing[key]:
+            if self._free.get(key, 0) <= self._undecided[key]:
                 return False
-            self._racing[key] += 1
+            self._undecided[key] += 1
             return True
 
-    def settle(self, key: Hashable, took: bool, spare: int | None, *, no_slice: bool = False):
-        """A claim for ``key`` was decided: granted, seeing ``spare`` other free slices, or
-        refused (``spare`` ``None``; ``no_slice``: for want of a free slice, so the next start
-        reads first). ``took``: the claim had skipped the read (:meth:`take`)."""
+    def sent(self, key: Hashable, free: int | None) -> None:
+        """A claim for ``key`` goes to the writer after the refusal read, which saw ``free``
+        slices free (``None``: not counted). Counted among the undecided until :meth:`settle`."""
         with self._lock:
-            if took:
-                self._racing[key] -= 1
-                if self._racing[key] <= 0:
-                    del self._racing[key]
-            if spare is not None:
-                self._spare[key] = spare
-            elif no_slice:
-                self._spare.pop(key, None)
+            if free is not None:
+                self._free[key] = free
+            self._undecided[key] += 1
+
+    def settle(self, key: Hashable, spare: int | None, *, no_slice: bool = False) -> None:
+        """A claim for ``key`` that :meth:`take` or :meth:`sent` counted was decided: granted,
+        seeing ``spare`` other free slices, or refused (``spare`` ``None``)."""
+        with self._lock:
+            self._undecided[key] -= 1
+            if self._undecided[key] <= 0:
+                del self._undecided[key]
+            self._decided(key, spare, no_slice)
+
+    def refused(self, key: Hashable, *, no_slice: bool) -> None:
+        """A claim for ``key`` was refused on the read, never sent (``no_slice``: for want of a
+        free slice, so the next start reads first)."""
+        with self._lock:
+            self._decided(key, None, no_slice)
+
+    def _decided(self, key: Hashable, spare: int | None, no_slice: bool) -> None:
+        if spare is not None:  # one of those seen free is taken; the claim saw ``spare`` more
+            self._free[key] = max(self._free.get(key, 0) - 1, spare)
+        elif no_slice:
+            self._free.pop(key, None)

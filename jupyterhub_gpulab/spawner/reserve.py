@@ -5,9 +5,10 @@ A claim the ledger's rules refuse is decided on the event loop, on a read of a S
 (:meth:`ReservationMixin._refused_now`, :mod:`jupyterhub_gpulab.ledger.readrefusal`), its record
 written later with the others'. Otherwise ``_reserve`` runs in one thread trip
 (:func:`~jupyterhub_gpulab.ledger.aio.write`) with what it needs read on the event loop first
-(:class:`_Asker`), so it never touches JupyterHub's database session. While the profile's last
-claim saw free slices to spare, a start skips the read and claims at once (:meth:`_claim_slice`,
-:mod:`.claimoutlook`): a granted claim would only repeat it.
+(:class:`_Asker`), so it never touches JupyterHub's database session. While more of the
+profile's slices were last seen free than claims are on their way, a start skips the read and
+claims at once (:meth:`_claim_slice`, :mod:`.claimoutlook`): a granted claim would only repeat
+it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ class _Asker(NamedTuple):
     log_name: str
     groups: frozenset[str]
     is_admin: bool
+
+
+def _request(profile: Profile, need: ImageRequirements | None):
+    """The slices a start of ``profile`` may claim: its request, narrowed to GPUs that can run
+    its image (``need``: its labels' requirements)."""
+    return need.restrict(profile.slice) if need is not None else profile.slice
 
 
 class ReservationMixin:
@@ -133,7 +140,7 @@ class ReservationMixin:
         ledger's (:func:`claim_refusal`)."""
         only = self._only_node()
         return dict(
-            request=need.restrict(profile.slice) if need is not None else profile.slice,
+            request=_request(profile, need),
             user=who.user,
             profile=profile.slug,
             server_name=who.server_name,
@@ -156,19 +163,20 @@ class ReservationMixin:
     ) -> Claim:
         """This start's claim (:meth:`_reserve`, one trip to the ledger's writer), after the
         refusal read (:meth:`_refused_now`) unless the lab's :class:`~.claimoutlook.ClaimOutlook`
-        expects a free slice for the profile: then the read, which a granted claim repeats, is
-        skipped. Raises the refusal either way; the outlook hears what came of the claim."""
+        saw more slices free than claims on their way: then the read, which a granted claim
+        repeats, is skipped. A read that refuses nothing counts the free slices for the outlook.
+        Raises the refusal either way; the outlook hears what came of the claim."""
         outlook, key = rt.outlook, (profile.slug, self._only_node())
-        took = outlook.take(key)
-        if not took:
+        if not outlook.take(key):
             refused = self._refused_now(rt, profile, ctx, ent, who, need)
             if refused is not None:
-                outlook.settle(key, False, None, no_slice=refused.reason == "no-free-slice")
+                outlook.refused(key, no_slice=refused.reason == "no-free-slice")
                 raise refused
+            outlook.sent(key, self._free_now(rt, profile, need))
         args = (rt, profile, ctx, ent, who, need)
-        return await aio.write(rt.ledger, self._reserve_told, outlook, key, took, *args)
+        return await aio.write(rt.ledger, self._reserve_told, outlook, key, *args)
 
-    def _reserve_told(self, outlook: ClaimOutlook, key, took: bool, *args) -> Claim:
+    def _reserve_told(self, outlook: ClaimOutlook, key, *args) -> Claim:
         """:meth:`_reserve`, telling ``outlook`` what came of it as soon as it is decided (on
         the writing thread: the loop may resume this start much later)."""
         spare, no_slice = None, False
@@ -180,7 +188,17 @@ class ReservationMixin:
             no_slice = e.reason == "no-free-slice"
             raise
         finally:
-            outlook.settle(key, took, spare, no_slice=no_slice)
+            outlook.settle(key, spare, no_slice=no_slice)
+
+    def _free_now(
+        self, rt: LabRuntime, profile: Profile, need: ImageRequirements | None
+    ) -> int | None:
+        """The slices free now for this start's request (blocking: a SQLite ledger's read on
+        the loop, as the refusal read before it); ``None`` on PostgreSQL, where no refusal is
+        read and the outlook has nothing to save."""
+        if rt.ledger.dialect != "sqlite":
+            return None
+        return rt.ledger.free_count(_request(profile, need), node=self._only_node())
 
     def _refused_now(
         self,
