@@ -52,6 +52,17 @@ def test_free_count_counts_one_nodes_free_slices_when_asked(ledger):
     assert ledger.free_count(GPU, node=other) == 1
 
 
+def test_set_containers_records_each_allocation_s_own_container(ledger):
+    # a storm's starts record their containers in one transaction (spawner core, aio)
+    ann = ledger.claim(GPU, user="ann", profile="p", node=None)
+    bob = ledger.claim(GPU, user="bob", profile="p", node=None)
+    ledger.set_containers(
+        [(ann.allocation.id, "c-ann", "jupyter-ann"), (bob.allocation.id, "c-bob", None)]
+    )
+    got = {a.user: (a.container_id, a.container_name) for a in ledger.open_allocations()}
+    assert got == {"ann": ("c-ann", "jupyter-ann"), "bob": ("c-bob", None)}
+
+
 def test_a_drained_node_hands_out_nothing_and_holders_keep_theirs(ledger):
     held = ledger.claim(GPU, user="ann", profile="p", node=None)
     node = held.slice.node

@@ -11,6 +11,7 @@ floor gpulab is measured against.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -356,6 +357,50 @@ async def test_a_postgresql_ledger_s_writes_are_not_queued_behind_each_other():
     got = await asyncio.gather(*(aio.write(ledger, write, i) for i in range(4)))
     assert got == [0, 1, 2, 3]
     assert max(most) > 1
+
+
+class SqliteLedger:
+    """What :mod:`~jupyterhub_gpulab.ledger.aio` reads of a ledger: a SQLite one has one writer."""
+
+    dialect = "sqlite"
+
+
+async def test_container_records_asked_while_the_writer_is_busy_are_written_in_one_go():
+    """Each start records its container on the ledger's one writing thread; under a storm
+    hundreds ask while the writer is busy with the claims, and one transaction writes them all
+    (aio.write_batched); one asked after the writer took the batch goes in the next."""
+    ledger, gate, calls = SqliteLedger(), threading.Event(), []
+
+    def record(rows):
+        calls.append(list(rows))
+
+    busy = asyncio.ensure_future(aio.write(ledger, gate.wait))  # the writer, deciding claims
+    asked = [asyncio.ensure_future(aio.write_batched(ledger, record, i)) for i in range(5)]
+    await asyncio.sleep(0.05)
+    asked[2].cancel()  # a start given up on: its container is recorded all the same
+    gate.set()
+    await busy
+    got = await asyncio.gather(*asked, return_exceptions=True)
+    assert [type(g).__name__ for g in got] == ["NoneType"] * 2 + ["CancelledError"] + [
+        "NoneType"
+    ] * 2
+    await aio.write_batched(ledger, record, 9)
+    assert calls == [[0, 1, 2, 3, 4], [9]]
+
+
+async def test_a_failed_batch_of_container_records_fails_every_start_in_it():
+    ledger, gate = SqliteLedger(), threading.Event()
+
+    def record(rows):
+        raise OSError(f"disk full writing {len(rows)} rows")
+
+    busy = asyncio.ensure_future(aio.write(ledger, gate.wait))
+    asked = [asyncio.ensure_future(aio.write_batched(ledger, record, i)) for i in range(3)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await busy
+    got = await asyncio.gather(*asked, return_exceptions=True)
+    assert [str(g) for g in got] == ["disk full writing 3 rows"] * 3
 
 
 async def test_a_named_server_created_with_options_starts_with_them(hubwork):

@@ -65,3 +65,38 @@ async def write(ledger, fn: Callable[..., T], /, *args, **kwargs) -> T:
         return await call(fn, *args, **kwargs)
     run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(writer, run)
+
+
+#: ``{(loop, ledger id, fn): (items, task)}``: the batches of :func:`write_batched` not yet taken
+#: by a writing thread (items join until then)
+_batches: dict = {}
+_batches_lock = threading.Lock()
+
+
+async def write_batched(ledger, fn: Callable[[list], T], item) -> T:
+    """:func:`write` for ``fn([item, …])`` with every ``item`` asked of ``fn`` on this loop
+    before the writing thread took the batch: one transaction for a storm's starts instead of
+    one each. Returns ``fn``'s result, raises what it raised (to every caller of the batch); a
+    cancelled caller's item is still written.
+
+    ``await write_batched(rt.ledger, rt.ledger.set_containers, (aid, cid, name))`` -> ``None``.
+    """
+    loop = asyncio.get_running_loop()
+    key = (loop, id(ledger), fn)
+    with _batches_lock:
+        batch = _batches.get(key)
+        if batch is None:
+            items: list = []
+            task = loop.create_task(write(ledger, _take_batch, key, items, fn))
+            batch = _batches[key] = (items, task)
+        batch[0].append(item)
+    return await asyncio.shield(batch[1])
+
+
+def _take_batch(key, items: list, fn: Callable[[list], T]) -> T:
+    """On the writing thread: close the batch to later items, then write it."""
+    with _batches_lock:
+        if _batches.get(key, (None,))[0] is items:
+            del _batches[key]
+        taken = list(items)
+    return fn(taken)

@@ -367,11 +367,20 @@ class Ledger(
         self, allocation_id: int, container_id: str | None, container_name: str | None = None
     ) -> None:
         """Record the container holding an open allocation (the spawner calls this after create)."""
+        self.set_containers([(allocation_id, container_id, container_name)])
+
+    def set_containers(self, rows: Sequence[tuple[int, str | None, str | None]]) -> None:
+        """:meth:`set_container` for each ``(allocation id, container id, container name)`` of
+        ``rows``, in one transaction: the starts of a storm that reach it before the ledger's
+        writing thread does (:func:`~.aio.write_batched`)."""
+        if not rows:
+            return
         with self._write() as conn:
             conn.execute(
                 allocations.update()
-                .where(allocations.c.id == allocation_id)
-                .values(container_id=container_id, container_name=container_name)
+                .where(allocations.c.id == sa.bindparam("aid"))
+                .values(container_id=sa.bindparam("cid"), container_name=sa.bindparam("cname")),
+                [{"aid": a, "cid": c, "cname": n} for a, c, n in rows],
             )
 
 

@@ -328,8 +328,8 @@ class SliceSpawnerCore(
             if claim is not None:
                 if self._stopped_during_start:
                     raise RuntimeError("the server was stopped while it was starting")
-                ledger, aid = rt.ledger, claim.allocation.id
-                await aio.write(ledger, ledger.set_container, aid, self.object_id, self.object_name)
+                record = (claim.allocation.id, self.object_id, self.object_name)
+                await aio.write_batched(rt.ledger, rt.ledger.set_containers, record)
             kind = getattr(self, "object_type", "container").title()
             self._emit(90, f"{kind} started; waiting for the server to answer")
             return result
