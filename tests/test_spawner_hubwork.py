@@ -403,6 +403,22 @@ async def test_a_failed_batch_of_container_records_fails_every_start_in_it():
     assert [str(g) for g in got] == ["disk full writing 3 rows"] * 3
 
 
+async def test_a_batch_of_container_records_that_never_ran_takes_no_later_record():
+    """A batch's task cancelled before the writer took it (the loop stopping) closes the batch:
+    a later record goes in a batch of its own and is written."""
+    ledger, gate, calls = SqliteLedger(), threading.Event(), []
+    busy = asyncio.ensure_future(aio.write(ledger, gate.wait))
+    asked = asyncio.ensure_future(aio.write_batched(ledger, calls.append, 1))
+    await asyncio.sleep(0.05)
+    [(_, task)] = [v for k, v in aio._batches.items() if k[1] == id(ledger)]
+    task.cancel()
+    await asyncio.gather(asked, return_exceptions=True)
+    gate.set()
+    await busy
+    await asyncio.wait_for(aio.write_batched(ledger, calls.append, 2), 5)
+    assert calls == [[2]]
+
+
 async def test_a_named_server_created_with_options_starts_with_them(hubwork):
     """JupyterHub 6 creates a named server with its options (``PUT …/servers/<name>`` stores
     them on the server's row) and starts it later without any (``POST``): it starts with the

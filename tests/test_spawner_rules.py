@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -310,6 +311,41 @@ async def test_a_storm_with_claims_undecided_by_the_dozen_reads_once(lab, monkey
     refused = [g for g in got if isinstance(g, SpawnRefused)]
     assert len(refused) == 2 and {e.reason for e in refused} == {"no-free-slice"}
     assert len(make.ledger.open_allocations()) == 36 and make.ledger.double_allocations() == []
+
+
+async def test_starts_given_up_while_their_claims_wait_for_the_writer_leave_no_claim_counted(
+    lab, monkeypatch
+):
+    # a start cancelled while its claim is queued for the ledger's writer never has it run, so
+    # nothing decides it: counted among the undecided for good, it sent every later start of
+    # the profile to the read first (found trying to break the outlook, 2026-12-07)
+    make = lab()
+    first = make("s0", ["students"])
+    first.user_options = {"profile": "seat"}
+    await first.start()  # read first: nothing known; counted the five seats
+    ledger = make.ledger
+    gate = threading.Event()
+    busy = asyncio.ensure_future(reserve.aio.write(ledger, gate.wait))  # the writer, busy
+    given_up = []
+    for user in ("g1", "g2", "g3", "g4"):
+        sp = make(user, ["students"])
+        sp.user_options = {"profile": "seat"}
+        given_up.append(asyncio.ensure_future(sp.start()))
+    await asyncio.sleep(0.1)  # each claim queued behind the busy writer
+    for task in given_up:
+        task.cancel()
+    got = await asyncio.gather(*given_up, return_exceptions=True)  # before the writer is free
+    assert all(isinstance(g, asyncio.CancelledError) for g in got)
+    gate.set()
+    await busy
+    assert [a.user for a in ledger.open_allocations()] == ["s0"]  # no claim of theirs ran
+    reads = count_refusal_reads(monkeypatch)
+    for user in ("t1", "t2", "t3"):
+        sp = make(user, ["students"])
+        sp.user_options = {"profile": "seat"}
+        await sp.start()
+    assert reads == []  # four seats seen free, none taken by the starts given up
+    assert len(ledger.open_allocations()) == 4 and ledger.double_allocations() == []
 
 
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):

@@ -88,15 +88,24 @@ async def write_batched(ledger, fn: Callable[[list], T], item) -> T:
         if batch is None:
             items: list = []
             task = loop.create_task(write(ledger, _take_batch, key, items, fn))
+            # a batch whose task ended before the writer took it (cancelled as the loop stops)
+            # must not take later items into a task that is done
+            task.add_done_callback(functools.partial(_close_batch, key, items))
             batch = _batches[key] = (items, task)
         batch[0].append(item)
     return await asyncio.shield(batch[1])
 
 
-def _take_batch(key, items: list, fn: Callable[[list], T]) -> T:
-    """On the writing thread: close the batch to later items, then write it."""
+def _close_batch(key, items: list, _task=None) -> None:
+    """Close the batch of ``items`` to later items (a no-op once it is closed)."""
     with _batches_lock:
         if _batches.get(key, (None,))[0] is items:
             del _batches[key]
+
+
+def _take_batch(key, items: list, fn: Callable[[list], T]) -> T:
+    """On the writing thread: close the batch to later items, then write it."""
+    _close_batch(key, items)
+    with _batches_lock:
         taken = list(items)
     return fn(taken)

@@ -39,6 +39,17 @@ from collections import Counter
 from collections.abc import Hashable
 
 
+class Counted:
+    """One claim counted among its key's undecided (:meth:`ClaimOutlook.take`,
+    :meth:`ClaimOutlook.sent`), uncounted exactly once: by its decision (:meth:`ClaimOutlook.
+    settle`) or, when its start stopped waiting first, by :meth:`ClaimOutlook.abandon`."""
+
+    __slots__ = ("key", "open")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key, self.open = key, True
+
+
 class ClaimOutlook:
     """Per key: the free slices last seen, and the claims sent to the writer not yet decided.
     Thread-safe: asked on the hub's loop, told on the ledger's writing thread."""
@@ -48,38 +59,53 @@ class ClaimOutlook:
         self._free: dict[Hashable, int] = {}
         self._undecided: Counter = Counter()
 
-    def take(self, key: Hashable) -> bool:
+    def take(self, key: Hashable) -> Counted | None:
         """Whether a claim for ``key`` (a profile, and the node a start is bound to) may skip
         the refusal read: more slices were last seen free than claims for ``key`` are undecided.
-        ``True`` counts this claim among those until :meth:`settle`."""
+        A claim that may is counted among those (the :class:`Counted` returned); ``None``: read
+        first."""
         with self._lock:
             if self._free.get(key, 0) <= self._undecided[key]:
-                return False
+                return None
             self._undecided[key] += 1
-            return True
+            return Counted(key)
 
-    def sent(self, key: Hashable, free: int | None) -> None:
+    def sent(self, key: Hashable, free: int | None) -> Counted:
         """A claim for ``key`` goes to the writer after the refusal read, which saw ``free``
-        slices free (``None``: not counted). Counted among the undecided until :meth:`settle`."""
+        slices free (``None``: not counted); it is counted among the undecided."""
         with self._lock:
             if free is not None:
                 self._free[key] = free
             self._undecided[key] += 1
+            return Counted(key)
 
-    def settle(self, key: Hashable, spare: int | None, *, no_slice: bool = False) -> None:
-        """A claim for ``key`` that :meth:`take` or :meth:`sent` counted was decided: granted,
-        seeing ``spare`` other free slices, or refused (``spare`` ``None``)."""
+    def settle(self, counted: Counted, spare: int | None, *, no_slice: bool = False) -> None:
+        """``counted``'s claim was decided: granted, seeing ``spare`` other free slices, or
+        refused (``spare`` ``None``; ``no_slice``: for want of a free slice)."""
         with self._lock:
-            self._undecided[key] -= 1
-            if self._undecided[key] <= 0:
-                del self._undecided[key]
-            self._decided(key, spare, no_slice)
+            self._uncount(counted)
+            self._decided(counted.key, spare, no_slice)
+
+    def abandon(self, counted: Counted) -> None:
+        """``counted``'s start stopped waiting for its claim (cancelled, or the trip to the
+        writer failed): uncount it unless its decision did. A claim the writer never ran would
+        otherwise stay undecided for good, and every later start of its key read first."""
+        with self._lock:
+            self._uncount(counted)
 
     def refused(self, key: Hashable, *, no_slice: bool) -> None:
         """A claim for ``key`` was refused on the read, never sent (``no_slice``: for want of a
         free slice, so the next start reads first)."""
         with self._lock:
             self._decided(key, None, no_slice)
+
+    def _uncount(self, counted: Counted) -> None:
+        if not counted.open:
+            return
+        counted.open = False
+        self._undecided[counted.key] -= 1
+        if self._undecided[counted.key] <= 0:
+            del self._undecided[counted.key]
 
     def _decided(self, key: Hashable, spare: int | None, no_slice: bool) -> None:
         if spare is not None:  # one of those seen free is taken; the claim saw ``spare`` more

@@ -26,7 +26,7 @@ from ..lab.policy import Entitlement, PolicyContext
 from ..lab.profile import Profile
 from ..ledger import Claim, LedgerRefusal, aio
 from ..ledger.readrefusal import refused_without_write
-from .claimoutlook import ClaimOutlook
+from .claimoutlook import ClaimOutlook, Counted
 from .runtime import LabRuntime
 
 #: Seconds before a failed write of refused spawns' records is tried again (then doubling, at
@@ -167,16 +167,20 @@ class ReservationMixin:
         repeats, is skipped. A read that refuses nothing counts the free slices for the outlook.
         Raises the refusal either way; the outlook hears what came of the claim."""
         outlook, key = rt.outlook, (profile.slug, self._only_node())
-        if not outlook.take(key):
+        counted = outlook.take(key)
+        if counted is None:
             refused = self._refused_now(rt, profile, ctx, ent, who, need)
             if refused is not None:
                 outlook.refused(key, no_slice=refused.reason == "no-free-slice")
                 raise refused
-            outlook.sent(key, self._free_now(rt, profile, need))
+            counted = outlook.sent(key, self._free_now(rt, profile, need))
         args = (rt, profile, ctx, ent, who, need)
-        return await aio.write(rt.ledger, self._reserve_told, outlook, key, *args)
+        try:
+            return await aio.write(rt.ledger, self._reserve_told, outlook, counted, *args)
+        finally:  # a no-op once the writer decided the claim; else (cancelled while queued) uncounted
+            outlook.abandon(counted)
 
-    def _reserve_told(self, outlook: ClaimOutlook, key, *args) -> Claim:
+    def _reserve_told(self, outlook: ClaimOutlook, counted: Counted, *args) -> Claim:
         """:meth:`_reserve`, telling ``outlook`` what came of it as soon as it is decided (on
         the writing thread: the loop may resume this start much later)."""
         spare, no_slice = None, False
@@ -188,7 +192,7 @@ class ReservationMixin:
             no_slice = e.reason == "no-free-slice"
             raise
         finally:
-            outlook.settle(key, spare, no_slice=no_slice)
+            outlook.settle(counted, spare, no_slice=no_slice)
 
     def _free_now(
         self, rt: LabRuntime, profile: Profile, need: ImageRequirements | None
