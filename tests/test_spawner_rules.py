@@ -348,6 +348,57 @@ async def test_starts_given_up_while_their_claims_wait_for_the_writer_leave_no_c
     assert len(ledger.open_allocations()) == 4 and ledger.double_allocations() == []
 
 
+async def test_a_claim_granted_while_its_start_gives_up_ends_at_once(lab):
+    # JupyterHub cancels a start that outruns its start_timeout: a claim the writer was running
+    # then was granted to nobody and held its slice until the reconcile found no server
+    make = lab()
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "seat"}
+    real, granted, gate = sp._reserve, threading.Event(), threading.Event()
+
+    def slow(*args):
+        claim = real(*args)
+        granted.set()
+        gate.wait(5)  # the writer holds the decision while the start is cancelled
+        return claim
+
+    sp._reserve = slow
+    start = asyncio.ensure_future(sp.start())
+    while not granted.is_set():
+        await asyncio.sleep(0.01)
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    gate.set()
+    await reserve.aio.write(make.ledger, lambda: None)  # the writer is done with the claim
+    assert make.ledger.open_allocations() == []
+    [a] = make.ledger.allocations_between(clock.utcnow() - timedelta(minutes=1), clock.utcnow())
+    assert (a.user, a.end_reason) == ("ann", "failed")
+
+
+async def test_a_claim_granted_before_its_given_up_start_resumed_ends_too(lab, monkeypatch):
+    # the writer decided the claim, and the start was cancelled before the loop resumed it
+    make = lab()
+    write = reserve.aio.write
+
+    async def resumed_late(*args, **kwargs):
+        out = await write(*args, **kwargs)
+        await asyncio.sleep(0.3)  # the loop, busy with a storm, comes back late
+        return out
+
+    monkeypatch.setattr(reserve.aio, "write", resumed_late)
+    sp = make("ann", ["students"])
+    sp.user_options = {"profile": "seat"}
+    start = asyncio.ensure_future(sp.start())
+    while not make.ledger.open_allocations():
+        await asyncio.sleep(0.01)
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    await refusals_written()  # the release, written in the background
+    assert make.ledger.open_allocations() == []
+
+
 async def test_a_claim_no_gpu_can_serve_is_refused_as_misconfigured_and_recorded_so(lab):
     # the refusal built inside the claim's transaction tells the image gate's reason, not "no
     # free slice", and the refusal log holds exactly what the user saw

@@ -44,10 +44,12 @@ class Counted:
     :meth:`ClaimOutlook.sent`), uncounted exactly once: by its decision (:meth:`ClaimOutlook.
     settle`) or, when its start stopped waiting first, by :meth:`ClaimOutlook.abandon`."""
 
-    __slots__ = ("key", "open")
+    __slots__ = ("key", "open", "claim")
 
     def __init__(self, key: Hashable) -> None:
         self.key, self.open = key, True
+        #: the claim the writer granted while the start still waited (set before it settles)
+        self.claim = None
 
 
 class ClaimOutlook:
@@ -79,19 +81,24 @@ class ClaimOutlook:
             self._undecided[key] += 1
             return Counted(key)
 
-    def settle(self, counted: Counted, spare: int | None, *, no_slice: bool = False) -> None:
+    def settle(self, counted: Counted, spare: int | None, *, no_slice: bool = False) -> bool:
         """``counted``'s claim was decided: granted, seeing ``spare`` other free slices, or
-        refused (``spare`` ``None``; ``no_slice``: for want of a free slice)."""
+        refused (``spare`` ``None``; ``no_slice``: for want of a free slice). ``False`` when its
+        start had stopped waiting (:meth:`abandon`): a granted claim is then nobody's."""
         with self._lock:
-            self._uncount(counted)
+            waiting = self._uncount(counted)
             self._decided(counted.key, spare, no_slice)
+            return waiting
 
-    def abandon(self, counted: Counted) -> None:
+    def abandon(self, counted: Counted) -> bool:
         """``counted``'s start stopped waiting for its claim (cancelled, or the trip to the
-        writer failed): uncount it unless its decision did. A claim the writer never ran would
-        otherwise stay undecided for good, and every later start of its key read first."""
+        writer failed): uncount it unless its decision did. ``True`` when it was undecided
+        (the writer, deciding it later, then ends a claim it grants); ``False`` when the writer
+        had decided it (``counted.claim``, if granted, is then the start's to end). A claim the
+        writer never ran would otherwise stay undecided for good, and every later start of its
+        key read first."""
         with self._lock:
-            self._uncount(counted)
+            return self._uncount(counted)
 
     def refused(self, key: Hashable, *, no_slice: bool) -> None:
         """A claim for ``key`` was refused on the read, never sent (``no_slice``: for want of a
@@ -99,13 +106,14 @@ class ClaimOutlook:
         with self._lock:
             self._decided(key, None, no_slice)
 
-    def _uncount(self, counted: Counted) -> None:
+    def _uncount(self, counted: Counted) -> bool:
         if not counted.open:
-            return
+            return False
         counted.open = False
         self._undecided[counted.key] -= 1
         if self._undecided[counted.key] <= 0:
             del self._undecided[counted.key]
+        return True
 
     def _decided(self, key: Hashable, spare: int | None, no_slice: bool) -> None:
         if spare is not None:  # one of those seen free is taken; the claim saw ``spare`` more

@@ -51,6 +51,18 @@ def _request(profile: Profile, need: ImageRequirements | None):
     return need.restrict(profile.slice) if need is not None else profile.slice
 
 
+#: this process's background writes in flight: refusal flushes, releases of claims granted to
+#: starts that gave up (a task is only weakly held by the loop; :func:`refusals_written`)
+_background: set[asyncio.Task] = set()
+
+
+def _in_background(coro) -> None:
+    """Run ``coro`` on the running loop, held until it ends."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
 class ReservationMixin:
     """Part of :class:`~.core.SliceSpawnerCore`; needs the Spawner's ``user``, ``name``,
     ``log`` and ``_log_name``."""
@@ -177,22 +189,33 @@ class ReservationMixin:
         args = (rt, profile, ctx, ent, who, need)
         try:
             return await aio.write(rt.ledger, self._reserve_told, outlook, counted, *args)
-        finally:  # a no-op once the writer decided the claim; else (cancelled while queued) uncounted
-            outlook.abandon(counted)
+        except BaseException:  # given up (cancelled: the hub's start timeout) or refused
+            if not outlook.abandon(counted) and counted.claim is not None:
+                # granted as this start gave up, before it resumed: it ends here
+                aid = counted.claim.allocation.id
+                _in_background(aio.write(rt.ledger, self._release_unclaimed, rt, aid))
+            raise
 
     def _reserve_told(self, outlook: ClaimOutlook, counted: Counted, *args) -> Claim:
         """:meth:`_reserve`, telling ``outlook`` what came of it as soon as it is decided (on
-        the writing thread: the loop may resume this start much later)."""
-        spare, no_slice = None, False
+        the writing thread: the loop may resume this start much later). A claim granted after
+        its start gave up (:meth:`ClaimOutlook.abandon`) is released at once."""
+        spare, no_slice, claim = None, False, None
         try:
-            claim = self._reserve(*args)
+            claim = counted.claim = self._reserve(*args)
             spare = claim.spare
             return claim
         except SpawnRefused as e:
             no_slice = e.reason == "no-free-slice"
             raise
         finally:
-            outlook.settle(counted, spare, no_slice=no_slice)
+            if not outlook.settle(counted, spare, no_slice=no_slice) and claim is not None:
+                self._release_unclaimed(args[0], claim.allocation.id)
+
+    def _release_unclaimed(self, rt: LabRuntime, aid: int) -> None:
+        """Release allocation ``aid``, granted to a start that had given up (blocks)."""
+        if rt.ledger.release(aid, "failed"):
+            self.log.info("Released allocation %d of %s: its start gave up", aid, self._log_name)
 
     def _free_now(
         self, rt: LabRuntime, profile: Profile, need: ImageRequirements | None
@@ -230,17 +253,11 @@ class ReservationMixin:
         self._flush_refusals(rt)
         return e.refusal
 
-    #: flushes in flight (a task is only weakly held by the loop)
-    _flushing: set[asyncio.Task] = set()
-
     def _flush_refusals(self, rt: LabRuntime) -> None:
         """Write the queued refusals' rows on the ledger's writing thread, unless a flush is
         already on its way (it takes every row queued by then)."""
-        if not rt.ledger.pending_refusals.ask():
-            return
-        task = asyncio.get_running_loop().create_task(self._flush(rt))
-        ReservationMixin._flushing.add(task)
-        task.add_done_callback(ReservationMixin._flushing.discard)
+        if rt.ledger.pending_refusals.ask():
+            _in_background(self._flush(rt))
 
     async def _flush(self, rt: LabRuntime) -> None:
         """One flush, tried again after :data:`REFUSALS_RETRY_S` s (doubling, at most a
@@ -307,8 +324,8 @@ def claim_refusal(
 
 async def refusals_written() -> None:
     """Wait until the refusals decided so far in this process are in the ledger
-    (:meth:`ReservationMixin._flush_refusals`): the refusal log (the admin page, the course
-    report) shows them then."""
+    (:meth:`ReservationMixin._flush_refusals`), and claims granted to starts that had given up
+    are released: the refusal log (the admin page, the course report) shows them then."""
     loop = asyncio.get_running_loop()
-    while mine := [t for t in ReservationMixin._flushing if t.get_loop() is loop]:
+    while mine := [t for t in _background if t.get_loop() is loop]:
         await asyncio.gather(*mine, return_exceptions=True)
