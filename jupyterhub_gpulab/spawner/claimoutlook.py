@@ -28,8 +28,11 @@ Under a storm the loop sends claims faster than the writing thread, which waits 
 hold on the interpreter at every step, decides them: hundreds are undecided at once. A bound
 read from a claim's own few candidate rows (at most three to spare) could never cover them, so
 every start read; the count does (its last figure: ``docs/source/developing.md``). The outlook
-is told on the writing thread, as each claim is decided. One outlook per lab runtime (per hub
-process).
+is told on the writing thread, as each claim is decided. Each counted claim is a
+:class:`Counted` token, uncounted exactly once: by its decision, or by its start giving up first
+(JupyterHub cancels a start past its ``start_timeout``); the token also says who ends a claim
+granted to a start that gave up (:meth:`~.reserve.ReservationMixin._claim_slice`). One outlook
+per lab runtime (per hub process).
 """
 
 from __future__ import annotations
