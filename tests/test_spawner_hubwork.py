@@ -410,7 +410,7 @@ async def test_a_batch_of_container_records_that_never_ran_takes_no_later_record
     busy = asyncio.ensure_future(aio.write(ledger, gate.wait))
     asked = asyncio.ensure_future(aio.write_batched(ledger, calls.append, 1))
     await asyncio.sleep(0.05)
-    [(_, task)] = [v for k, v in aio._batches.items() if k[1] == id(ledger)]
+    [(_, task)] = [v for k, v in aio._batches.items() if k[1] is ledger]
     task.cancel()
     await asyncio.gather(asked, return_exceptions=True)
     gate.set()

@@ -67,8 +67,8 @@ async def write(ledger, fn: Callable[..., T], /, *args, **kwargs) -> T:
     return await asyncio.get_running_loop().run_in_executor(writer, run)
 
 
-#: ``{(loop, ledger id, fn): (items, task)}``: the batches of :func:`write_batched` not yet taken
-#: by a writing thread (items join until then)
+#: ``{(loop, ledger, fn): (items, task)}``: the batches of :func:`write_batched` not yet taken
+#: by a writing thread (items join until then; a batch's end removes it)
 _batches: dict = {}
 _batches_lock = threading.Lock()
 
@@ -82,7 +82,7 @@ async def write_batched(ledger, fn: Callable[[list], T], item) -> T:
     ``await write_batched(rt.ledger, rt.ledger.set_containers, (aid, cid, name))`` -> ``None``.
     """
     loop = asyncio.get_running_loop()
-    key = (loop, id(ledger), fn)
+    key = (loop, ledger, fn)
     with _batches_lock:
         batch = _batches.get(key)
         if batch is None:
@@ -104,8 +104,7 @@ def _close_batch(key, items: list, _task=None) -> None:
 
 
 def _take_batch(key, items: list, fn: Callable[[list], T]) -> T:
-    """On the writing thread: close the batch to later items, then write it."""
+    """On the writing thread: close the batch to later items (none joins it after), then
+    write it."""
     _close_batch(key, items)
-    with _batches_lock:
-        taken = list(items)
-    return fn(taken)
+    return fn(list(items))

@@ -196,13 +196,15 @@ class ReservationMixin:
                 _in_background(aio.write(rt.ledger, self._release_unclaimed, rt, aid))
             raise
 
-    def _reserve_told(self, outlook: ClaimOutlook, counted: Counted, *args) -> Claim:
+    def _reserve_told(
+        self, outlook: ClaimOutlook, counted: Counted, rt: LabRuntime, *args
+    ) -> Claim:
         """:meth:`_reserve`, telling ``outlook`` what came of it as soon as it is decided (on
         the writing thread: the loop may resume this start much later). A claim granted after
         its start gave up (:meth:`ClaimOutlook.abandon`) is released at once."""
         spare, no_slice, claim = None, False, None
         try:
-            claim = counted.claim = self._reserve(*args)
+            claim = counted.claim = self._reserve(rt, *args)
             spare = claim.spare
             return claim
         except SpawnRefused as e:
@@ -210,7 +212,7 @@ class ReservationMixin:
             raise
         finally:
             if not outlook.settle(counted, spare, no_slice=no_slice) and claim is not None:
-                self._release_unclaimed(args[0], claim.allocation.id)
+                self._release_unclaimed(rt, claim.allocation.id)
 
     def _release_unclaimed(self, rt: LabRuntime, aid: int) -> None:
         """Release allocation ``aid``, granted to a start that had given up (blocks)."""
