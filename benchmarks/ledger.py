@@ -22,12 +22,23 @@ The alternative measured in the same run is the obvious design without the ``hel
 keeps it safe. Both sides run on ledgers prepared alike, interleaved round by round (ABBA) with
 the same requests and the same number of rounds, so a load spike on the machine falls on both.
 
-Usage: ``python benchmarks/ledger.py [--rounds N] [--sizes 100,1000,10000] [--postgres URL]``;
+Before those rounds each side also runs ``--alone`` pairs in one block of its own (a diagnostic,
+not the comparison): interleaved, a side's claim runs right after the other side's, so at 10,000
+slices ours runs in CPU caches the naive side's 8-15 ms scan has just filled with its own pages,
+and at 100 slices after a 0.8 ms claim that left them warm. Ours measured in a block shows how much
+of its interleaved growth with the lab is that, not its own work (2026-12-07: p50 0.59 ms at 100
+and at 10,000 in a block, 0.62 and 1.02 ms interleaved; the same statements sent bare through
+``sqlite3``, none of our Python, grew 1.3-1.5x interleaved too).
+
+Usage: ``python benchmarks/ledger.py [--rounds N] [--alone N] [--sizes 100,1000,10000]
+[--postgres URL]``;
 ``--postgres`` also runs every case on that database (two fresh schemas made in it and dropped
 after; ``GPULAB_TEST_POSTGRES_URL`` when given as ``env``). ``--small`` (the test suite's,
 seconds): 40 rounds at 100 and 300 slices, SQLite only. The last line printed is one JSON object:
 ``p99_ms_<n>`` / ``naive_p99_ms_<n>`` (worst of the two fills), ``scaling_*`` (p99 at the largest
-size over the smallest), ``ours_slower_cases`` (cases where ours' p99 exceeded naive's), the
+size over the smallest), ``ours_slower_cases`` (cases where ours' p99 exceeded naive's),
+``alone_p50_ms_<n>`` / ``alone_p99_ms_<n>`` / ``alone_scaling_*`` (ours in its block, the same
+reductions; ``naive_alone_*`` the naive side's), the
 same under ``postgresql`` when run, ``loadavg_1m`` (before, after) and ``double_allocations``.
 """
 
@@ -264,10 +275,21 @@ class Databases:
         self.made = []
 
 
-def measure(n_slices: int, fill_to: float, rounds: int, dbs: Databases) -> dict[str, dict]:
+def timed_pair(ledger: Ledger, i: int, user: str) -> float:
+    """One claim+release of round ``i``'s request (MIG and seats in turn), in milliseconds."""
+    t0 = time.perf_counter()
+    c = ledger.claim(MIG if i % 2 else SEAT, user=user, profile="bench", **LIMITS)
+    ledger.release(c.allocation.id, "stopped")
+    return (time.perf_counter() - t0) * 1000
+
+
+def measure(
+    n_slices: int, fill_to: float, rounds: int, dbs: Databases, alone: int = 0
+) -> dict[str, dict]:
     """``rounds`` claim+release pairs on each side (``ours``, ``naive``), interleaved round by
     round (ABBA, so neither side always goes first) on two ledgers prepared alike, each round
-    asking both sides the same request: the load of the machine falls on both alike."""
+    asking both sides the same request: the load of the machine falls on both alike. Before
+    them, ``alone`` pairs of each side in a block of its own (module docstring)."""
     tag = f"{n_slices}_{int(fill_to * 100)}"
     ledgers = {"ours": dbs.ledger(Ledger, n_slices, fill_to, f"{tag}_ours"),
                "naive": dbs.ledger(NaiveLedger, n_slices, fill_to, f"{tag}_naive")}  # fmt: skip
@@ -275,21 +297,22 @@ def measure(n_slices: int, fill_to: float, rounds: int, dbs: Databases) -> dict[
     firsts: list[str] = []
     live = {side: rules_live(ledger) for side, ledger in ledgers.items()}
     try:
+        by_itself = {
+            side: [timed_pair(ledger, i, f"a{i}") for i in range(alone)]
+            for side, ledger in ledgers.items()
+        }
         for i in range(rounds):
-            req = MIG if i % 2 else SEAT
             order = ("ours", "naive") if i % 4 in (0, 3) else ("naive", "ours")
             firsts.append(order[0])
             for side in order:
-                ledger = ledgers[side]
-                t0 = time.perf_counter()
-                c = ledger.claim(req, user=f"u{i}", profile="bench", **LIMITS)
-                ledger.release(c.allocation.id, "stopped")
-                times[side].append((time.perf_counter() - t0) * 1000)
+                times[side].append(timed_pair(ledgers[side], i, f"u{i}"))
         out = {}
         for side, ledger in ledgers.items():
             out[side] = {
                 "p50_ms": round(statistics.median(times[side]), 3),
                 "p99_ms": round(pct(times[side], 99), 3),
+                "alone_p50_ms": round(statistics.median(by_itself[side]), 3) if alone else None,
+                "alone_p99_ms": round(pct(by_itself[side], 99), 3) if alone else None,
                 "double_allocations": len(ledger.double_allocations()),
                 "rules": live[side],
                 "timed": len(times[side]),
@@ -305,17 +328,23 @@ def measure(n_slices: int, fill_to: float, rounds: int, dbs: Databases) -> dict[
 FILLS = (0.5, 1.0)
 
 
-def run_backend(name: str, sizes: list[int], rounds: int, dbs: Databases) -> dict:
+def run_backend(name: str, sizes: list[int], rounds: int, dbs: Databases, alone: int = 0) -> dict:
     """Every size and fill on one backend: the summary figures (module docstring)."""
     out: dict = {}
     for n in sizes:
         for fill_to in FILLS:
-            r = measure(n, fill_to, rounds, dbs)
+            r = measure(n, fill_to, rounds, dbs, alone)
             out[(n, fill_to)] = r
             for side in ("ours", "naive"):
                 print(
                     f"{name:10s} {side:6s} {n:>6} slices, {'full' if fill_to == 1 else '50%'}: "
-                    f"p50 {r[side]['p50_ms']:.3f} ms  p99 {r[side]['p99_ms']:.3f} ms",
+                    f"p50 {r[side]['p50_ms']:.3f} ms  p99 {r[side]['p99_ms']:.3f} ms"
+                    + (
+                        f"  (alone: p50 {r[side]['alone_p50_ms']:.3f} ms  "
+                        f"p99 {r[side]['alone_p99_ms']:.3f} ms)"
+                        if alone
+                        else ""
+                    ),
                     file=sys.stderr,
                 )
     summary: dict = {}
@@ -325,6 +354,11 @@ def run_backend(name: str, sizes: list[int], rounds: int, dbs: Databases) -> dic
             summary[f"{prefix}p50_ms_{n}"] = max(out[(n, f)][side]["p50_ms"] for f in FILLS)
             summary[f"{prefix}p99_ms_{n}"] = max(out[(n, f)][side]["p99_ms"] for f in FILLS)
             summary[f"{prefix}p99_ms_{n}_full"] = out[(n, 1.0)][side]["p99_ms"]
+            if alone:
+                for q in ("p50", "p99"):
+                    summary[f"{prefix}alone_{q}_ms_{n}"] = max(
+                        out[(n, f)][side][f"alone_{q}_ms"] for f in FILLS
+                    )
         for f in FILLS:
             if out[(n, f)]["ours"]["p99_ms"] > out[(n, f)]["naive"]["p99_ms"]:
                 slower.append(f"{n}-{'full' if f == 1 else '50pct'}")
@@ -334,6 +368,11 @@ def run_backend(name: str, sizes: list[int], rounds: int, dbs: Databases) -> dic
     summary["naive_" + key] = round(
         summary[f"naive_p99_ms_{hi}"] / summary[f"naive_p99_ms_{lo}"], 3
     )
+    if alone:
+        for prefix in ("", "naive_"):
+            summary[f"{prefix}alone_{key}"] = round(
+                summary[f"{prefix}alone_p99_ms_{hi}"] / summary[f"{prefix}alone_p99_ms_{lo}"], 3
+            )
     summary["ours_slower_cases"] = slower
     # what each side timed, and who went first in the first case's rounds (ABBA): a run that does
     # not interleave, or times one side less, shows here
@@ -359,22 +398,33 @@ def main(argv=None) -> int:
         help="also run on this PostgreSQL URL (two schemas made and dropped per case); "
         "'env': $GPULAB_TEST_POSTGRES_URL",
     )
-    ap.add_argument("--small", action="store_true", help="seconds: 40 rounds, 100 and 300 slices")
+    ap.add_argument(
+        "--alone",
+        type=int,
+        default=1000,
+        help="pairs of each side timed in a block of its own before the interleaved rounds "
+        "(a diagnostic: module docstring); 0: none",
+    )
+    ap.add_argument(
+        "--small", action="store_true", help="seconds: 40 rounds (40 alone), 100 and 300 slices"
+    )
     args = ap.parse_args(argv)
     if args.small:
-        args.rounds, args.sizes = 40, "100,300"
+        args.rounds, args.alone, args.sizes = 40, 40, "100,300"
     if args.postgres == "env":
         args.postgres = os.environ.get("GPULAB_TEST_POSTGRES_URL") or None
     sizes = [int(s) for s in args.sizes.split(",")]
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-") as tmp:
-        summary = run_backend("sqlite-wal", sizes, args.rounds, Databases(Path(tmp)))
+        summary = run_backend("sqlite-wal", sizes, args.rounds, Databases(Path(tmp)), args.alone)
     summary["backend"] = "sqlite-wal"
     if args.postgres:
-        pg = run_backend("postgresql", sizes, args.rounds, Databases(Path("."), args.postgres))
+        pg = run_backend(
+            "postgresql", sizes, args.rounds, Databases(Path("."), args.postgres), args.alone
+        )
         summary["postgresql"] = pg
         summary["double_allocations"] += pg["double_allocations"]
-    summary["rounds"] = args.rounds
+    summary["rounds"], summary["alone_rounds"] = args.rounds, args.alone
     summary["loadavg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     print(json.dumps(summary))
     return 0

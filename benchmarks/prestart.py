@@ -56,7 +56,7 @@ from course_support import (  # noqa: E402
     work_of,
 )
 from e2e_support import remove_node_containers  # noqa: E402
-from hubtools import Hub  # noqa: E402
+from hubtools import Hub, remove_work_folder  # noqa: E402
 from service_support import PREFIX, login, user_token, wait_for_service  # noqa: E402
 
 from jupyterhub_gpulab.courses.content import PULL_TIMEOUT_S  # noqa: E402
@@ -306,6 +306,7 @@ def main(argv=None) -> int:
         "double_allocations": doubles,
     }
     print(json.dumps(result))
+    remove_work_folder(tmp)
     return 0
 
 

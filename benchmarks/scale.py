@@ -76,7 +76,7 @@ import requests
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))
 
-from hubtools import Hub, free_port  # noqa: E402
+from hubtools import Hub, free_port, remove_work_folder  # noqa: E402
 from service_support import ledger_for, service_config, service_pid, wait_for_service  # noqa: E402
 
 from jupyterhub_gpulab.service.app import GPULabService  # noqa: E402
@@ -414,6 +414,7 @@ def main(argv=None) -> int:
         "wall_s": round(time.perf_counter() - t_start),
     }
     print(json.dumps(result))
+    remove_work_folder(tmp)
     return 0
 
 

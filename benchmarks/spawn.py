@@ -59,7 +59,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from e2e_support import IMAGE, remove_node_containers  # noqa: E402
-from hubtools import Hub  # noqa: E402
+from hubtools import Hub, remove_work_folder  # noqa: E402
 
 from jupyterhub_gpulab.ledger import Ledger  # noqa: E402
 
@@ -593,6 +593,7 @@ def main(argv=None) -> int:
             h.stop()
             remove_node_containers(h.workdir.name)
     print(json.dumps(result))
+    remove_work_folder(tmp)
     return 0
 
 

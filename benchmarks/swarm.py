@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from agent_fakes import bench_uuid  # noqa: E402
 from e2e_support import IMAGE  # noqa: E402
-from hubtools import Hub  # noqa: E402
+from hubtools import Hub, remove_work_folder  # noqa: E402
 from swarm_support import (  # noqa: E402
     HOST_IP,
     MANAGER,
@@ -219,6 +219,7 @@ def main() -> None:
             }
         )
     )
+    remove_work_folder(tmp)
 
 
 if __name__ == "__main__":

@@ -313,3 +313,13 @@ def docker_available() -> str | None:
     if r.returncode != 0:
         return f"no Docker engine answers: {r.stderr.strip()[:200]} (scripts/ensure-docker.sh starts one)"
     return None
+
+
+def remove_work_folder(path: Path) -> None:
+    """Remove a benchmark's work folder (its hubs' configs, logs and ledgers) once the benchmark
+    printed its result: a run of ``scale.py`` leaves ~40 MB. Kept when ``GPULAB_BENCH_KEEP`` is
+    set; a run that fails never gets here, so its hubs' logs stay for whoever reads the failure."""
+    if os.environ.get("GPULAB_BENCH_KEEP"):
+        print(f"work folder kept: {path}", file=sys.stderr)
+        return
+    shutil.rmtree(path, ignore_errors=True)

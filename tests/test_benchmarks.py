@@ -16,16 +16,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_small(name: str, timeout: float) -> dict:
-    """Run ``benchmarks/<name>.py --small``; its last line, parsed. Fails with the output's tail
-    when it exits non-zero or its last line is not one JSON object."""
+def run_small(name: str, timeout: float, tmpdir: Path | None = None) -> dict:
+    """Run ``benchmarks/<name>.py --small`` (its temporary files under ``tmpdir`` when given);
+    its last line, parsed. Fails with the output's tail when it exits non-zero or its last line
+    is not one JSON object."""
     r = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--small"],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        env=dict(os.environ, PYTHONUNBUFFERED="1", **({"TMPDIR": str(tmpdir)} if tmpdir else {})),
     )
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, f"benchmarks/{name}.py --small exited {r.returncode}:\n{tail}"
@@ -47,9 +48,10 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
     r = run_small("ledger", 300)
     has_keys(r, "p50_ms_100", "p99_ms_300", "p99_ms_300_full", "naive_p99_ms_300",
              "naive_p99_ms_300_full", "scaling_300_over_100", "naive_scaling_300_over_100",
-             "ours_slower_cases", "loadavg_1m")  # fmt: skip
+             "ours_slower_cases", "loadavg_1m", "alone_p50_ms_300", "alone_p99_ms_100",
+             "alone_scaling_300_over_100", "naive_alone_scaling_300_over_100")  # fmt: skip
     assert r["double_allocations"] == 0
-    assert r["rounds"] == 40
+    assert r["rounds"] == 40 and r["alone_rounds"] == 40
     # both sides timed every round, and the order alternates ABBA (issue 21 item 9)
     assert r["rounds_timed"] == {"ours": 40, "naive": 40}
     assert r["first_side_by_round"] == ["ours", "naive", "naive", "ours"] * 2
@@ -141,8 +143,8 @@ def test_spawn_benchmark_reports_refusals_against_the_bare_hubs_floor():
 
 
 @pytest.mark.hub
-def test_scale_benchmark_storms_both_hubs_and_leaves_the_ledger_clean():
-    r = run_small("scale", 300)
+def test_scale_benchmark_storms_both_hubs_and_leaves_the_ledger_clean(tmp_path):
+    r = run_small("scale", 300, tmpdir=tmp_path)
     has_keys(r, "storm_wall_s_ours", "storm_wall_s_plain", "storm_ratio", "storm_1000_ratio",
              "hub_peak_rss_mib_ours", "hub_peak_rss_mib_plain", "service_peak_rss_mib",
              "loadavg_1m")  # fmt: skip
@@ -150,6 +152,8 @@ def test_scale_benchmark_storms_both_hubs_and_leaves_the_ledger_clean():
     # every user held a slice at the peak, none twice, and the stops released them all
     assert r["open_at_peak"] == r["users"] == 20
     assert r["double_allocations"] == 0 and r["open_allocations_after"] == 0
+    # its work folder (the hubs' logs and ledgers: ~40 MB at 1,000 users) is gone after a run
+    assert list(tmp_path.glob("gpulab-bench-scale-*")) == []
 
 
 @pytest.mark.docker
