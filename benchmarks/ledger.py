@@ -411,9 +411,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.small:
         args.rounds, args.alone, args.sizes = 40, 40, "100,300"
+    if args.rounds < 1 or args.alone < 0:
+        ap.error("--rounds must be at least 1 and --alone at least 0")
     if args.postgres == "env":
         args.postgres = os.environ.get("GPULAB_TEST_POSTGRES_URL") or None
-    sizes = [int(s) for s in args.sizes.split(",")]
+    try:
+        sizes = sorted({int(s) for s in args.sizes.split(",")})
+    except ValueError:
+        ap.error(f"--sizes takes slice counts separated by commas, not {args.sizes!r}")
+    if sizes[0] < 2 * HEADROOM:
+        ap.error(f"--sizes: at least {2 * HEADROOM} slices (each kind keeps {HEADROOM} free)")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-") as tmp:
         summary = run_backend("sqlite-wal", sizes, args.rounds, Databases(Path(tmp)), args.alone)
