@@ -22,13 +22,14 @@ The alternative measured in the same run is the obvious design without the ``hel
 keeps it safe. Both sides run on ledgers prepared alike, interleaved round by round (ABBA) with
 the same requests and the same number of rounds, so a load spike on the machine falls on both.
 
-Before those rounds each side also runs ``--alone`` pairs in one block of its own (a diagnostic,
-not the comparison): interleaved, a side's claim runs right after the other side's, so at 10,000
-slices ours runs in CPU caches the naive side's 8-15 ms scan has just filled with its own pages,
-and at 100 slices after a 0.8 ms claim that left them warm. Ours measured in a block shows how much
-of its interleaved growth with the lab is that, not its own work (2026-12-07: p50 0.59 ms at 100
-and at 10,000 in a block, 0.62 and 1.02 ms interleaved; the same statements sent bare through
-``sqlite3``, none of our Python, grew 1.3-1.5x interleaved too).
+After those rounds each side also runs ``--alone`` pairs in one block of its own (a diagnostic,
+not the comparison; after, so the interleaved rounds run on ledgers exactly as before):
+interleaved, a side's claim runs right after the other side's, so at 10,000 slices ours runs in
+CPU caches the naive side's 8-15 ms scan has just filled with its own pages, and at 100 slices
+after a 0.8 ms claim that left them warm. Ours measured in a block shows how much of its
+interleaved growth with the lab is that, not its own work (2026-12-07, three runs: p50 0.55-0.63
+ms at 100 and at 10,000 in a block, 0.61-0.64 and 0.93-1.10 ms interleaved; the claim's
+statements sent bare through ``sqlite3``, none of our Python, grew 1.3-1.5x interleaved too).
 
 Usage: ``python benchmarks/ledger.py [--rounds N] [--alone N] [--sizes 100,1000,10000]
 [--postgres URL]``;
@@ -288,7 +289,7 @@ def measure(
 ) -> dict[str, dict]:
     """``rounds`` claim+release pairs on each side (``ours``, ``naive``), interleaved round by
     round (ABBA, so neither side always goes first) on two ledgers prepared alike, each round
-    asking both sides the same request: the load of the machine falls on both alike. Before
+    asking both sides the same request: the load of the machine falls on both alike. After
     them, ``alone`` pairs of each side in a block of its own (module docstring)."""
     tag = f"{n_slices}_{int(fill_to * 100)}"
     ledgers = {"ours": dbs.ledger(Ledger, n_slices, fill_to, f"{tag}_ours"),
@@ -297,15 +298,15 @@ def measure(
     firsts: list[str] = []
     live = {side: rules_live(ledger) for side, ledger in ledgers.items()}
     try:
-        by_itself = {
-            side: [timed_pair(ledger, i, f"a{i}") for i in range(alone)]
-            for side, ledger in ledgers.items()
-        }
         for i in range(rounds):
             order = ("ours", "naive") if i % 4 in (0, 3) else ("naive", "ours")
             firsts.append(order[0])
             for side in order:
                 times[side].append(timed_pair(ledgers[side], i, f"u{i}"))
+        by_itself = {
+            side: [timed_pair(ledger, i, f"a{i}") for i in range(alone)]
+            for side, ledger in ledgers.items()
+        }
         out = {}
         for side, ledger in ledgers.items():
             out[side] = {
@@ -363,7 +364,7 @@ def run_backend(name: str, sizes: list[int], rounds: int, dbs: Databases, alone:
             if out[(n, f)]["ours"]["p99_ms"] > out[(n, f)]["naive"]["p99_ms"]:
                 slower.append(f"{n}-{'full' if f == 1 else '50pct'}")
     lo, hi = min(sizes), max(sizes)
-    key = f"scaling_{hi // 1000}k_over_{lo}" if hi >= 1000 else f"scaling_{hi}_over_{lo}"
+    key = f"scaling_{hi // 1000}k_over_{lo}" if hi % 1000 == 0 else f"scaling_{hi}_over_{lo}"
     summary[key] = round(summary[f"p99_ms_{hi}"] / summary[f"p99_ms_{lo}"], 3)
     summary["naive_" + key] = round(
         summary[f"naive_p99_ms_{hi}"] / summary[f"naive_p99_ms_{lo}"], 3
@@ -390,8 +391,10 @@ def run_backend(name: str, sizes: list[int], rounds: int, dbs: Databases, alone:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2000, help="timed claim+release pairs per case")
-    ap.add_argument("--sizes", default="100,1000,10000", help="slice counts, comma-separated")
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="timed claim+release pairs per case (2000)"
+    )
+    ap.add_argument("--sizes", default=None, help="slice counts, comma-separated (100,1000,10000)")
     ap.add_argument(
         "--postgres",
         default=None,
@@ -401,26 +404,35 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--alone",
         type=int,
-        default=1000,
-        help="pairs of each side timed in a block of its own before the interleaved rounds "
-        "(a diagnostic: module docstring); 0: none",
+        default=None,
+        help="pairs of each side timed in a block of its own after the interleaved rounds "
+        "(a diagnostic: module docstring; 1000); 0: none",
     )
     ap.add_argument(
         "--small", action="store_true", help="seconds: 40 rounds (40 alone), 100 and 300 slices"
     )
     args = ap.parse_args(argv)
-    if args.small:
-        args.rounds, args.alone, args.sizes = 40, 40, "100,300"
+    given = [f"--{k}" for k in ("rounds", "alone", "sizes") if getattr(args, k) is not None]
+    if args.small and given:
+        ap.error(f"--small sets --rounds, --alone and --sizes itself: drop {', '.join(given)}")
+    small = (40, 40, "100,300") if args.small else (2000, 1000, "100,1000,10000")
+    for k, default in zip(("rounds", "alone", "sizes"), small):
+        if getattr(args, k) is None:
+            setattr(args, k, default)
     if args.rounds < 1 or args.alone < 0:
         ap.error("--rounds must be at least 1 and --alone at least 0")
     if args.postgres == "env":
         args.postgres = os.environ.get("GPULAB_TEST_POSTGRES_URL") or None
+        if not args.postgres:
+            ap.error("--postgres env: GPULAB_TEST_POSTGRES_URL is not set")
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",")})
     except ValueError:
         ap.error(f"--sizes takes slice counts separated by commas, not {args.sizes!r}")
     if sizes[0] < 2 * HEADROOM:
         ap.error(f"--sizes: at least {2 * HEADROOM} slices (each kind keeps {HEADROOM} free)")
+    if len(sizes) < 2:
+        ap.error("--sizes: at least two different sizes (the scaling figures compare them)")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="gpulab-bench-") as tmp:
         summary = run_backend("sqlite-wal", sizes, args.rounds, Databases(Path(tmp)), args.alone)

@@ -39,7 +39,6 @@ import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,7 +55,7 @@ from course_support import (  # noqa: E402
     work_of,
 )
 from e2e_support import remove_node_containers  # noqa: E402
-from hubtools import Hub, remove_work_folder  # noqa: E402
+from hubtools import Hub, make_work_folder, remove_work_folder  # noqa: E402
 from service_support import PREFIX, login, user_token, wait_for_service  # noqa: E402
 
 from jupyterhub_gpulab.courses.content import PULL_TIMEOUT_S  # noqa: E402
@@ -248,7 +247,7 @@ def main(argv=None) -> int:
         args.students, args.rounds = 3, 1
     n = args.students
     users = [f"st{i:03d}" for i in range(n)]
-    tmp = Path(tempfile.mkdtemp(prefix="gpulab-prestart-"))
+    tmp = make_work_folder("gpulab-prestart-")
     repo = GitServer(tmp / "git")
     repo.commit({"lesson1.py": "print('lesson 1')\n"}, "lesson 1")
     ours = ours_hub(tmp, repo, n)
@@ -305,8 +304,8 @@ def main(argv=None) -> int:
         "content_present_pct_plain": round(min(content["plain"]), 1),
         "double_allocations": doubles,
     }
-    print(json.dumps(result))
     remove_work_folder(tmp)
+    print(json.dumps(result))
     return 0
 
 

@@ -65,7 +65,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -76,7 +75,7 @@ import requests
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))
 
-from hubtools import Hub, free_port, remove_work_folder  # noqa: E402
+from hubtools import Hub, free_port, make_work_folder, remove_work_folder  # noqa: E402
 from service_support import ledger_for, service_config, service_pid, wait_for_service  # noqa: E402
 
 from jupyterhub_gpulab.service.app import GPULabService  # noqa: E402
@@ -195,14 +194,18 @@ def start_standin(tmp: Path, port: int) -> subprocess.Popen:
         env=dict(os.environ, JUPYTERHUB_SERVICE_URL=f"http://127.0.0.1:{port}/", HOME=str(tmp)),
     )
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/user/x/api", timeout=2).ok:
-                return proc
-        except requests.RequestException:
-            time.sleep(0.1)
-    proc.kill()
-    raise TimeoutError("the stand-in single-user server did not answer")
+    try:
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/user/x/api", timeout=2).ok:
+                    return proc
+            except requests.RequestException:
+                time.sleep(0.1)
+        raise TimeoutError("the stand-in single-user server did not answer")
+    except BaseException:  # the timeout, or a SIGTERM while it starts: it must not outlive us
+        proc.kill()
+        proc.wait(10)
+        raise
 
 
 class Client:
@@ -359,10 +362,15 @@ def main(argv=None) -> int:
     if (args.users + 1) // 2 > mig or args.users // 2 > slices(spec) - mig:
         ap.error(f"--users {args.users} do not fit the lab's {slices(spec)} slices, half each")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the hubs on the way out
-    tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-scale-"))
+    tmp = make_work_folder("gpulab-bench-scale-")
     port = free_port()
     standin = start_standin(tmp, port)
-    hubs = make_hubs(tmp, args.users, port, spec, args.start_timeout)
+    try:
+        hubs = make_hubs(tmp, args.users, port, spec, args.start_timeout)
+    except BaseException:  # a SIGTERM here too: the stand-in must not outlive the run
+        standin.terminate()
+        standin.wait(10)
+        raise
     users = [f"u{i}" for i in range(args.users)]
     walls: dict[str, list[float]] = {"ours": [], "plain": []}
     rounds: list[dict] = []
@@ -413,8 +421,8 @@ def main(argv=None) -> int:
         "small": args.small,
         "wall_s": round(time.perf_counter() - t_start),
     }
-    print(json.dumps(result))
     remove_work_folder(tmp)
+    print(json.dumps(result))
     return 0
 
 

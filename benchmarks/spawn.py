@@ -50,7 +50,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -59,7 +58,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from e2e_support import IMAGE, remove_node_containers  # noqa: E402
-from hubtools import Hub, remove_work_folder  # noqa: E402
+from hubtools import Hub, make_work_folder, remove_work_folder  # noqa: E402
 
 from jupyterhub_gpulab.ledger import Ledger  # noqa: E402
 
@@ -457,7 +456,7 @@ def main(argv=None) -> int:
         args.steps = True
     elif args.rounds < 20:
         ap.error("--rounds must be at least 20: fewer rounds cannot tell a difference from noise")
-    tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-spawn-"))
+    tmp = make_work_folder("gpulab-bench-spawn-")
     steps_file = tmp / "gpubenchours" / "steps.jsonl"
     steps: dict[str, list[float]] = {}
     ours = Hub(
@@ -592,8 +591,8 @@ def main(argv=None) -> int:
         for h in hubs:
             h.stop()
             remove_node_containers(h.workdir.name)
-    print(json.dumps(result))
     remove_work_folder(tmp)
+    print(json.dumps(result))
     return 0
 
 

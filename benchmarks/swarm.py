@@ -38,7 +38,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -47,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from agent_fakes import bench_uuid  # noqa: E402
 from e2e_support import IMAGE  # noqa: E402
-from hubtools import Hub, remove_work_folder  # noqa: E402
+from hubtools import Hub, make_work_folder, remove_work_folder  # noqa: E402
 from swarm_support import (  # noqa: E402
     HOST_IP,
     MANAGER,
@@ -168,7 +167,7 @@ def main() -> None:
     require_swarm()
     users = [f"u{i:02d}" for i in range(args.users)]
     profiles = {u: "seat" if i < args.gpu else "cpu" for i, u in enumerate(users)}
-    tmp = Path(tempfile.mkdtemp(prefix="gpulab-bench-swarm-"))
+    tmp = make_work_folder("gpulab-bench-swarm-")
     ours = SwarmHub(
         tmp / "ours", extra=OURS, boards={"gpulab-swn2": "bench-n2", "gpulab-swn3": "bench-n3"}
     )
@@ -202,6 +201,7 @@ def main() -> None:
         if ids:
             sdocker("service", "rm", *ids, check=False)
     med_ours, med_plain = statistics.median(walls["ours"]), statistics.median(walls["plain"])
+    remove_work_folder(tmp)
     print(
         json.dumps(
             {
@@ -219,7 +219,6 @@ def main() -> None:
             }
         )
     )
-    remove_work_folder(tmp)
 
 
 if __name__ == "__main__":

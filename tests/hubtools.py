@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -315,11 +316,27 @@ def docker_available() -> str | None:
     return None
 
 
+def _keep_work_folders() -> bool:
+    return os.environ.get("GPULAB_BENCH_KEEP", "").lower() not in ("", "0", "false", "no")
+
+
+def make_work_folder(prefix: str) -> Path:
+    """A fresh work folder for a benchmark's hubs (their configs, logs and ledgers) under the
+    system's temporary folder, named on stderr: a run that fails or is stopped keeps it, and its
+    hubs' logs are what explain the failure. :func:`remove_work_folder` ends it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    kept = "kept" if _keep_work_folders() else "removed once the result is printed"
+    print(f"work folder: {path} ({kept}; GPULAB_BENCH_KEEP=1 keeps it)", file=sys.stderr)
+    return path
+
+
 def remove_work_folder(path: Path) -> None:
-    """Remove a benchmark's work folder (its hubs' configs, logs and ledgers) once the benchmark
-    printed its result: a run of ``scale.py`` leaves ~40 MB. Kept when ``GPULAB_BENCH_KEEP`` is
-    set; a run that fails never gets here, so its hubs' logs stay for whoever reads the failure."""
-    if os.environ.get("GPULAB_BENCH_KEEP"):
-        print(f"work folder kept: {path}", file=sys.stderr)
+    """Remove a benchmark's work folder (:func:`make_work_folder`) once its result is made, before
+    it is printed (the last line stays the result): a run of ``scale.py`` leaves ~40 MB. Kept when
+    ``GPULAB_BENCH_KEEP`` is set (not ``0``, ``false``, ``no``). A part that cannot be removed is
+    named on stderr."""
+    if _keep_work_folders():
         return
-    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(
+        path, onerror=lambda _f, p, e: print(f"not removed: {p}: {e[1]}", file=sys.stderr)
+    )

@@ -59,6 +59,26 @@ def test_ledger_benchmark_interleaves_ours_and_the_naive_search():
     assert r["rules"] == ["bookings", "waitlist", "holds", "image-needs", "limits"]
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--small", "--alone", "0"], "--small sets --rounds, --alone and --sizes itself"),
+        (["--sizes", "100,100"], "at least two different sizes"),
+        (["--sizes", "10,100"], "at least 24 slices"),
+        (["--sizes", "100,x"], "slice counts separated by commas"),
+        (["--rounds", "0"], "--rounds must be at least 1"),
+    ],
+)
+def test_ledger_benchmark_refuses_what_it_cannot_honour(args, says):
+    # a usage error naming the fix, before any ledger is made: not a run that silently
+    # measures something else (--small used to override --alone 0)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ledger.py"), *args],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
 @pytest.mark.slow  # ~5-9 minutes of CPU: `pytest -m unit` leaves it out
 def test_semester_benchmark_runs_a_small_term():
     r = run_small("semester", 1800)  # thirteen labs, a simulated week each
