@@ -27,9 +27,10 @@ not the comparison; after, so the interleaved rounds run on ledgers exactly as b
 interleaved, a side's claim runs right after the other side's, so at 10,000 slices ours runs in
 CPU caches the naive side's 8-15 ms scan has just filled with its own pages, and at 100 slices
 after a 0.8 ms claim that left them warm. Ours measured in a block shows how much of its
-interleaved growth with the lab is that, not its own work (2026-12-07, three runs: p50 0.55-0.63
-ms at 100 and at 10,000 in a block, 0.61-0.64 and 0.93-1.10 ms interleaved; the claim's
-statements sent bare through ``sqlite3``, none of our Python, grew 1.3-1.5x interleaved too).
+interleaved growth with the lab is that, not its own work (2026-12-07, six runs: p50 0.53-0.67
+ms at every size in a block; interleaved 0.60-0.70 ms at 100 and 0.87-1.17 ms at 10,000; the
+claim's statements sent bare through ``sqlite3``, none of our Python, grew 1.3-1.5x interleaved
+too).
 
 Usage: ``python benchmarks/ledger.py [--rounds N] [--alone N] [--sizes 100,1000,10000]
 [--postgres URL]``;

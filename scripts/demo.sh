@@ -6,7 +6,8 @@
 # framework images (gpulab/base, gpulab/pytorch, gpulab/tensorflow: no registry needed; the CPU
 # variants, or the CUDA ones where nvidia-smi sees a GPU), checks the configuration, and runs
 # `jupyterhub -f jupyterhub_config.py`. Open http://127.0.0.1:8000 (GPULAB_PORT to change it) and
-# log in with any password: student1 (students), researcher1 (researchers), admin (admin).
+# log in with any password: student1 (students, dl101), researcher1 (researchers),
+# instructor1 (instructors, dl101-staff), admin (admin). ./scripts/demo-stop.sh stops it all.
 # On a host with NVIDIA GPUs the same config discovers them through NVML.
 # GPULAB_DEMO_AUTH=oidc ./scripts/demo.sh logs in through a local OpenID Connect provider instead
 # (scripts/demo-idp.sh: the same users, Keycloak-shaped groups, any password), as with campus SSO.
