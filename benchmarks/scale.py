@@ -365,17 +365,13 @@ def main(argv=None) -> int:
     tmp = make_work_folder("gpulab-bench-scale-")
     port = free_port()
     standin = start_standin(tmp, port)
-    try:
-        hubs = make_hubs(tmp, args.users, port, spec, args.start_timeout)
-    except BaseException:  # a SIGTERM here too: the stand-in must not outlive the run
-        standin.terminate()
-        standin.wait(10)
-        raise
     users = [f"u{i}" for i in range(args.users)]
     walls: dict[str, list[float]] = {"ours": [], "plain": []}
     rounds: list[dict] = []
     load0, overflows0, t_start = os.getloadavg()[0], listen_overflows(), time.perf_counter()
-    try:
+    hubs: dict[str, Hub] = {}
+    try:  # from here on, a SIGTERM or a failure stops the stand-in and every hub made
+        hubs = make_hubs(tmp, args.users, port, spec, args.start_timeout)
         for h in hubs.values():
             h.start(timeout=180)
             create_users(h, users)
